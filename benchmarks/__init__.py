@@ -1,0 +1,1 @@
+"""Command-line benchmarks of the training stage (``python3 -m benchmarks.bench_gemm``)."""

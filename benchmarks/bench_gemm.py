@@ -1,0 +1,302 @@
+"""Time torch.matmul and the TileLang GEMM over a sweep of shapes and configs.
+
+    python3 -m benchmarks.bench_gemm --m 128 --n 128 --k 128 --warmup 10 --repeat 50 --run-tilelang
+    python3 -m benchmarks.bench_gemm --m 4096 --n 4096 --k 4096 --threads 128 256 \\
+        --num-stages 2 3 4 --run-tilelang --report reports/stage04_gemm.md
+
+Every list option sweeps: the run covers the product of all values. Each finished row is
+appended to ``--jsonl`` at once, so an interrupted sweep keeps what it measured; Ctrl-C
+prints and reports the rows done so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import sys
+from pathlib import Path
+
+from harness import device
+from harness.timing import BACKENDS, check_counts
+from kernels import DTYPES, LAYOUTS, GemmConfig, GemmShape
+
+PROG = "python3 -m benchmarks.bench_gemm"
+EXIT_NO_GPU = 3
+EXIT_INCORRECT = 4
+EXIT_INTERRUPTED = 130
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r} must be MxNxK, e.g. 4096x4096x4096")
+    return tuple(_positive_int(x) for x in parts)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = GemmConfig()
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Time torch.matmul and, with --run-tilelang, compile, check and time the "
+            "TileLang GEMM for every combination of the values given. Latencies are "
+            "medians of per-launch samples with the L2 flushed before each launch; "
+            "TFLOPS = 2*M*N*K / seconds / 1e12."
+        ),
+        epilog="Needs a CUDA GPU; without one it says so and exits with status 3.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("problem (each takes one or more values)")
+    g.add_argument("--m", type=_positive_int, nargs="+", default=[4096], help="rows of A and C")
+    g.add_argument("--n", type=_positive_int, nargs="+", default=[4096], help="columns of C")
+    g.add_argument("--k", type=_positive_int, nargs="+", default=[4096], help="reduction size")
+    g.add_argument(
+        "--shape",
+        type=_shape,
+        nargs="+",
+        metavar="MxNxK",
+        help="explicit shapes, instead of the product of --m, --n and --k",
+    )
+    g.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=["float16"])
+    g.add_argument(
+        "--layout",
+        nargs="+",
+        choices=LAYOUTS,
+        default=["NN"],
+        help="NN: B is [K, N]; NT: B is [N, K] and C = A @ B.T (attention's QK^T)",
+    )
+    c = p.add_argument_group("kernel config (each takes one or more values)")
+    c.add_argument("--block-m", type=_positive_int, nargs="+", default=[d.block_m])
+    c.add_argument("--block-n", type=_positive_int, nargs="+", default=[d.block_n])
+    c.add_argument("--block-k", type=_positive_int, nargs="+", default=[d.block_k])
+    c.add_argument("--threads", type=_positive_int, nargs="+", default=[d.threads])
+    c.add_argument("--num-stages", type=_positive_int, nargs="+", default=[d.num_stages])
+    c.add_argument(
+        "--swizzle",
+        type=_count,
+        nargs="+",
+        default=[d.swizzle],
+        help="block rasterisation panel (T.use_swizzle); 0 is off",
+    )
+    t = p.add_argument_group("timing")
+    t.add_argument("--warmup", type=_count, default=10, help="warm-up launches (not timed)")
+    t.add_argument("--repeat", type=_positive_int, default=50, help="timed launches")
+    t.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="event",
+        help="event: CUDA events per launch; cupti: kernel time from CUPTI (one mean per run)",
+    )
+    t.add_argument("--seed", type=_count, default=0, help="seed of the random inputs")
+    o = p.add_argument_group("what to run and write")
+    o.add_argument(
+        "--run-tilelang",
+        action="store_true",
+        help="also compile, check against a float64 reference and time the TileLang kernel",
+    )
+    o.add_argument("--report", type=Path, help="write the stage-04 markdown report here")
+    o.add_argument("--jsonl", type=Path, help="append one JSON line per finished row here")
+    o.add_argument("--title", default="Stage 04: TileLang GEMM", help="report title")
+    return p
+
+
+def plan(args) -> tuple[list[GemmShape], list[GemmConfig], list[str]]:
+    """Shapes and valid configs of the sweep, and one line per config skipped and why.
+    Raises ValueError when nothing valid remains."""
+    sizes = args.shape or list(itertools.product(args.m, args.n, args.k))
+    shapes = [
+        GemmShape(m, n, k, dtype, layout)
+        for (m, n, k), dtype, layout in itertools.product(sizes, args.dtype, args.layout)
+    ]
+    configs, skipped = [], []
+    for bm, bn, bk, th, st, sw in itertools.product(
+        args.block_m, args.block_n, args.block_k, args.threads, args.num_stages, args.swizzle
+    ):
+        try:
+            configs.append(GemmConfig(bm, bn, bk, th, st, sw))
+        except ValueError as err:
+            skipped.append(f"skipped b{bm}x{bn}x{bk}_t{th}_s{st}: {err}")
+    if not configs:
+        raise ValueError("no valid kernel config in the sweep:\n  " + "\n  ".join(skipped))
+    return shapes, configs, skipped
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+TABLE_COLUMNS = (
+    "M",
+    "N",
+    "K",
+    "dtype",
+    "layout",
+    "block_M",
+    "block_N",
+    "block_K",
+    "threads",
+    "stages",
+    "torch ms",
+    "tilelang ms",
+    "TFLOPS",
+    "vs torch",
+    "correct",
+)
+
+
+def table_row(r) -> list[str]:
+    cfg = r.config
+    return [
+        str(r.shape.m),
+        str(r.shape.n),
+        str(r.shape.k),
+        r.shape.dtype,
+        r.shape.layout,
+        *(
+            ["-"] * 5
+            if cfg is None
+            else [
+                str(cfg.block_m),
+                str(cfg.block_n),
+                str(cfg.block_k),
+                str(cfg.threads),
+                str(cfg.num_stages),
+            ]
+        ),
+        f"{r.torch_ms:.4f}",
+        _fmt(r.tilelang_ms, ".4f"),
+        f"{r.tflops:.1f}",
+        _fmt(r.vs_torch, ".2f"),
+        "-" if r.check is None else str(r.check),
+    ]
+
+
+def print_table(results, console) -> None:
+    from rich.table import Table
+
+    table = Table(title="GEMM latency (median)", show_lines=False)
+    for col in TABLE_COLUMNS:
+        table.add_column(col, justify="left" if col in ("dtype", "layout", "correct") else "right")
+    for r in results:
+        table.add_row(*table_row(r))
+    console.print(table)
+
+
+def run(args, console) -> tuple[list, bool]:
+    """Measure the sweep; returns the finished rows and whether it was interrupted."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from harness.cases import Case, CaseResult
+
+    shapes, configs, skipped = plan(args)
+    for line in skipped:
+        console.print(f"[yellow]{line}[/]")
+    timing = {"warmup": args.warmup, "repeat": args.repeat, "backend": args.backend}
+    per_shape = len(configs) if args.run_tilelang else 1
+    results: list[CaseResult] = []
+    jsonl = args.jsonl.open("a") if args.jsonl else None
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    try:
+        with progress:
+            task = progress.add_task("sweep", total=len(shapes) * per_shape)
+            for shape in shapes:
+                progress.update(task, description=f"{shape.id}: torch.matmul")
+                case = Case(shape, seed=args.seed)
+                torch_timing = case.time_torch(**timing)
+                todo = configs if args.run_tilelang else [None]
+                for cfg in todo:
+                    if cfg is None:
+                        row = CaseResult(shape, None, torch_timing)
+                    else:
+                        progress.update(task, description=f"{shape.id} {cfg.id}")
+                        check = case.check(cfg, seed=args.seed + 1)
+                        row = CaseResult(
+                            shape, cfg, torch_timing, case.time_tilelang(cfg, **timing), check
+                        )
+                    results.append(row)
+                    if jsonl:
+                        jsonl.write(json.dumps(row.to_dict()) + "\n")
+                        jsonl.flush()
+                    progress.advance(task)
+    except KeyboardInterrupt:
+        console.print(f"[red]interrupted[/]: keeping the {len(results)} rows measured so far")
+        return results, True
+    finally:
+        if jsonl:
+            jsonl.close()
+    return results, False
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_counts(args.warmup, args.repeat)
+        plan(args)
+    except ValueError as err:
+        parser.error(str(err))
+    reason = device.no_gpu_reason()
+    if reason:
+        print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
+        return EXIT_NO_GPU
+
+    console = Console(stderr=False)
+    results, interrupted = run(args, console)
+    if results:
+        print_table(results, console)
+    if args.report and results:
+        from harness.report import render_stage04
+
+        meta = {
+            "gpu": device.gpu_name(),
+            "date": dt.date.today().isoformat(),
+            "command": " ".join([PROG, *(argv if argv is not None else sys.argv[1:])]),
+            "warmup": args.warmup,
+            "repeat": args.repeat,
+            "backend": args.backend,
+            **device.versions(),
+        }
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(render_stage04(results, meta, title=args.title))
+        console.print(f"report written to {args.report}")
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if any(r.check is not None and not r.check.ok for r in results):
+        console.print("[red]at least one kernel gave a wrong result[/]")
+        return EXIT_INCORRECT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

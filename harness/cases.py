@@ -1,0 +1,93 @@
+"""One GEMM case on the GPU: inputs, the compiled kernel and the torch.matmul reference,
+timed through the one timing path. Shared by the CLI, the asv suite and the gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness import metrics
+from harness.correctness import Check, check_kernel, random_inputs, torch_reference_fn
+from harness.timing import Timing, measure
+from kernels import GemmConfig, GemmShape, compile_gemm
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    shape: GemmShape
+    config: GemmConfig | None
+    torch: Timing
+    tilelang: Timing | None = None
+    check: Check | None = None
+
+    @property
+    def torch_ms(self) -> float:
+        return self.torch.median_ms
+
+    @property
+    def tilelang_ms(self) -> float | None:
+        return None if self.tilelang is None else self.tilelang.median_ms
+
+    @property
+    def tflops(self) -> float | None:
+        """TileLang throughput from the median latency (torch's when no kernel ran)."""
+        ms = self.tilelang_ms if self.tilelang is not None else self.torch_ms
+        return metrics.tflops(self.shape.flops, ms * 1e-3)
+
+    @property
+    def torch_tflops(self) -> float:
+        return metrics.tflops(self.shape.flops, self.torch_ms * 1e-3)
+
+    @property
+    def vs_torch(self) -> float | None:
+        """TileLang latency over torch latency: below 1.0 is faster than cuBLAS."""
+        if self.tilelang is None:
+            return None
+        return metrics.ratio(self.tilelang.median_ms, self.torch.median_ms)
+
+    def to_dict(self) -> dict:
+        return {
+            "shape": self.shape.id,
+            "m": self.shape.m,
+            "n": self.shape.n,
+            "k": self.shape.k,
+            "dtype": self.shape.dtype,
+            "layout": self.shape.layout,
+            "config": None if self.config is None else self.config.id,
+            "torch_ms": self.torch_ms,
+            "tilelang_ms": self.tilelang_ms,
+            "tflops": self.tflops,
+            "vs_torch": self.vs_torch,
+            "rel_error": None if self.check is None else self.check.rel_error,
+            "correct": None if self.check is None else self.check.ok,
+            "backend": self.torch.backend,
+            "torch_samples_ms": list(self.torch.samples_ms),
+            "tilelang_samples_ms": None
+            if self.tilelang is None
+            else list(self.tilelang.samples_ms),
+        }
+
+
+class Case:
+    """Inputs for one shape on the GPU, reused across configs and timings."""
+
+    def __init__(self, shape: GemmShape, seed: int = 0) -> None:
+        import torch
+
+        self.shape = shape
+        self.a, self.b = random_inputs(shape, seed)
+        self.out = torch.empty(shape.c_shape, dtype=self.a.dtype, device=self.a.device)
+        self.torch_fn = torch_reference_fn(shape, self.a, self.b)
+
+    def tilelang_fn(self, config: GemmConfig):
+        kernel = compile_gemm(self.shape, config)
+        a, b, out = self.a, self.b, self.out
+        return lambda: kernel(a, b, out)
+
+    def time_torch(self, **timing) -> Timing:
+        return measure(self.torch_fn, **timing)
+
+    def time_tilelang(self, config: GemmConfig, **timing) -> Timing:
+        return measure(self.tilelang_fn(config), **timing)
+
+    def check(self, config: GemmConfig, seed: int = 1) -> Check:
+        return check_kernel(compile_gemm(self.shape, config), seed=seed)

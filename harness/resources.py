@@ -1,0 +1,87 @@
+"""Static resources of a kernel built for sm_90a, and its cold compile time. CPU only:
+needs the CUDA compiler, not a GPU."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels import GemmConfig, GemmKernel, GemmShape, make_gemm
+
+ARCH = "sm_90a"
+_PTXAS = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "static_smem": re.compile(r"(\d+) bytes smem"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    registers: int  # per thread
+    spill_bytes: int  # spill stores + spill loads
+    smem_bytes: int  # static (ptxas) + the pipeline's dynamic A/B stages
+    has_wgmma: bool
+    has_tma: bool
+
+
+def parse_ptxas(text: str) -> dict[str, int]:
+    """Numbers from ``ptxas --verbose`` output for the single kernel entry."""
+    out = {}
+    for key, pattern in _PTXAS.items():
+        found = pattern.search(text)
+        if found is None:
+            raise ValueError(f"ptxas output has no {key!r} line:\n{text[-500:]}")
+        out[key] = int(found.group(1))
+    return out
+
+
+def sm90a_resources(kernel: GemmKernel) -> Resources:
+    """Rebuild the kernel's generated CUDA source with ``ptxas --verbose`` and read the
+    register, spill and shared-memory figures; TileLang reports them only for HIP."""
+    from tilelang.contrib import nvcc
+
+    src = kernel.source
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = Path(tmp) / "gemm.cu"
+        cu.write_text(src)
+        cmd = [
+            nvcc.get_nvcc_compiler(),
+            "-cubin",
+            "-O3",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "--ptxas-options=--verbose",
+            *nvcc.default_compile_options(),
+            "-o",
+            str(Path(tmp) / "gemm.cubin"),
+            str(cu),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"nvcc failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    stats = parse_ptxas(proc.stdout + proc.stderr)
+    return Resources(
+        registers=stats["registers"],
+        spill_bytes=stats["spill_stores"] + stats["spill_loads"],
+        smem_bytes=stats["static_smem"] + kernel.config.smem_bytes,
+        has_wgmma="GmmaDescriptor" in src or "wgmma" in src,
+        has_tma="tma_load" in src,
+    )
+
+
+def cold_compile_seconds(shape: GemmShape, config: GemmConfig, arch: str = ARCH) -> float:
+    """Wall time of TileLang lowering plus nvcc for one config, with TileLang's caches off."""
+    import tilelang
+
+    tilelang.disable_cache()
+    try:
+        start = time.perf_counter()
+        tilelang.compile(make_gemm(shape, config), target={"kind": "cuda", "arch": arch})
+        return time.perf_counter() - start
+    finally:
+        tilelang.enable_cache()

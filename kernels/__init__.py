@@ -1,0 +1,23 @@
+"""TileLang kernel definitions. No timing, printing or argument parsing lives here."""
+
+from kernels.gemm import (
+    ACCUM_DTYPES,
+    DTYPES,
+    LAYOUTS,
+    GemmConfig,
+    GemmKernel,
+    GemmShape,
+    compile_gemm,
+    make_gemm,
+)
+
+__all__ = [
+    "ACCUM_DTYPES",
+    "DTYPES",
+    "LAYOUTS",
+    "GemmConfig",
+    "GemmKernel",
+    "GemmShape",
+    "compile_gemm",
+    "make_gemm",
+]

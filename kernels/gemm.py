@@ -1,0 +1,309 @@
+"""Tiled TileLang GEMM: ``C[M, N] = A[M, K] @ B`` with B as [K, N] (NN) or [N, K] (NT).
+
+The kernel is the classic tiled form: A and B tiles are staged global -> shared with
+``T.copy`` inside a software pipeline, multiplied on the tensor cores into a register
+fragment, and the fragment is written back to global memory once. On sm_90a TileLang
+lowers the copies to TMA and the product to wgmma, warp-specialised.
+
+Shapes and configs are frozen values validated on construction; ``make_gemm`` is a pure
+factory; ``compile_gemm`` memoises compilation per (shape, config, arch) in-process, and
+TileLang's own disk cache ($TILELANG_CACHE_DIR) spares a new process the recompile.
+
+    from kernels import GemmShape, GemmConfig, compile_gemm
+    kernel = compile_gemm(GemmShape(4096, 4096, 4096), GemmConfig())
+    c = kernel(a, b)
+"""
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# torch dtype names keyed by the TileLang dtype string; short names make the ids.
+DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+ACCUM_DTYPES = ("float32",)
+# NN: B is [K, N]. NT: B is [N, K] and the kernel computes A @ B.T (attention's QK^T).
+LAYOUTS = ("NN", "NT")
+
+ELEMENT_BYTES = 2  # every supported input dtype is 16-bit
+WARPGROUP = 128  # threads in one Hopper warpgroup; wgmma is issued per warpgroup
+MMA_ALIGN = 16  # tensor-core tiles are 16 elements along each dimension
+MAX_TILE = 256  # a TMA box holds at most 256 elements per dimension
+MAX_THREADS = 512  # consumer threads; warp specialisation adds one producer warpgroup
+MAX_STAGES = 8
+# fp32 accumulators per thread; past this the fragment crowds out the operand and
+# address registers under the 255-per-thread limit and ptxas starts to spill.
+MAX_ACCUM_PER_THREAD = 128
+# Largest dynamic shared memory one block may opt in to on sm_90 (H100/H200): 227 KiB.
+SM90_SMEM_LIMIT = 232_448
+
+
+_CONFIG_ID = re.compile(r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?")
+
+
+def _check_int(
+    owner: str, name: str, value: Any, *, low: int = 1, high: int | None = None, multiple: int = 1
+) -> None:
+    where = f"{owner}.{name}={value!r}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where}: must be an integer")
+    if value < low:
+        raise ValueError(f"{where}: must be >= {low}")
+    if high is not None and value > high:
+        raise ValueError(f"{where}: must be <= {high}")
+    if value % multiple:
+        raise ValueError(f"{where}: must be a multiple of {multiple}")
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """Problem size, input dtype and layout of one GEMM."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float16"
+    layout: str = "NN"
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k"):
+            _check_int("GemmShape", name, getattr(self, name))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"GemmShape.dtype={self.dtype!r}: must be one of {sorted(DTYPES)}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"GemmShape.layout={self.layout!r}: must be one of {list(LAYOUTS)}")
+
+    @property
+    def id(self) -> str:
+        """Readable id, e.g. ``m4096_n4096_k4096_f16`` (``_nt`` appended for NT)."""
+        tail = "" if self.layout == "NN" else "_" + self.layout.lower()
+        return f"m{self.m}_n{self.n}_k{self.k}_{DTYPES[self.dtype]}{tail}"
+
+    @property
+    def flops(self) -> int:
+        """One multiply and one add per (m, n, k) triple."""
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def a_shape(self) -> tuple[int, int]:
+        return (self.m, self.k)
+
+    @property
+    def b_shape(self) -> tuple[int, int]:
+        return (self.k, self.n) if self.layout == "NN" else (self.n, self.k)
+
+    @property
+    def c_shape(self) -> tuple[int, int]:
+        return (self.m, self.n)
+
+    @property
+    def min_bytes(self) -> int:
+        """Bytes moved if A and B are read once and C written once."""
+        return ELEMENT_BYTES * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmConfig:
+    """Tile sizes and schedule of the kernel. Defaults are the training-stage baseline."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 32
+    threads: int = 128
+    num_stages: int = 3
+    # Block rasterisation panel for L2 reuse (T.use_swizzle); 0 leaves it off.
+    swizzle: int = 0
+    accum_dtype: str = "float32"
+    smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k"):
+            _check_int(
+                "GemmConfig",
+                name,
+                getattr(self, name),
+                low=MMA_ALIGN,
+                high=MAX_TILE,
+                multiple=MMA_ALIGN,
+            )
+        _check_int(
+            "GemmConfig",
+            "threads",
+            self.threads,
+            low=WARPGROUP,
+            high=MAX_THREADS,
+            multiple=WARPGROUP,
+        )
+        _check_int("GemmConfig", "num_stages", self.num_stages, low=1, high=MAX_STAGES)
+        _check_int("GemmConfig", "swizzle", self.swizzle, low=0, high=64)
+        if self.accum_dtype not in ACCUM_DTYPES:
+            raise ValueError(
+                f"GemmConfig.accum_dtype={self.accum_dtype!r}: must be one of {list(ACCUM_DTYPES)}"
+            )
+        per_thread = self.block_m * self.block_n // self.threads
+        if per_thread > MAX_ACCUM_PER_THREAD:
+            raise ValueError(
+                f"GemmConfig.threads={self.threads}: block_m*block_n/threads = {per_thread} fp32 "
+                f"accumulators per thread, must be <= {MAX_ACCUM_PER_THREAD} (raise threads or "
+                "shrink the tile)"
+            )
+        if self.block_m * self.block_n < 64 * 8 * (self.threads // WARPGROUP):
+            raise ValueError(
+                f"GemmConfig.threads={self.threads}: each warpgroup needs at least a 64x8 slice "
+                f"of the {self.block_m}x{self.block_n} tile"
+            )
+        if self.smem_bytes > self.smem_limit:
+            raise ValueError(
+                f"GemmConfig.num_stages={self.num_stages}: needs {self.smem_bytes} bytes of shared "
+                f"memory ((block_m + block_n) * block_k * 2 B * stages), must be <= "
+                f"{self.smem_limit}"
+            )
+
+    @property
+    def id(self) -> str:
+        """Readable id, e.g. ``b128x256x64_t256_s3`` (``_w10`` appended for swizzle 10)."""
+        tail = f"_w{self.swizzle}" if self.swizzle else ""
+        return (
+            f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
+            f"{tail}"
+        )
+
+    @classmethod
+    def from_id(cls, text: str) -> "GemmConfig":
+        """Inverse of ``id``: ``b128x256x64_t256_s3`` or ``b128x256x64_t256_s3_w10``."""
+        found = _CONFIG_ID.fullmatch(text)
+        if found is None:
+            raise ValueError(
+                f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3 (optionally _w10)"
+            )
+        bm, bn, bk, th, st, sw = found.groups()
+        return cls(int(bm), int(bn), int(bk), int(th), int(st), int(sw or 0))
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of the A and B stages."""
+        return (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
+
+
+def make_gemm(shape: GemmShape, config: GemmConfig):
+    """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing."""
+    # No ``from __future__ import annotations`` in this module: TileLang evaluates the
+    # T.Tensor annotations below against this closure.
+    import tilelang.language as T
+
+    M, N, K = shape.m, shape.n, shape.k
+    block_M, block_N, block_K = config.block_m, config.block_n, config.block_k
+    dtype, accum_dtype = shape.dtype, config.accum_dtype
+    trans_B = shape.layout == "NT"
+    b_shape = shape.b_shape
+    b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+
+    @T.prim_func
+    def gemm(
+        A: T.Tensor((M, K), dtype),
+        B: T.Tensor(b_shape, dtype),
+        C: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=config.threads) as (
+            bx,
+            by,
+        ):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared(b_tile, dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            if config.swizzle:
+                T.use_swizzle(panel_size=config.swizzle)
+            # The fragment lives in registers that hold garbage at launch; every K step
+            # accumulates into it, so it must start at zero.
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=config.num_stages):
+                T.copy(A[by * block_M, ko * block_K], A_shared)
+                if trans_B:
+                    T.copy(B[bx * block_N, ko * block_K], B_shared)
+                else:
+                    T.copy(B[ko * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local, transpose_B=trans_B)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return gemm
+
+
+def _target(arch: str | None) -> Any:
+    # None lets TileLang detect the visible GPU; an arch such as "sm_90a" cross-compiles.
+    return "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+
+
+@functools.cache
+def _compile_gemm(shape: GemmShape, config: GemmConfig, arch: str | None = None):
+    """Compile entry point: lower and build one (shape, config, arch), memoised."""
+    import tilelang
+
+    return tilelang.compile(make_gemm(shape, config), target=_target(arch))
+
+
+def compile_gemm(shape: GemmShape, config: GemmConfig, arch: str | None = None) -> "GemmKernel":
+    """Compiled kernel for ``shape`` under ``config``, wrapped with argument checks."""
+    return GemmKernel(shape, config, _compile_gemm(shape, config, arch))
+
+
+class GemmKernel:
+    """A compiled GEMM that checks its tensors before launching.
+
+    ``kernel(a, b)`` returns a new C; ``kernel(a, b, out)`` writes into ``out``.
+    """
+
+    __slots__ = ("shape", "config", "jit_kernel")
+
+    def __init__(self, shape: GemmShape, config: GemmConfig, jit_kernel: Any) -> None:
+        self.shape = shape
+        self.config = config
+        self.jit_kernel = jit_kernel
+
+    @property
+    def source(self) -> str:
+        """Generated CUDA source."""
+        return self.jit_kernel.get_kernel_source()
+
+    def check_args(self, a, b, out) -> None:
+        import torch
+
+        want_dtype = getattr(torch, self.shape.dtype)
+        expected = (
+            ("a", a, self.shape.a_shape),
+            ("b", b, self.shape.b_shape),
+            ("out", out, self.shape.c_shape),
+        )
+        for name, t, _ in expected:
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        # Shapes first: a transposed or swapped operand is the likeliest mistake.
+        for name, t, want_shape in expected:
+            if tuple(t.shape) != want_shape:
+                raise ValueError(
+                    f"{name}.shape={tuple(t.shape)}: must be {want_shape} for {self.shape.id}"
+                )
+        for name, t, _ in expected:
+            if t.dtype != want_dtype:
+                raise ValueError(f"{name}.dtype={t.dtype}: must be {want_dtype}")
+        for name, t, _ in expected:
+            if t.device.type != "cuda":
+                raise ValueError(f"{name}.device={t.device}: must be a CUDA device")
+            if t.device != a.device:
+                raise ValueError(f"{name}.device={t.device}: must match a.device={a.device}")
+        for name, t, _ in expected:
+            if not t.is_contiguous():
+                raise ValueError(
+                    f"{name}: must be row-major contiguous (strides {t.stride()}); "
+                    "call .contiguous() or use the NT layout for a transposed B"
+                )
+
+    def __call__(self, a, b, out=None):
+        if out is None:
+            import torch
+
+            if not isinstance(a, torch.Tensor):
+                raise TypeError(f"a: expected a torch.Tensor, got {type(a).__name__}")
+            out = torch.empty(self.shape.c_shape, dtype=a.dtype, device=a.device)
+        self.check_args(a, b, out)
+        self.jit_kernel(a, b, out)
+        return out

