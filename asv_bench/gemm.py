@@ -8,9 +8,11 @@ latency ratios are tracked, never TFLOP/s. Without a CUDA device every benchmark
 skipped (n/a) with the reason; ``static.py`` holds the tracks that need no GPU.
 """
 
-from harness import device
-from harness.cases import Case
-from kernels import GemmConfig, GemmShape
+# asv instantiates every public class in a benchmark module: import under private names.
+from harness import device as _device
+from harness.cases import Case as _Case
+from kernels import GemmConfig as _Config
+from kernels import GemmShape as _Shape
 
 DTYPES = {"f16": "float16", "bf16": "bfloat16"}
 TIMING = {"warmup": 10, "repeat": 50}
@@ -19,12 +21,12 @@ RATIO_TIMING = {"warmup": 5, "repeat": 20}
 
 # asv re-runs setup before every sample and starts a new process per combination, so
 # inputs live here; compiled kernels are memoised by kernels.compile_gemm (and on disk).
-_CASES: dict[GemmShape, Case] = {}
+_CASES: dict[_Shape, _Case] = {}
 
 
-def shape_of(size: str, dtype: str, layout: str = "NN") -> GemmShape:
+def shape_of(size: str, dtype: str, layout: str = "NN") -> _Shape:
     m, n, k = (int(x) for x in size.split("x"))
-    return GemmShape(m, n, k, DTYPES[dtype], layout)
+    return _Shape(m, n, k, DTYPES[dtype], layout)
 
 
 class _GpuGemm:
@@ -34,11 +36,11 @@ class _GpuGemm:
     timeout = 300
     number = 1
 
-    def case(self, *params) -> tuple[GemmShape, GemmConfig]:
+    def case(self, *params) -> tuple[_Shape, _Config]:
         raise NotImplementedError
 
     def setup(self, *params):
-        reason = device.no_gpu_reason()
+        reason = _device.no_gpu_reason()
         if reason:
             raise NotImplementedError(f"GPU track skipped: {reason}")
         try:
@@ -46,7 +48,7 @@ class _GpuGemm:
         except ValueError as err:  # an invalid combination, not a failure
             raise NotImplementedError(str(err)) from None
         if self.shape not in _CASES:
-            _CASES[self.shape] = Case(self.shape)
+            _CASES[self.shape] = _Case(self.shape)
         self.data = _CASES[self.shape]
         self.data.tilelang_fn(self.config)  # compile outside the timed region
 
@@ -72,7 +74,7 @@ class Stage(_GpuGemm):
     param_names = ["shape", "threads", "stages", "dtype"]
 
     def case(self, size, threads, stages, dtype):
-        return shape_of(size, dtype), GemmConfig(128, 128, 32, threads, stages)
+        return shape_of(size, dtype), _Config(128, 128, 32, threads, stages)
 
 
 class Tiles(_GpuGemm):
@@ -86,7 +88,7 @@ class Tiles(_GpuGemm):
     param_names = ["shape", "config", "dtype"]
 
     def case(self, size, config, dtype):
-        return shape_of(size, dtype), GemmConfig.from_id(config)
+        return shape_of(size, dtype), _Config.from_id(config)
 
 
 ATTENTION = {
@@ -104,4 +106,4 @@ class Attention(_GpuGemm):
 
     def case(self, op, config, dtype):
         size, layout = ATTENTION[op]
-        return shape_of(size, dtype, layout), GemmConfig.from_id(config)
+        return shape_of(size, dtype, layout), _Config.from_id(config)

@@ -45,6 +45,13 @@ def _shape(text: str) -> tuple[int, int, int]:
     return tuple(_positive_int(x) for x in parts)
 
 
+def _config_id(text: str) -> GemmConfig:
+    try:
+        return GemmConfig.from_id(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -100,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[d.swizzle],
         help="block rasterisation panel (T.use_swizzle); 0 is off",
     )
+    c.add_argument(
+        "--config",
+        type=_config_id,
+        nargs="+",
+        default=[],
+        metavar="ID",
+        help="extra configs by id, e.g. b128x256x64_t256_s3 (swept alongside the product)",
+    )
     t = p.add_argument_group("timing")
     t.add_argument("--warmup", type=_count, default=10, help="warm-up launches (not timed)")
     t.add_argument("--repeat", type=_positive_int, default=50, help="timed launches")
@@ -138,6 +153,7 @@ def plan(args) -> tuple[list[GemmShape], list[GemmConfig], list[str]]:
             configs.append(GemmConfig(bm, bn, bk, th, st, sw))
         except ValueError as err:
             skipped.append(f"skipped b{bm}x{bn}x{bk}_t{th}_s{st}: {err}")
+    configs += [c for c in args.config if c not in configs]
     if not configs:
         raise ValueError("no valid kernel config in the sweep:\n  " + "\n  ".join(skipped))
     return shapes, configs, skipped
