@@ -136,3 +136,24 @@ def bench(session: nox.Session) -> None:
     )
     session.run(py, "-m", "asv", "publish", external=True)
     session.log(f"published {ASV_DIR / 'html' / 'index.html'}; view it with: python -m asv preview")
+
+
+@nox.session(default=False, tags=["gpu"])
+def gate(session: nox.Session) -> None:
+    """PR gate: `nox -s gate -- BASE HEAD`; exit 1 on a regression, 2 on a failed benchmark."""
+    _install(session, "bench")
+    if len(session.posargs) < 2:
+        session.error("usage: nox -s gate -- BASE HEAD [--rounds N] [--threshold F] [--bench RE]")
+    session.run(
+        _python(session),
+        "-m",
+        "harness.gate",
+        *session.posargs,
+        success_codes=[0, 1, 2],
+        external=True,
+    )
+    status = ROOT / ".gate" / "exit_code"
+    code = int(status.read_text()) if status.exists() else 2
+    if code:
+        # Keep the gate's own status (1 regression, 2 failure); nox would report 1 for both.
+        raise SystemExit(code)

@@ -177,7 +177,7 @@ TABLE_COLUMNS = (
     "torch ms",
     "tilelang ms",
     "TFLOPS",
-    "vs torch",
+    "x torch",
     "correct",
 )
 
@@ -204,15 +204,15 @@ def table_row(r) -> list[str]:
         f"{r.torch_ms:.4f}",
         _fmt(r.tilelang_ms, ".4f"),
         f"{r.tflops:.1f}",
-        _fmt(r.vs_torch, ".2f"),
-        "-" if r.check is None else str(r.check),
+        _fmt(r.speedup, ".2f"),
+        "-" if r.check is None else f"{'ok' if r.check.ok else 'FAIL'} {r.check.rel_error:.1e}",
     ]
 
 
 def print_table(results, console) -> None:
     from rich.table import Table
 
-    table = Table(title="GEMM latency (median)", show_lines=False)
+    table = Table(title="GEMM latency (median); x torch = torch ms / tilelang ms", show_lines=False)
     for col in TABLE_COLUMNS:
         table.add_column(col, justify="left" if col in ("dtype", "layout", "correct") else "right")
     for r in results:
@@ -287,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
         return EXIT_NO_GPU
 
-    console = Console(stderr=False)
+    # Wide when piped or logged: rich would otherwise squeeze the table into 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     results, interrupted = run(args, console)
     if results:
         print_table(results, console)

@@ -44,6 +44,13 @@ class CaseResult:
             return None
         return metrics.ratio(self.tilelang.median_ms, self.torch.median_ms)
 
+    @property
+    def speedup(self) -> float | None:
+        """torch latency over TileLang latency: 1.00 is parity, above 1 beats cuBLAS."""
+        if self.tilelang is None:
+            return None
+        return metrics.speedup(self.tilelang.median_ms, self.torch.median_ms)
+
     def to_dict(self) -> dict:
         return {
             "shape": self.shape.id,

@@ -29,7 +29,7 @@ def _by_shape(results) -> dict:
 def benchmark_table(results: Sequence) -> str:
     head = (
         "| M | N | K | dtype | layout | block_M | block_N | block_K | threads | stages "
-        "| torch ms | tilelang ms | TFLOPS | vs torch | correct |"
+        "| torch ms | tilelang ms | TFLOPS | x torch | correct |"
     )
     lines = [head, "|" + "---|" * 15]
     best = {shape: _best(rows) for shape, rows in _by_shape(results).items()}
@@ -48,7 +48,7 @@ def benchmark_table(results: Sequence) -> str:
             f"{r.torch_ms:.4f}",
             _fmt(r.tilelang_ms, ".4f") + mark,
             f"{r.tflops:.1f}",
-            _fmt(r.vs_torch, ".2f"),
+            _fmt(r.speedup, ".2f"),
             correct,
         ]
         lines.append("| " + " | ".join(str(x) for x in cells) + " |")
@@ -175,7 +175,7 @@ def render_stage04(results: Sequence, meta: Mapping[str, object], title: str) ->
     baseline_rows = [r for r in results if r.config == BASELINE]
     base_lines = [
         f"- `{r.shape.id}`: TileLang {r.tilelang_ms:.4f} ms vs torch.matmul {r.torch_ms:.4f} ms "
-        f"({r.vs_torch:.2f}x torch latency, {r.tflops:.1f} TFLOP/s), correct: "
+        f"({r.speedup:.2f}x torch.matmul's speed, {r.tflops:.1f} TFLOP/s), correct: "
         f"{'yes' if r.check.ok else 'NO'} ({r.check})"
         for r in baseline_rows
         if r.tilelang_ms is not None
@@ -186,7 +186,7 @@ def render_stage04(results: Sequence, meta: Mapping[str, object], title: str) ->
         if best is not None:
             best_lines.append(
                 f"- `{shape.id}`: best `{best.config.id}` at {best.tilelang_ms:.4f} ms, "
-                f"{best.tflops:.1f} TFLOP/s, {best.vs_torch:.2f}x torch latency "
+                f"{best.tflops:.1f} TFLOP/s, {best.speedup:.2f}x torch.matmul's speed "
                 f"(torch.matmul {best.torch_ms:.4f} ms)"
             )
     parts = [
@@ -214,8 +214,8 @@ def render_stage04(results: Sequence, meta: Mapping[str, object], title: str) ->
         "",
         "## Benchmark Table",
         "",
-        "Latencies are medians; `vs torch` is TileLang latency over torch.matmul latency "
-        "(below 1.00 is faster than cuBLAS); TFLOPS is the TileLang kernel's.",
+        "Latencies are medians; `x torch` is torch.matmul latency over TileLang latency "
+        "(1.00 is parity, above 1.00 beats cuBLAS); TFLOPS is the TileLang kernel's.",
         "",
         benchmark_table(results),
         "",

@@ -1,0 +1,201 @@
+"""The PR performance gate: BASE against HEAD on one GPU, interleaved, with a verdict.
+
+    nox -s gate -- BASE HEAD [--rounds 3] [--threshold 0.05] [--bench REGEX]
+    python -m harness.gate BASE HEAD ...
+
+Each side gets a git worktree, so its suite, kernels and timing path come from its own
+revision. Rounds alternate the sides (base, head, then head, base, ...) so drift in clocks
+or temperature reaches both alike; every round runs each side's GPU tracks in a fresh
+process. The samples of all rounds are pooled per benchmark and judged by
+``harness.gate_decision``. Exit status: 0 nothing regressed, 1 a confirmed regression,
+2 a benchmark failed to build or run (or the gate itself could not run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import gate_decision as gd
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().parent / "gate_worker.py"
+# The default subset: at least 12 combinations spanning 128^3 to 8192^3, both dtypes,
+# NN and NT, small and large tiles. Pass --bench '.' for the whole grid.
+DEFAULT_BENCH = (
+    r"gemm\.Stage\((128x128x128|4096x4096x4096), (128|256), (3|4), f16\)"
+    r"|gemm\.Tiles\(.*, b128x256x64_t256_s3, .*\)"
+    r"|gemm\.Attention\(.*, b128x128x32_t128_s3, f16\)"
+)
+
+
+def _git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.check_output(["git", *args], cwd=cwd, text=True).strip()
+
+
+def _threshold(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a fraction between 0 and 1 (0.05 = 5%)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nox -s gate --",
+        description="Compare the GEMM GPU tracks of two git revisions on this GPU.",
+        epilog="Exit: 0 no regression, 1 regression, 2 a failed benchmark or gate.",
+    )
+    p.add_argument("base", help="base revision (e.g. origin/main)")
+    p.add_argument("head", help="head revision (e.g. HEAD)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side (>= 1)")
+    p.add_argument(
+        "--threshold", type=_threshold, default=0.05, help="slowdown that counts (0.05 = 5%%)"
+    )
+    p.add_argument("--bench", default=DEFAULT_BENCH, help="regex on benchmark names")
+    p.add_argument("--out", type=Path, default=ROOT / ".gate", help="work and report folder")
+    return p
+
+
+def _worktree(out: Path, side: str, sha: str) -> Path:
+    path = out / "worktrees" / side
+    if path.exists():
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
+    _git("worktree", "add", "--detach", "--force", str(path), sha)
+    return path
+
+
+def _run_side(tree: Path, bench: str, out_file: Path) -> dict:
+    env = dict(os.environ)
+    # The worktree first: its kernels and suite, not this checkout's.
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    cmd = [
+        sys.executable,
+        str(WORKER),
+        "--tree",
+        str(tree),
+        "--out",
+        str(out_file),
+        "--bench",
+        bench,
+    ]
+    proc = subprocess.run(cmd, env=env, cwd=tree, check=False)
+    if proc.returncode or not out_file.exists():
+        return {"fatal": f"worker exited with status {proc.returncode}"}
+    return json.loads(out_file.read_text())
+
+
+def pool(rounds: list[dict[str, dict]]) -> list[gd.BenchSamples]:
+    """Pool per-round worker output ``{"base": payload, "head": payload}`` into samples."""
+    names: dict[str, None] = {}
+    for r in rounds:
+        for side in ("base", "head"):
+            names.update(dict.fromkeys(r[side].get("results", {})))
+    out = []
+    for name in names:
+        acc = {"base": [], "head": [], "base_rel": [], "head_rel": []}
+        errors, skipped = [], False
+        for r in rounds:
+            for side in ("base", "head"):
+                payload = r[side]
+                if "fatal" in payload:
+                    errors.append(f"{side}: {payload['fatal']}")
+                    continue
+                entry = payload["results"].get(name)
+                if entry is None:
+                    errors.append(f"{side}: benchmark missing from this revision")
+                elif "error" in entry:
+                    errors.append(f"{side}: {entry['error']}")
+                elif "skipped" in entry:
+                    skipped = True
+                else:
+                    acc[side] += entry["track_latency"]
+                    acc[f"{side}_rel"] += entry["track_vs_torch"]
+        if skipped and not errors and not acc["base"] and not acc["head"]:
+            continue  # invalid on both sides: not a benchmark
+        error = "; ".join(dict.fromkeys(errors)) or None
+        out.append(gd.BenchSamples(name=name, error=error, **{k: tuple(v) for k, v in acc.items()}))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    status = args.out / "exit_code"
+    status.unlink(missing_ok=True)
+    code = _gate(args)
+    # nox collapses a failed session to status 1; the session re-raises this one.
+    status.write_text(str(code))
+    return code
+
+
+def _gate(args) -> int:
+    if args.rounds < 1:
+        print(f"gate: error: --rounds={args.rounds}: must be >= 1", file=sys.stderr)
+        return 2
+    from harness import device
+
+    reason = device.no_gpu_reason()
+    if reason:
+        print(f"gate: error: needs a CUDA GPU: {reason}", file=sys.stderr)
+        return 2
+    try:
+        shas = {
+            side: _git("rev-parse", "--verify", f"{rev}^{{commit}}")
+            for side, rev in (("base", args.base), ("head", args.head))
+        }
+    except subprocess.CalledProcessError:
+        print(
+            f"gate: error: cannot resolve {args.base!r} or {args.head!r} to a commit",
+            file=sys.stderr,
+        )
+        return 2
+    trees = {side: _worktree(args.out, side, sha) for side, sha in shas.items()}
+    start = time.perf_counter()
+    rounds = []
+    for r in range(args.rounds):
+        order = ("base", "head") if r % 2 == 0 else ("head", "base")
+        payloads = {}
+        for side in order:
+            print(
+                f"gate: round {r + 1}/{args.rounds}: {side} ({shas[side][:10]})",
+                file=sys.stderr,
+                flush=True,
+            )
+            payloads[side] = _run_side(trees[side], args.bench, args.out / f"{side}-{r}.json")
+        rounds.append(payloads)
+    samples = pool(rounds)
+    verdicts = gd.decide_all(samples, threshold=args.threshold)
+    if not verdicts:
+        print(f"gate: error: no benchmark matched {args.bench!r}", file=sys.stderr)
+        return 2
+    context = {
+        "GPU": device.gpu_name(),
+        "versions": ", ".join(f"{k} {v}" for k, v in device.versions().items()),
+        "rounds": f"{args.rounds}, interleaved, one fresh process per side per round",
+        "wall time": f"{time.perf_counter() - start:.0f} s",
+    }
+    report = gd.render_markdown(
+        verdicts,
+        base_label=f"base {shas['base'][:10]}",
+        head_label=f"head {shas['head'][:10]}",
+        context=context,
+    )
+    (args.out / "report.md").write_text(report)
+    (args.out / "samples.json").write_text(json.dumps(rounds))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as fh:
+            fh.write(report + "\n")
+    print(report)
+    return gd.exit_code(verdicts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

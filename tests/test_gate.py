@@ -1,0 +1,63 @@
+"""The gate runner's bookkeeping on the CPU: pooling rounds, discovery, no-GPU exit."""
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import gate
+from harness.gate_worker import discover
+from tests.conftest import NO_GPU
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _round(rng, base_ms, head_ms, error=None):
+    def payload(ms):
+        return {
+            "results": {
+                "gemm.X(a)": {
+                    "track_latency": [rng.gauss(ms, ms * 0.01) for _ in range(20)],
+                    "track_vs_torch": [rng.gauss(1.1, 0.01) for _ in range(5)],
+                },
+                "gemm.X(bad)": {"skipped": "invalid combination"},
+            }
+        }
+
+    head = {"fatal": error} if error else payload(head_ms)
+    return {"base": payload(base_ms), "head": head}
+
+
+def test_pool_concatenates_rounds_and_drops_skipped():
+    rng = random.Random(5)
+    samples = gate.pool([_round(rng, 1e-3, 1e-3) for _ in range(3)])
+    assert [s.name for s in samples] == ["gemm.X(a)"]
+    s = samples[0]
+    assert len(s.base) == len(s.head) == 60 and len(s.base_rel) == 15 and s.error is None
+
+
+def test_pool_marks_a_fatal_side_as_failed():
+    rng = random.Random(6)
+    samples = gate.pool([_round(rng, 1e-3, 1e-3), _round(rng, 1e-3, 1e-3, error="ImportError")])
+    assert samples[0].error == "head: ImportError"
+
+
+def test_discover_finds_the_gpu_suite():
+    names = [name for name, _, _ in discover(ROOT, gate.DEFAULT_BENCH)]
+    assert len(names) >= 12
+    assert "gemm.Stage(4096x4096x4096, 128, 3, f16)" in names
+    assert any("qk_t" in n for n in names) and any("8192" in n for n in names)
+
+
+@pytest.mark.skipif(NO_GPU is None, reason="checks the no-GPU exit; a GPU is present")
+def test_gate_without_gpu_exits_2(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.gate", "HEAD", "HEAD", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert "needs a CUDA GPU" in out.stderr
+    assert out.returncode == 2 and (tmp_path / "exit_code").read_text() == "2"
