@@ -62,7 +62,7 @@ def run(tree: Path, pattern: str | None) -> dict:
             last = traceback.format_exception_only(type(err), err)[-1].strip()
             entry = {"error": last[:500]}
         results[name] = entry
-        print(f"  {name}: {'error' if 'error' in entry else 'ok'}", file=sys.stderr, flush=True)
+        print(f"  {name}: {next(iter(entry), 'empty')}", file=sys.stderr, flush=True)
     return results
 
 
