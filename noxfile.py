@@ -101,19 +101,16 @@ def gpu_tests(session: nox.Session) -> None:
     )
 
 
-@nox.session(default=False, tags=["bench"])
-def bench(session: nox.Session) -> None:
-    """The benchmark suite on this machine for the current commit, then `asv publish`."""
-    _install(session, "bench")
+def _asv_current_commit(session: nox.Session, args: list[str]) -> None:
+    """asv run of the checked-out commit in this environment, then asv publish."""
     py = _python(session)
     machine = _probe(session, "from harness.device import machine_name as m; print(m())")
     sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
-    args = list(session.posargs)
     reason = _no_gpu_reason(session)
     if reason:
         session.warn(f"GPU tracks skipped: {reason}. Running the compile and resource tracks.")
         if not any(a in ("-b", "--bench") or a.startswith("--bench=") for a in args):
-            args += ["--bench", "static"]
+            args = [*args, "--bench", "static"]
     else:
         # Fill TileLang's disk cache over all cores; each asv process then loads its kernel.
         session.run(py, "-m", "harness.precompile", "asv_bench.gemm", external=True)
@@ -136,6 +133,34 @@ def bench(session: nox.Session) -> None:
     )
     session.run(py, "-m", "asv", "publish", external=True)
     session.log(f"published {ASV_DIR / 'html' / 'index.html'}; view it with: python -m asv preview")
+
+
+@nox.session(default=False, tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """The benchmark suite on this machine for the current commit, then `asv publish`."""
+    _install(session, "bench")
+    _asv_current_commit(session, list(session.posargs))
+
+
+@nox.session(default=False, tags=["gpu"])
+def publish(session: nox.Session) -> None:
+    """CI on main: results from the asv-results branch, asv run of HEAD, push back, publish."""
+    _install(session, "bench")
+    py = _python(session)
+    results = str(ASV_DIR / "results")
+    session.run(py, "-m", "harness.results_branch", "checkout", results, external=True)
+    _asv_current_commit(session, list(session.posargs))
+    sha = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True)
+    session.run(
+        py,
+        "-m",
+        "harness.results_branch",
+        "push",
+        results,
+        "--message",
+        f"asv results for {sha.strip()}",
+        external=True,
+    )
 
 
 @nox.session(default=False, tags=["gpu"])

@@ -15,6 +15,7 @@ import argparse
 import datetime as dt
 import itertools
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -133,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     o.add_argument("--report", type=Path, help="write the stage-04 markdown report here")
     o.add_argument("--jsonl", type=Path, help="append one JSON line per finished row here")
+    o.add_argument(
+        "--replay",
+        type=Path,
+        metavar="JSONL",
+        help="no measuring: print the table (and --report) from a recorded --jsonl file",
+    )
     o.add_argument("--title", default="Stage 04: TileLang GEMM", help="report title")
     return p
 
@@ -220,7 +227,38 @@ def print_table(results, console) -> None:
     console.print(table)
 
 
-def run(args, console) -> tuple[list, bool]:
+def run_meta(args, argv: list[str]) -> dict:
+    """What the numbers depend on: GPU, versions, date, command and timing settings."""
+    return {
+        "gpu": device.gpu_name(),
+        "date": dt.date.today().isoformat(),
+        "command": shlex.join([*PROG.split(), *argv]),
+        "warmup": args.warmup,
+        "repeat": args.repeat,
+        "backend": args.backend,
+        **device.versions(),
+    }
+
+
+def load_jsonl(path: Path) -> tuple[dict, list]:
+    """The meta line and the rows of a recorded sweep."""
+    from harness.cases import CaseResult
+
+    meta, rows = {}, []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if "meta" in record:
+            meta = record["meta"]
+        else:
+            rows.append(CaseResult.from_dict(record))
+    if not rows:
+        raise ValueError(f"--replay {path}: holds no measured rows")
+    return meta, rows
+
+
+def run(args, console, meta: dict) -> tuple[list, bool]:
     """Measure the sweep; returns the finished rows and whether it was interrupted."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -233,6 +271,8 @@ def run(args, console) -> tuple[list, bool]:
     per_shape = len(configs) if args.run_tilelang else 1
     results: list[CaseResult] = []
     jsonl = args.jsonl.open("a") if args.jsonl else None
+    if jsonl:
+        jsonl.write(json.dumps({"meta": meta}) + "\n")
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -282,28 +322,27 @@ def main(argv: list[str] | None = None) -> int:
         plan(args)
     except ValueError as err:
         parser.error(str(err))
-    reason = device.no_gpu_reason()
-    if reason:
-        print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
-        return EXIT_NO_GPU
-
     # Wide when piped or logged: rich would otherwise squeeze the table into 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 200)
-    results, interrupted = run(args, console)
+    argv = sys.argv[1:] if argv is None else argv
+    interrupted = False
+    if args.replay:
+        try:
+            meta, results = load_jsonl(args.replay)
+        except (OSError, ValueError, KeyError) as err:
+            parser.error(f"--replay: {err}")
+    else:
+        reason = device.no_gpu_reason()
+        if reason:
+            print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
+            return EXIT_NO_GPU
+        meta = run_meta(args, argv)
+        results, interrupted = run(args, console, meta)
     if results:
         print_table(results, console)
     if args.report and results:
         from harness.report import render_stage04
 
-        meta = {
-            "gpu": device.gpu_name(),
-            "date": dt.date.today().isoformat(),
-            "command": " ".join([PROG, *(argv if argv is not None else sys.argv[1:])]),
-            "warmup": args.warmup,
-            "repeat": args.repeat,
-            "backend": args.backend,
-            **device.versions(),
-        }
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(render_stage04(results, meta, title=args.title))
         console.print(f"report written to {args.report}")

@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness import metrics
-from harness.correctness import Check, check_kernel, random_inputs, torch_reference_fn
+from harness.correctness import (
+    TOLERANCE,
+    Check,
+    check_kernel,
+    random_inputs,
+    torch_reference_fn,
+)
 from harness.timing import Timing, measure
 from kernels import GemmConfig, GemmShape, compile_gemm
 
@@ -72,6 +78,23 @@ class CaseResult:
             if self.tilelang is None
             else list(self.tilelang.samples_ms),
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CaseResult:
+        """Inverse of ``to_dict``, for re-rendering a recorded sweep without a GPU."""
+        shape = GemmShape(d["m"], d["n"], d["k"], d["dtype"], d["layout"])
+        config = None if d["config"] is None else GemmConfig.from_id(d["config"])
+        backend = d.get("backend", "event")
+        torch_t = Timing(tuple(d["torch_samples_ms"]), backend, 0)
+        samples = d.get("tilelang_samples_ms")
+        tl_t = None if samples is None else Timing(tuple(samples), backend, 0)
+        check = None
+        if d.get("rel_error") is not None:
+            # The record keeps the verdict, not the unwritten count: a recorded failure
+            # stays one (unwritten=1) whatever its error.
+            unwritten = 0 if d["correct"] else 1
+            check = Check(shape, d["rel_error"], unwritten, TOLERANCE[shape.dtype])
+        return cls(shape, config, torch_t, tl_t, check)
 
 
 class Case:

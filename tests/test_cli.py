@@ -78,3 +78,26 @@ def test_without_gpu_one_line_and_nonzero():
     assert out.returncode == bench_gemm.EXIT_NO_GPU
     assert out.stderr.strip().count("\n") == 0
     assert "no CUDA device" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_replay_renders_a_recorded_sweep_without_a_gpu(tmp_path):
+    report = tmp_path / "r.md"
+    out = _run("--replay", "reports/stage04_gemm.jsonl", "--report", str(report))
+    assert out.returncode == 0, out.stderr
+    text = report.read_text()
+    assert "NVIDIA H200" in text and "## Benchmark Table" in text
+    assert text.count("**best**") == 2  # one per recorded shape
+
+
+def test_replay_round_trips_rows():
+    meta, rows = bench_gemm.load_jsonl(bench_gemm.Path("reports/stage04_gemm.jsonl"))
+    assert meta["gpu"] == "NVIDIA H200" and len(rows) >= 3
+    again = type(rows[0]).from_dict(rows[0].to_dict())
+    assert again.to_dict() == rows[0].to_dict()
+
+
+def test_replay_of_empty_file_is_a_clear_error(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    out = _run("--replay", str(empty))
+    assert out.returncode == 2 and "holds no measured rows" in out.stderr
