@@ -115,6 +115,7 @@ def _asv_current_commit(session: nox.Session, args: list[str]) -> None:
         # Fill TileLang's disk cache over all cores; each asv process then loads its kernel.
         session.run(py, "-m", "harness.precompile", "asv_bench.gemm", external=True)
     session.run(py, "-m", "asv", "machine", "--yes", "--machine", machine, external=True)
+    session.run(py, "-m", "asv", "check", "-E", f"existing:{py}", external=True)
     session.run(
         py,
         "-m",
