@@ -183,3 +183,17 @@ def gate(session: nox.Session) -> None:
     if code:
         # Keep the gate's own status (1 regression, 2 failure); nox would report 1 for both.
         raise SystemExit(code)
+
+
+@nox.session(default=False, tags=["gpu"])
+def calibrate(session: nox.Session) -> None:
+    """Run-to-run spread per benchmark on this GPU -> calibration/<machine>.json for the gate."""
+    _install(session, "bench")
+    session.run(_python(session), "-m", "harness.calibrate", *session.posargs, external=True)
+
+
+@nox.session(default=False, tags=["gpu"])
+def gate_selftest(session: nox.Session) -> None:
+    """The gate's false-alarm and detection rates: A/A and injected-slowdown comparisons."""
+    _install(session, "bench")
+    session.run(_python(session), "-m", "harness.selftest", *session.posargs, external=True)

@@ -45,6 +45,16 @@ def _threshold(text: str) -> float:
     return value
 
 
+def _rounds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nox -s gate --",
@@ -53,12 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("base", help="base revision (e.g. origin/main)")
     p.add_argument("head", help="head revision (e.g. HEAD)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side (>= 1)")
+    p.add_argument("--rounds", type=_rounds, default=3, help="interleaved rounds per side (>= 1)")
     p.add_argument(
         "--threshold", type=_threshold, default=0.05, help="slowdown that counts (0.05 = 5%%)"
     )
     p.add_argument("--bench", default=DEFAULT_BENCH, help="regex on benchmark names")
     p.add_argument("--out", type=Path, default=ROOT / ".gate", help="work and report folder")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        help="per-benchmark thresholds (default: calibration/<machine>.json when present)",
+    )
     return p
 
 
@@ -70,7 +86,7 @@ def _worktree(out: Path, side: str, sha: str) -> Path:
     return path
 
 
-def _run_side(tree: Path, bench: str, out_file: Path) -> dict:
+def _run_side(tree: Path, bench: str, out_file: Path, inject: float = 0.0) -> dict:
     env = dict(os.environ)
     # The worktree first: its kernels and suite, not this checkout's.
     env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -88,6 +104,53 @@ def _run_side(tree: Path, bench: str, out_file: Path) -> dict:
     if proc.returncode or not out_file.exists():
         return {"fatal": f"worker exited with status {proc.returncode}"}
     return json.loads(out_file.read_text())
+
+
+def interleave(
+    trees: dict, bench: str, rounds: int, out: Path, inject_head: float = 0.0, log=print
+) -> list[dict]:
+    """Run both sides ``rounds`` times, alternating which goes first; one fresh worker
+    process per side per round."""
+    payloads = []
+    for r in range(rounds):
+        order = ("base", "head") if r % 2 == 0 else ("head", "base")
+        got = {}
+        for side in order:
+            log(f"gate: round {r + 1}/{rounds}: {side}")
+            inject = inject_head if side == "head" else 0.0
+            got[side] = _run_side(trees[side], bench, out / f"{side}-{r}.json", inject)
+        payloads.append(got)
+    return payloads
+
+
+def gpu_summary(rounds: list[dict]) -> str:
+    """SM clocks and throttling the workers saw right after each benchmark."""
+    clocks, throttled, readings = [], [], 0
+    for r in rounds:
+        for payload in r.values():
+            for entry in payload.get("results", {}).values():
+                gpu = entry.get("gpu")
+                if gpu:
+                    readings += 1
+                    clocks.append(gpu["sm_mhz"])
+                    if gpu["throttle"]:
+                        throttled.append(gpu["throttle"])
+    if not readings:
+        return "no NVML readings"
+    seen = (
+        "none"
+        if not throttled
+        else f"{len(throttled)} of {readings} ({', '.join(sorted(set(throttled)))})"
+    )
+    return f"SM clock {min(clocks)}-{max(clocks)} MHz over {readings} readings; throttling: {seen}"
+
+
+def load_calibration(path: Path | None) -> dict[str, float]:
+    """Per-benchmark thresholds from ``nox -s calibrate`` (``{name: {"threshold": x}}``)."""
+    if path is None or not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {name: float(v["threshold"]) for name, v in data.get("benchmarks", {}).items()}
 
 
 def pool(rounds: list[dict[str, dict]]) -> list[gd.BenchSamples]:
@@ -136,9 +199,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gate(args) -> int:
-    if args.rounds < 1:
-        print(f"gate: error: --rounds={args.rounds}: must be >= 1", file=sys.stderr)
-        return 2
     from harness import device
 
     reason = device.no_gpu_reason()
@@ -158,20 +218,15 @@ def _gate(args) -> int:
         return 2
     trees = {side: _worktree(args.out, side, sha) for side, sha in shas.items()}
     start = time.perf_counter()
-    rounds = []
-    for r in range(args.rounds):
-        order = ("base", "head") if r % 2 == 0 else ("head", "base")
-        payloads = {}
-        for side in order:
-            print(
-                f"gate: round {r + 1}/{args.rounds}: {side} ({shas[side][:10]})",
-                file=sys.stderr,
-                flush=True,
-            )
-            payloads[side] = _run_side(trees[side], args.bench, args.out / f"{side}-{r}.json")
-        rounds.append(payloads)
+    rounds = interleave(
+        trees, args.bench, args.rounds, args.out, log=lambda line: print(line, file=sys.stderr)
+    )
     samples = pool(rounds)
-    verdicts = gd.decide_all(samples, threshold=args.threshold)
+    calibration = args.calibration
+    if calibration is None:
+        calibration = ROOT / "calibration" / f"{device.machine_name()}.json"
+    thresholds = load_calibration(calibration)
+    verdicts = gd.decide_all(samples, threshold=args.threshold, thresholds=thresholds)
     if not verdicts:
         print(f"gate: error: no benchmark matched {args.bench!r}", file=sys.stderr)
         return 2
@@ -179,6 +234,12 @@ def _gate(args) -> int:
         "GPU": device.gpu_name(),
         "versions": ", ".join(f"{k} {v}" for k, v in device.versions().items()),
         "rounds": f"{args.rounds}, interleaved, one fresh process per side per round",
+        "GPU state": gpu_summary(rounds),
+        "thresholds": (
+            f"per benchmark from {calibration.name}, floor {args.threshold:.0%}"
+            if thresholds
+            else f"{args.threshold:.0%} for all (no calibration file)"
+        ),
         "wall time": f"{time.perf_counter() - start:.0f} s",
     }
     report = gd.render_markdown(

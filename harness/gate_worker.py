@@ -38,7 +38,7 @@ def discover(tree: Path, pattern: str | None):
         for cls_name, cls in vars(module).items():
             if cls_name.startswith("_") or not inspect.isclass(cls):
                 continue
-            if not all(hasattr(cls, t) for t in TRACKS):
+            if not all(callable(getattr(cls, t, None)) for t in TRACKS):
                 continue
             for params in itertools.product(*cls.params):
                 name = combination_name(path.stem, cls_name, params)
@@ -47,13 +47,53 @@ def discover(tree: Path, pattern: str | None):
     return found
 
 
-def run(tree: Path, pattern: str | None) -> dict:
+def sleep_cycles_per_ms() -> float:
+    """GPU clock cycles that ``torch.cuda._sleep`` spins per millisecond, measured now."""
+    import torch
+
+    cycles = 2_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(cycles)  # warm up
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+def inject_slowdown(bench, fraction: float, cycles_per_ms: float) -> float:
+    """Test-only (``--inject-slowdown``, used by the gate self-test): every timed launch of
+    this benchmark's kernel also spins the GPU for ``fraction`` of the kernel's median
+    latency, on the same stream, inside the timed region. Returns the added milliseconds."""
+    import torch
+
+    data, config = bench.data, bench.config
+    base_ms = data.time_tilelang(config, warmup=5, repeat=20).median_ms
+    extra_ms = fraction * base_ms
+    cycles = max(1, int(extra_ms * cycles_per_ms))
+    original = data.tilelang_fn
+
+    def slowed(cfg):
+        fn = original(cfg)
+        return lambda: (fn(), torch.cuda._sleep(cycles))
+
+    data.tilelang_fn = slowed  # this instance only; the suite's code is untouched
+    return extra_ms
+
+
+def run(tree: Path, pattern: str | None, inject: float = 0.0) -> dict:
+    from harness.gpu_state import open_nvml
+
+    nvml = open_nvml()
+    cycles_per_ms = sleep_cycles_per_ms() if inject else 0.0
     results = {}
     for name, cls, params in discover(tree, pattern):
         entry: dict = {}
         try:
             bench = cls()
             bench.setup(*params)
+            if inject:
+                entry["injected_ms"] = inject_slowdown(bench, inject, cycles_per_ms)
             for track in TRACKS:
                 entry[track] = list(getattr(bench, track)(*params)["samples"])
         except NotImplementedError as skip:
@@ -61,8 +101,12 @@ def run(tree: Path, pattern: str | None) -> dict:
         except Exception as err:  # recorded per benchmark; the gate reports it (exit 2)
             last = traceback.format_exception_only(type(err), err)[-1].strip()
             entry = {"error": last[:500]}
+        if nvml is not None:
+            state = nvml.read()  # right after the benchmark's launches: clocks under load
+            entry["gpu"] = {"sm_mhz": state.sm_clock_mhz, "throttle": state.throttled()}
         results[name] = entry
-        print(f"  {name}: {next(iter(entry), 'empty')}", file=sys.stderr, flush=True)
+        status = "error" if "error" in entry else "skipped" if "skipped" in entry else "ok"
+        print(f"  {name}: {status}", file=sys.stderr, flush=True)
     return results
 
 
@@ -71,6 +115,13 @@ def main() -> int:
     parser.add_argument("--tree", type=Path, required=True, help="worktree of the revision")
     parser.add_argument("--out", type=Path, required=True, help="where to write the samples")
     parser.add_argument("--bench", default=None, help="regex on combination names")
+    parser.add_argument(
+        "--inject-slowdown",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="test-only: add GPU work of this fraction of each kernel's latency (self-test)",
+    )
     args = parser.parse_args()
     tree = args.tree.resolve()
     # The revision's own code, never this checkout's.
@@ -83,7 +134,7 @@ def main() -> int:
 
         if not Path(kernels.__file__).resolve().is_relative_to(tree):
             raise RuntimeError(f"kernels imported from {kernels.__file__}, not from {tree}")
-        results = run(tree, args.bench)
+        results = run(tree, args.bench, args.inject_slowdown)
         payload = {"results": results}
     except Exception as err:  # the whole side failed to import or discover
         payload = {"fatal": "".join(traceback.format_exception_only(type(err), err)).strip()}

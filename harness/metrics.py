@@ -49,6 +49,20 @@ def rel_stdev(samples: Sequence[float]) -> float:
     return statistics.stdev(samples) / mean if mean else math.inf
 
 
+def median_rsd(samples: Sequence[float]) -> float:
+    """Relative standard error of the sample median, robustly: the spread is taken from
+    the median absolute deviation (x1.4826 for a normal's sigma) so outliers do not inflate
+    it, and the median's standard error is sqrt(pi/2) times the mean's (large-n normal)."""
+    n = len(samples)
+    if n < 2:
+        return math.inf
+    med = statistics.median(samples)
+    mad = statistics.median(abs(x - med) for x in samples)
+    if med == 0:
+        return math.inf
+    return math.sqrt(math.pi / 2) * 1.4826 * mad / math.sqrt(n) / abs(med)
+
+
 def arithmetic_intensity(flops: int, bytes_moved: int) -> float:
     """FLOP per byte of device memory traffic."""
     if bytes_moved <= 0:

@@ -1,0 +1,73 @@
+"""GPU state through NVML (nvidia-ml-py): clocks, temperature, power and the reasons the
+clocks are held down. Read only; this project never changes clocks or other settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Reasons that mean the card is slowing itself: a sample taken under them is not the
+# kernel's speed. (Idle, sync boost and application clocks are not throttling.)
+THROTTLE_REASONS = {
+    "nvmlClocksThrottleReasonSwPowerCap": "power cap",
+    "nvmlClocksThrottleReasonHwSlowdown": "hardware slowdown",
+    "nvmlClocksThrottleReasonSwThermalSlowdown": "thermal (software)",
+    "nvmlClocksThrottleReasonHwThermalSlowdown": "thermal (hardware)",
+    "nvmlClocksThrottleReasonHwPowerBrakeSlowdown": "power brake",
+}
+# Below this fraction of the maximum SM clock a busy GPU counts as clocked down.
+MIN_CLOCK_FRACTION = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    sm_clock_mhz: int
+    max_sm_clock_mhz: int
+    temperature_c: int
+    power_w: float
+    reasons: tuple[str, ...]  # active throttle reasons, by name
+
+    def throttled(self, min_clock_fraction: float = MIN_CLOCK_FRACTION) -> str | None:
+        """Why a sample taken now should not count, or None."""
+        if self.reasons:
+            return ", ".join(self.reasons)
+        if self.sm_clock_mhz < min_clock_fraction * self.max_sm_clock_mhz:
+            return f"SM clock {self.sm_clock_mhz} MHz < {min_clock_fraction:.0%} of max"
+        return None
+
+
+class Nvml:
+    """One NVML handle for the device ``index``; ``read()`` is cheap enough per batch."""
+
+    def __init__(self, index: int = 0) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nv = pynvml
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.max_sm = pynvml.nvmlDeviceGetMaxClockInfo(self.handle, pynvml.NVML_CLOCK_SM)
+
+    def read(self) -> GpuState:
+        nv, h = self.nv, self.handle
+        mask = nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        reasons = tuple(
+            label for name, label in THROTTLE_REASONS.items() if mask & getattr(nv, name)
+        )
+        return GpuState(
+            sm_clock_mhz=nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+            max_sm_clock_mhz=self.max_sm,
+            temperature_c=nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+            power_w=nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            reasons=reasons,
+        )
+
+    def driver(self) -> str:
+        version = self.nv.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else version
+
+
+def open_nvml(index: int = 0) -> Nvml | None:
+    """An NVML reader, or None where NVML is absent (no driver, no GPU, no package)."""
+    try:
+        return Nvml(index)
+    except Exception:  # pynvml raises its own NVMLError family, or ImportError
+        return None
