@@ -101,6 +101,19 @@ def gpu_tests(session: nox.Session) -> None:
     )
 
 
+def _pop_option(args: list[str], name: str) -> str | None:
+    """Remove ``name VALUE`` or ``name=VALUE`` from ``args``; return VALUE."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+            del args[i : i + 2]
+            return value
+        if arg.startswith(name + "="):
+            del args[i]
+            return arg.split("=", 1)[1]
+    return None
+
+
 def _asv_current_commit(session: nox.Session, args: list[str]) -> None:
     """asv run of the checked-out commit in this environment, then asv publish."""
     py = _python(session)

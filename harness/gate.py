@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", default=DEFAULT_BENCH, help="regex on benchmark names")
     p.add_argument("--out", type=Path, default=ROOT / ".gate", help="work and report folder")
     p.add_argument(
+        "--gpus",
+        default=None,
+        help="'all' or indices like 0,1: shard the benchmarks over these GPUs",
+    )
+    p.add_argument(
         "--calibration",
         type=Path,
         default=None,
@@ -86,8 +91,18 @@ def _worktree(out: Path, side: str, sha: str) -> Path:
     return path
 
 
-def _run_side(tree: Path, bench: str, out_file: Path, inject: float = 0.0) -> dict:
+def _run_side(
+    tree: Path,
+    bench: str,
+    out_file: Path,
+    inject: float = 0.0,
+    gpu: int | None = None,
+    only: Path | None = None,
+    listing: bool = False,
+) -> dict:
     env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     # The worktree first: its kernels and suite, not this checkout's.
     env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cmd = [
@@ -107,20 +122,75 @@ def _run_side(tree: Path, bench: str, out_file: Path, inject: float = 0.0) -> di
 
 
 def interleave(
-    trees: dict, bench: str, rounds: int, out: Path, inject_head: float = 0.0, log=print
+    trees: dict,
+    bench: str,
+    rounds: int,
+    out: Path,
+    inject_head: float = 0.0,
+    log=print,
+    gpu: int | None = None,
+    only: Path | None = None,
 ) -> list[dict]:
     """Run both sides ``rounds`` times, alternating which goes first; one fresh worker
-    process per side per round."""
+    process per side per round, on ``gpu`` (all visible when None)."""
     payloads = []
+    tag = "" if gpu is None else f"-gpu{gpu}"
     for r in range(rounds):
         order = ("base", "head") if r % 2 == 0 else ("head", "base")
         got = {}
         for side in order:
-            log(f"gate: round {r + 1}/{rounds}: {side}")
+            log(f"gate{tag}: round {r + 1}/{rounds}: {side}")
             inject = inject_head if side == "head" else 0.0
-            got[side] = _run_side(trees[side], bench, out / f"{side}-{r}.json", inject)
+            got[side] = _run_side(
+                trees[side], bench, out / f"{side}{tag}-{r}.json", inject, gpu, only
+            )
         payloads.append(got)
     return payloads
+
+
+def interleave_gpus(
+    trees: dict, bench: str, rounds: int, out: Path, gpus: list[int], log=print
+) -> list[dict]:
+    """Shard the benchmarks over ``gpus`` (harness.shard's stable plan over the union of
+    both sides' names), run each shard's interleaved rounds on its own GPU at once, and
+    merge the rounds. Base and head of one benchmark always share a GPU."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.shard import plan
+
+    names: set[str] = set()
+    for side, tree in trees.items():
+        names.update(
+            _run_side(tree, bench, out / f"{side}-names.json", listing=True).get("names", [])
+        )
+    shards = plan(sorted(names), gpus)
+    files = {}
+    for gpu, shard in shards.items():
+        files[gpu] = out / f"shard-gpu{gpu}.json"
+        files[gpu].write_text(json.dumps(shard))
+    with ThreadPoolExecutor(len(gpus)) as pool:
+        parts = list(
+            pool.map(
+                lambda g: interleave(trees, bench, rounds, out, log=log, gpu=g, only=files[g]),
+                gpus,
+            )
+        )
+    merged = []
+    for r in range(rounds):
+        merged.append(
+            {side: _merge([part[r][side] for part in parts]) for side in ("base", "head")}
+        )
+    return merged
+
+
+def _merge(payloads: list[dict]) -> dict:
+    fatal = [p["fatal"] for p in payloads if "fatal" in p]
+    if fatal:
+        return {"fatal": "; ".join(fatal)}
+    results: dict = {}
+    for p in payloads:
+        results.update(p.get("results", {}))
+    return {"results": results}
 
 
 def gpu_summary(rounds: list[dict]) -> str:
@@ -218,9 +288,20 @@ def _gate(args) -> int:
         return 2
     trees = {side: _worktree(args.out, side, sha) for side, sha in shas.items()}
     start = time.perf_counter()
-    rounds = interleave(
-        trees, args.bench, args.rounds, args.out, log=lambda line: print(line, file=sys.stderr)
-    )
+    log = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    if args.gpus is None:
+        rounds = interleave(trees, args.bench, args.rounds, args.out, log=log)
+    else:
+        import torch
+
+        from harness.shard import parse_gpus
+
+        try:
+            gpus = parse_gpus(args.gpus, torch.cuda.device_count())
+        except ValueError as err:
+            print(f"gate: error: {err}", file=sys.stderr)
+            return 2
+        rounds = interleave_gpus(trees, args.bench, args.rounds, args.out, gpus, log=log)
     samples = pool(rounds)
     calibration = args.calibration
     if calibration is None:

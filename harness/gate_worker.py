@@ -81,13 +81,15 @@ def inject_slowdown(bench, fraction: float, cycles_per_ms: float) -> float:
     return extra_ms
 
 
-def run(tree: Path, pattern: str | None, inject: float = 0.0) -> dict:
+def run(tree: Path, pattern: str | None, inject: float = 0.0, only: set[str] | None = None) -> dict:
     from harness.gpu_state import open_nvml
 
     nvml = open_nvml()
     cycles_per_ms = sleep_cycles_per_ms() if inject else 0.0
     results = {}
     for name, cls, params in discover(tree, pattern):
+        if only is not None and name not in only:
+            continue  # another GPU's shard
         entry: dict = {}
         try:
             bench = cls()
@@ -116,6 +118,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="where to write the samples")
     parser.add_argument("--bench", default=None, help="regex on combination names")
     parser.add_argument(
+        "--only",
+        type=Path,
+        default=None,
+        help="JSON list of combination names: run just these (one GPU's shard)",
+    )
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="write the matching names instead of measuring (no GPU needed)",
+    )
+    parser.add_argument(
         "--inject-slowdown",
         type=float,
         default=0.0,
@@ -134,8 +147,11 @@ def main() -> int:
 
         if not Path(kernels.__file__).resolve().is_relative_to(tree):
             raise RuntimeError(f"kernels imported from {kernels.__file__}, not from {tree}")
-        results = run(tree, args.bench, args.inject_slowdown)
-        payload = {"results": results}
+        if args.list:
+            payload = {"names": [name for name, _, _ in discover(tree, args.bench)]}
+        else:
+            only = None if args.only is None else set(json.loads(args.only.read_text()))
+            payload = {"results": run(tree, args.bench, args.inject_slowdown, only)}
     except Exception as err:  # the whole side failed to import or discover
         payload = {"fatal": "".join(traceback.format_exception_only(type(err), err)).strip()}
     payload["seconds"] = time.perf_counter() - start

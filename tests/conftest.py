@@ -5,7 +5,14 @@ import shutil
 
 import pytest
 
-from harness.device import no_gpu_reason
+# Under pytest-xdist with GEMM_TEST_GPUS set (nox -s gpu_tests on several GPUs), worker
+# gwN sees only GPU N, before anything initialises CUDA.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and os.environ.get("GEMM_TEST_GPUS"):
+    _gpus = os.environ["GEMM_TEST_GPUS"].split(",")
+    os.environ["CUDA_VISIBLE_DEVICES"] = _gpus[int(_worker[2:]) % len(_gpus)]
+
+from harness.device import no_gpu_reason  # noqa: E402
 
 NO_GPU = no_gpu_reason()
 # Skip GPU tests where no CUDA device is visible; `nox -s gpu_tests` refuses to run there.

@@ -61,3 +61,44 @@ def test_gate_without_gpu_exits_2(tmp_path):
     )
     assert "needs a CUDA GPU" in out.stderr
     assert out.returncode == 2 and (tmp_path / "exit_code").read_text() == "2"
+
+
+def test_multi_gpu_gate_keeps_base_and_head_of_a_benchmark_on_one_gpu(monkeypatch, tmp_path):
+    names = [f"gemm.S({i})" for i in range(14)]
+    calls = []
+
+    def fake_side(tree, bench, out_file, inject=0.0, gpu=None, only=None, listing=False):
+        if listing:
+            return {"names": names}
+        shard = __import__("json").loads(only.read_text())
+        calls.append((tree, gpu, tuple(shard)))
+        rng = random.Random(hash((tree, gpu)))
+        return {
+            "results": {
+                n: {
+                    "track_latency": [rng.gauss(1e-3, 1e-5) for _ in range(5)],
+                    "track_vs_torch": [1.0],
+                    "gpu_seen": gpu,
+                }
+                for n in shard
+            }
+        }
+
+    monkeypatch.setattr(gate, "_run_side", fake_side)
+    trees = {"base": "B", "head": "H"}
+    rounds = gate.interleave_gpus(trees, ".", 2, tmp_path, [0, 1], log=lambda line: None)
+    assert len(rounds) == 2
+    for r in rounds:
+        assert sorted(r["base"]["results"]) == sorted(r["head"]["results"]) == sorted(names)
+        for n in names:
+            assert r["base"]["results"][n]["gpu_seen"] == r["head"]["results"][n]["gpu_seen"]
+    shards = {gpu: set(shard) for _, gpu, shard in calls}
+    assert shards[0].isdisjoint(shards[1]) and len(shards[0]) == len(shards[1]) == 7
+    assert len(calls) == 2 * 2 * 2  # sides x rounds x GPUs
+    samples = gate.pool(rounds)
+    assert len(samples) == 14 and all(len(s.base) == 10 for s in samples)
+
+
+def test_merge_keeps_a_fatal_shard_visible():
+    merged = gate._merge([{"results": {"a": {}}}, {"fatal": "ImportError"}])
+    assert merged == {"fatal": "ImportError"}
