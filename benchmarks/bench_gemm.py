@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from harness import device
+from harness.argtypes import count, positive_int
 from harness.timing import BACKENDS, check_counts
 from kernels import DTYPES, LAYOUTS, GemmConfig, GemmShape
 
@@ -29,21 +30,11 @@ EXIT_INCORRECT = 4
 EXIT_INTERRUPTED = 130
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
 def _shape(text: str) -> tuple[int, int, int]:
     parts = text.lower().split("x")
     if len(parts) != 3:
         raise argparse.ArgumentTypeError(f"{text!r} must be MxNxK, e.g. 4096x4096x4096")
-    return tuple(_positive_int(x) for x in parts)
+    return tuple(positive_int(x) for x in parts)
 
 
 def _config_id(text: str) -> GemmConfig:
@@ -51,16 +42,6 @@ def _config_id(text: str) -> GemmConfig:
         return GemmConfig.from_id(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,9 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("problem (each takes one or more values)")
-    g.add_argument("--m", type=_positive_int, nargs="+", default=[4096], help="rows of A and C")
-    g.add_argument("--n", type=_positive_int, nargs="+", default=[4096], help="columns of C")
-    g.add_argument("--k", type=_positive_int, nargs="+", default=[4096], help="reduction size")
+    g.add_argument("--m", type=positive_int, nargs="+", default=[4096], help="rows of A and C")
+    g.add_argument("--n", type=positive_int, nargs="+", default=[4096], help="columns of C")
+    g.add_argument("--k", type=positive_int, nargs="+", default=[4096], help="reduction size")
     g.add_argument(
         "--shape",
         type=_shape,
@@ -96,14 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="NN: B is [K, N]; NT: B is [N, K] and C = A @ B.T (attention's QK^T)",
     )
     c = p.add_argument_group("kernel config (each takes one or more values)")
-    c.add_argument("--block-m", type=_positive_int, nargs="+", default=[d.block_m])
-    c.add_argument("--block-n", type=_positive_int, nargs="+", default=[d.block_n])
-    c.add_argument("--block-k", type=_positive_int, nargs="+", default=[d.block_k])
-    c.add_argument("--threads", type=_positive_int, nargs="+", default=[d.threads])
-    c.add_argument("--num-stages", type=_positive_int, nargs="+", default=[d.num_stages])
+    c.add_argument("--block-m", type=positive_int, nargs="+", default=[d.block_m])
+    c.add_argument("--block-n", type=positive_int, nargs="+", default=[d.block_n])
+    c.add_argument("--block-k", type=positive_int, nargs="+", default=[d.block_k])
+    c.add_argument("--threads", type=positive_int, nargs="+", default=[d.threads])
+    c.add_argument("--num-stages", type=positive_int, nargs="+", default=[d.num_stages])
     c.add_argument(
         "--swizzle",
-        type=_count,
+        type=count,
         nargs="+",
         default=[d.swizzle],
         help="block rasterisation panel (T.use_swizzle); 0 is off",
@@ -117,15 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra configs by id, e.g. b128x256x64_t256_s3 (swept alongside the product)",
     )
     t = p.add_argument_group("timing")
-    t.add_argument("--warmup", type=_count, default=10, help="warm-up launches (not timed)")
-    t.add_argument("--repeat", type=_positive_int, default=50, help="timed launches")
+    t.add_argument("--warmup", type=count, default=10, help="warm-up launches (not timed)")
+    t.add_argument("--repeat", type=positive_int, default=50, help="timed launches")
     t.add_argument(
         "--backend",
         choices=BACKENDS,
         default="event",
         help="event: CUDA events per launch; cupti: kernel time from CUPTI (one mean per run)",
     )
-    t.add_argument("--seed", type=_count, default=0, help="seed of the random inputs")
+    t.add_argument("--seed", type=count, default=0, help="seed of the random inputs")
     o = p.add_argument_group("what to run and write")
     o.add_argument(
         "--run-tilelang",

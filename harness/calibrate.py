@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from harness import gate
+from harness.argtypes import fraction, positive_int
 
 # Two-sided significance of the gate (asv's Mann-Whitney p < 0.002) and 90% power.
 Z_ALPHA = 3.09
@@ -65,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--runs", type=gate._rounds, default=5, help="repeated runs (>= 2)")
+    p.add_argument("--runs", type=positive_int, default=5, help="repeated runs (>= 2)")
     p.add_argument("--bench", default=gate.DEFAULT_BENCH, help="regex on benchmark names")
-    p.add_argument("--floor", type=gate._threshold, default=0.05, help="the gate's floor")
+    p.add_argument("--floor", type=fraction, default=0.05, help="the gate's floor")
     p.add_argument("--out", type=Path, default=None, help="default calibration/<machine>.json")
     args = p.parse_args(argv)
     if args.runs < 2:

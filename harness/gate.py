@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from harness import gate_decision as gd
+from harness.argtypes import fraction, positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "gate_worker.py"
@@ -38,23 +39,6 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.check_output(["git", *args], cwd=cwd, text=True).strip()
 
 
-def _threshold(text: str) -> float:
-    value = float(text)
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a fraction between 0 and 1 (0.05 = 5%)")
-    return value
-
-
-def _rounds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nox -s gate --",
@@ -63,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("base", help="base revision (e.g. origin/main)")
     p.add_argument("head", help="head revision (e.g. HEAD)")
-    p.add_argument("--rounds", type=_rounds, default=3, help="interleaved rounds per side (>= 1)")
     p.add_argument(
-        "--threshold", type=_threshold, default=0.05, help="slowdown that counts (0.05 = 5%%)"
+        "--rounds", type=positive_int, default=3, help="interleaved rounds per side (>= 1)"
+    )
+    p.add_argument(
+        "--threshold", type=fraction, default=0.05, help="slowdown that counts (0.05 = 5%%)"
     )
     p.add_argument("--bench", default=DEFAULT_BENCH, help="regex on benchmark names")
     p.add_argument("--out", type=Path, default=ROOT / ".gate", help="work and report folder")

@@ -138,7 +138,8 @@ def main() -> int:
     args = parser.parse_args()
     tree = args.tree.resolve()
     # The revision's own code, never this checkout's.
-    sys.path[:] = [str(tree)] + [
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [str(tree)] + [p for p in sys.path if Path(p or ".").resolve() != here]
         p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent
     ]
     start = time.perf_counter()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from harness import gate
 from harness import gate_decision as gd
+from harness.argtypes import fraction, positive_int
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--n", type=gate._rounds, default=10, help="comparisons of each kind")
-    p.add_argument("--slowdown", type=gate._threshold, default=0.03, help="0.03 = 3%%")
-    p.add_argument("--rounds", type=gate._rounds, default=1, help="gate rounds per comparison")
+    p.add_argument("--n", type=positive_int, default=10, help="comparisons of each kind")
+    p.add_argument("--slowdown", type=fraction, default=0.03, help="0.03 = 3%%")
+    p.add_argument("--rounds", type=positive_int, default=1, help="gate rounds per comparison")
     p.add_argument(
         "--threshold",
-        type=gate._threshold,
+        type=fraction,
         default=0.02,
         help="the gate's floor for this test; it must sit below --slowdown to detect it",
     )

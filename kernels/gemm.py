@@ -228,6 +228,21 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
     return gemm
 
 
+def _check_device_smem(config: GemmConfig) -> None:
+    """The visible GPU's opt-in shared memory per block can be below sm_90's 227 KiB."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    limit = getattr(props, "shared_memory_per_block_optin", SM90_SMEM_LIMIT)
+    if config.smem_bytes > limit:
+        raise ValueError(
+            f"GemmConfig.num_stages={config.num_stages}: needs {config.smem_bytes} bytes of "
+            f"shared memory, must be <= {limit} on {props.name}"
+        )
+
+
 def _target(arch: str | None) -> Any:
     # None lets TileLang detect the visible GPU; an arch such as "sm_90a" cross-compiles.
     return "cuda" if arch is None else {"kind": "cuda", "arch": arch}
@@ -243,6 +258,8 @@ def _compile_gemm(shape: GemmShape, config: GemmConfig, arch: str | None = None)
 
 def compile_gemm(shape: GemmShape, config: GemmConfig, arch: str | None = None) -> "GemmKernel":
     """Compiled kernel for ``shape`` under ``config``, wrapped with argument checks."""
+    if arch is None:
+        _check_device_smem(config)
     return GemmKernel(shape, config, _compile_gemm(shape, config, arch))
 
 
