@@ -140,8 +140,6 @@ def main() -> int:
     # The revision's own code, never this checkout's.
     here = Path(__file__).resolve().parent
     sys.path[:] = [str(tree)] + [p for p in sys.path if Path(p or ".").resolve() != here]
-        p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent
-    ]
     start = time.perf_counter()
     try:
         import kernels
