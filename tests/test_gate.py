@@ -1,5 +1,6 @@
 """The gate runner's bookkeeping on the CPU: pooling rounds, discovery, no-GPU exit."""
 
+import json
 import random
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def test_multi_gpu_gate_keeps_base_and_head_of_a_benchmark_on_one_gpu(monkeypatc
     def fake_side(tree, bench, out_file, inject=0.0, gpu=None, only=None, listing=False):
         if listing:
             return {"names": names}
-        shard = __import__("json").loads(only.read_text())
+        shard = json.loads(only.read_text())
         calls.append((tree, gpu, tuple(shard)))
         rng = random.Random(hash((tree, gpu)))
         return {
