@@ -255,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gate(args) -> int:
+    if args.calibration is not None and not args.calibration.is_file():
+        print(f"gate: error: --calibration={args.calibration}: no such file", file=sys.stderr)
+        return 2
     from harness import device
 
     reason = device.no_gpu_reason()

@@ -103,3 +103,37 @@ def test_multi_gpu_gate_keeps_base_and_head_of_a_benchmark_on_one_gpu(monkeypatc
 def test_merge_keeps_a_fatal_shard_visible():
     merged = gate._merge([{"results": {"a": {}}}, {"fatal": "ImportError"}])
     assert merged == {"fatal": "ImportError"}
+
+
+def test_missing_calibration_file_is_refused_before_measuring(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.gate",
+            "HEAD",
+            "HEAD",
+            "--out",
+            str(tmp_path),
+            "--calibration",
+            str(tmp_path / "nope.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 2 and "--calibration=" in out.stderr and "no such file" in out.stderr
+
+
+def test_bad_rounds_and_threshold_name_the_rule():
+    for args, message in (
+        (["--rounds", "0"], "0 must be >= 1"),
+        (["--threshold", "5"], "must be a fraction between 0 and 1"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "harness.gate", "HEAD", "HEAD", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert out.returncode == 2 and message in out.stderr
