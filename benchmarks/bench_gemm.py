@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness import device
 from harness.argtypes import count, positive_int
+from harness.report import fmt_optional
 from harness.timing import BACKENDS, check_counts
 from kernels import DTYPES, LAYOUTS, GemmConfig, GemmShape
 
@@ -147,10 +148,6 @@ def plan(args) -> tuple[list[GemmShape], list[GemmConfig], list[str]]:
     return shapes, configs, skipped
 
 
-def _fmt(x, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
 TABLE_COLUMNS = (
     "M",
     "N",
@@ -190,9 +187,9 @@ def table_row(r) -> list[str]:
             ]
         ),
         f"{r.torch_ms:.4f}",
-        _fmt(r.tilelang_ms, ".4f"),
+        fmt_optional(r.tilelang_ms, ".4f"),
         f"{r.tflops:.1f}",
-        _fmt(r.speedup, ".2f"),
+        fmt_optional(r.speedup, ".2f"),
         "-" if r.check is None else f"{'ok' if r.check.ok else 'FAIL'} {r.check.rel_error:.1e}",
     ]
 

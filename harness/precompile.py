@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 
+from harness.argtypes import positive_int
 from kernels import GemmConfig, GemmShape
 from kernels.gemm import _compile_gemm
 
@@ -94,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="cross-compile for this arch (e.g. sm_90a); default: the visible GPU",
     )
-    parser.add_argument("--workers", type=int, default=None, help="processes (default: cores - 1)")
+    parser.add_argument(
+        "--workers", type=positive_int, default=None, help="processes (default: cores - 1)"
+    )
     args = parser.parse_args(argv)
-    if args.workers is not None and args.workers < 1:
-        parser.error(f"--workers={args.workers}: must be >= 1")
     pairs = [p for m in args.modules for p in suite_pairs(m)]
     failed = precompile(pairs, arch=args.arch, workers=args.workers)
     return 1 if failed else 0

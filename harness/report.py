@@ -10,7 +10,8 @@ from kernels import GemmConfig
 BASELINE = GemmConfig()  # 128x128x32, 128 threads, 3 stages
 
 
-def _fmt(x, spec: str) -> str:
+def fmt_optional(x, spec: str) -> str:
+    """``format(x, spec)``, or ``-`` for a missing value."""
     return "-" if x is None else format(x, spec)
 
 
@@ -46,9 +47,9 @@ def benchmark_table(results: Sequence) -> str:
             r.shape.layout,
             *cfg,
             f"{r.torch_ms:.4f}",
-            _fmt(r.tilelang_ms, ".4f") + mark,
+            fmt_optional(r.tilelang_ms, ".4f") + mark,
             f"{r.tflops:.1f}",
-            _fmt(r.speedup, ".2f"),
+            fmt_optional(r.speedup, ".2f"),
             correct,
         ]
         lines.append("| " + " | ".join(str(x) for x in cells) + " |")

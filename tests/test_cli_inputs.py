@@ -1,0 +1,47 @@
+"""Bad input to the helper commands: each names the option and the rule, on the CPU."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import results_branch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["-m", "benchmarks.bench_gemm", "--config", "b128x128"],
+            "must look like b128x256x64_t256_s3",
+        ),
+        (["-m", "benchmarks.bench_gemm", "--config", "b100x128x32_t128_s3"], "block_m=100"),
+        (
+            ["-m", "harness.precompile", "asv_bench.gemm", "--workers", "0"],
+            "--workers: 0 must be >= 1",
+        ),
+        (["-m", "harness.calibrate", "--runs", "1"], "--runs=1: must be >= 2"),
+        (["-m", "harness.selftest", "--slowdown", "3"], "must be a fraction between 0 and 1"),
+        (["-m", "harness.selftest", "--n", "0"], "--n: 0 must be >= 1"),
+    ],
+)
+def test_bad_option_names_the_field_and_rule(args, message):
+    out = _run(*args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_results_folder_that_is_not_a_worktree_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "old.json").write_text("{}")
+    monkeypatch.setattr(results_branch, "_remote_has", lambda branch, remote: False)
+    with pytest.raises(SystemExit, match="exists and is not a worktree"):
+        results_branch.checkout(folder)
