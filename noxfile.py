@@ -89,6 +89,10 @@ def gpu_tests(session: nox.Session) -> None:
     reason = _no_gpu_reason(session)
     if reason:
         session.error(f"gpu_tests needs a CUDA GPU and found none: {reason}")
+    # Build every test kernel over all cores first; each test then loads from the cache.
+    session.run(
+        _python(session), "-m", "harness.precompile", "tests.test_gemm:PRECOMPILE", external=True
+    )
     session.run(
         _python(session),
         "-m",

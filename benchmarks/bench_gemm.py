@@ -19,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness import device
+from harness import device, metrics
 from harness.argtypes import count, positive_int
 from harness.report import fmt_optional
 from harness.timing import BACKENDS, check_counts
@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-tilelang",
         action="store_true",
         help="also compile, check against a float64 reference and time the TileLang kernel",
+    )
+    o.add_argument(
+        "--launch",
+        action="store_true",
+        help="also time the host launch overhead (wall time of one call, device work not "
+        "waited for) of torch.matmul and, with --run-tilelang, of each TileLang kernel",
     )
     o.add_argument("--report", type=Path, help="write the stage-04 markdown report here")
     o.add_argument("--jsonl", type=Path, help="append one JSON line per finished row here")
@@ -229,11 +235,28 @@ def load_jsonl(path: Path) -> tuple[dict, list]:
         record = json.loads(line)
         if "meta" in record:
             meta = record["meta"]
+        elif "launch_us" in record:
+            continue  # launch-overhead lines have no latency row
         else:
             rows.append(CaseResult.from_dict(record))
     if not rows:
         raise ValueError(f"--replay {path}: holds no measured rows")
     return meta, rows
+
+
+def launch_row(case, config, console, jsonl) -> None:
+    """Host launch overhead of torch.matmul (``config`` None) or one TileLang kernel."""
+    from harness.timing import measure_launch
+
+    fn = case.torch_fn if config is None else case.tilelang_fn(config)
+    samples = measure_launch(fn).samples_ms
+    us = metrics.median(samples) * 1e3
+    what = "torch.matmul" if config is None else config.id
+    console.print(f"launch overhead {case.shape.id} {what}: {us:.1f} us (median of {len(samples)})")
+    if jsonl:
+        record = {"shape": case.shape.id, "config": what, "launch_us": us}
+        jsonl.write(json.dumps(record | {"samples_ms": list(samples)}) + "\n")
+        jsonl.flush()
 
 
 def run(args, console, meta: dict) -> tuple[list, bool]:
@@ -266,6 +289,8 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
                 progress.update(task, description=f"{shape.id}: torch.matmul")
                 case = Case(shape, seed=args.seed)
                 torch_timing = case.time_torch(**timing)
+                if args.launch:
+                    launch_row(case, None, console, jsonl)
                 todo = configs if args.run_tilelang else [None]
                 for cfg in todo:
                     if cfg is None:
@@ -276,6 +301,8 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
                         row = CaseResult(
                             shape, cfg, torch_timing, case.time_tilelang(cfg, **timing), check
                         )
+                        if args.launch:
+                            launch_row(case, cfg, console, jsonl)
                     results.append(row)
                     if jsonl:
                         jsonl.write(json.dumps(row.to_dict()) + "\n")

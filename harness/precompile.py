@@ -66,8 +66,12 @@ def precompile(
 
 def suite_pairs(module_name: str) -> list[tuple[GemmShape, GemmConfig]]:
     """Every valid (shape, config) of the asv classes in ``module_name`` that map their
-    params through a ``case`` method."""
+    params through a ``case`` method; ``module:NAME`` takes the module's list NAME of
+    (shape, config) pairs instead (e.g. ``tests.test_gemm:PRECOMPILE``)."""
+    module_name, _, attr = module_name.partition(":")
     module = importlib.import_module(module_name)
+    if attr:
+        return list(getattr(module, attr))
     pairs = []
     for name, cls in vars(module).items():
         if name.startswith("_") or not inspect.isclass(cls) or not hasattr(cls, "params"):
@@ -89,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("modules", nargs="+", help="asv benchmark modules, e.g. asv_bench.gemm")
+    parser.add_argument(
+        "modules",
+        nargs="+",
+        help="asv benchmark modules (asv_bench.gemm) or module:LIST of pairs",
+    )
     parser.add_argument(
         "--arch",
         default=None,

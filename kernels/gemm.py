@@ -38,7 +38,9 @@ MAX_ACCUM_PER_THREAD = 128
 SM90_SMEM_LIMIT = 232_448
 
 
-_CONFIG_ID = re.compile(r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?")
+# Warp partition of the tile among the consumer warps (T.GemmWarpPolicy).
+POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
+_CONFIG_ID = re.compile(r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?")
 
 
 def _check_int(
@@ -113,6 +115,14 @@ class GemmConfig:
     num_stages: int = 3
     # Block rasterisation panel for L2 reuse (T.use_swizzle); 0 leaves it off.
     swizzle: int = 0
+    # How the consumer warps split the tile: "square", "row" (FullRow) or "col" (FullCol).
+    policy: str = "square"
+    # Stage C through shared memory so the write-back is one bulk (TMA) store per tile
+    # instead of scattered 4-byte stores from the register fragment.
+    smem_epilogue: bool = False
+    # Persistent grid: this many resident blocks loop over the output tiles (T.Persistent,
+    # grouped rasterisation built in); 0 launches one block per tile.
+    persistent: int = 0
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -136,6 +146,16 @@ class GemmConfig:
         )
         _check_int("GemmConfig", "num_stages", self.num_stages, low=1, high=MAX_STAGES)
         _check_int("GemmConfig", "swizzle", self.swizzle, low=0, high=64)
+        if self.policy not in POLICIES:
+            raise ValueError(f"GemmConfig.policy={self.policy!r}: must be one of {list(POLICIES)}")
+        if not isinstance(self.smem_epilogue, bool):
+            raise ValueError(f"GemmConfig.smem_epilogue={self.smem_epilogue!r}: must be a bool")
+        _check_int("GemmConfig", "persistent", self.persistent, low=0, high=4096)
+        if self.persistent and self.swizzle:
+            raise ValueError(
+                f"GemmConfig.swizzle={self.swizzle}: must be 0 with persistent={self.persistent} "
+                "(the persistent loop rasterises the tiles itself)"
+            )
         if self.accum_dtype not in ACCUM_DTYPES:
             raise ValueError(
                 f"GemmConfig.accum_dtype={self.accum_dtype!r}: must be one of {list(ACCUM_DTYPES)}"
@@ -155,14 +175,19 @@ class GemmConfig:
         if self.smem_bytes > self.smem_limit:
             raise ValueError(
                 f"GemmConfig.num_stages={self.num_stages}: needs {self.smem_bytes} bytes of shared "
-                f"memory ((block_m + block_n) * block_k * 2 B * stages), must be <= "
-                f"{self.smem_limit}"
+                f"memory ((block_m + block_n) * block_k * 2 B * stages, plus block_m * block_n "
+                f"* 2 B for a shared-memory epilogue), must be <= {self.smem_limit}"
             )
 
     @property
     def id(self) -> str:
-        """Readable id, e.g. ``b128x256x64_t256_s3`` (``_w10`` appended for swizzle 10)."""
+        """Readable id, e.g. ``b128x256x64_t256_s3``. Options append, in this order:
+        ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
+        epilogue, ``_p132`` persistent grid of 132 blocks."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
+        tail += POLICIES[self.policy]
+        tail += "_e" if self.smem_epilogue else ""
+        tail += f"_p{self.persistent}" if self.persistent else ""
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
             f"{tail}"
@@ -170,19 +195,33 @@ class GemmConfig:
 
     @classmethod
     def from_id(cls, text: str) -> "GemmConfig":
-        """Inverse of ``id``: ``b128x256x64_t256_s3`` or ``b128x256x64_t256_s3_w10``."""
+        """Inverse of ``id``: ``b128x256x64_t256_s3``, ``b128x256x64_t256_s3_w10_pc_e``..."""
         found = _CONFIG_ID.fullmatch(text)
         if found is None:
             raise ValueError(
-                f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3 (optionally _w10)"
+                f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
+                "followed by _w<panel>, _pr or _pc, _e, _p<blocks> in that order"
             )
-        bm, bn, bk, th, st, sw = found.groups()
-        return cls(int(bm), int(bn), int(bk), int(th), int(st), int(sw or 0))
+        bm, bn, bk, th, st, sw, pol, ep, pers = found.groups()
+        policy = {v: k for k, v in POLICIES.items()}[pol or ""]
+        return cls(
+            int(bm),
+            int(bn),
+            int(bk),
+            int(th),
+            int(st),
+            int(sw or 0),
+            policy=policy,
+            smem_epilogue=bool(ep),
+            persistent=int(pers or 0),
+        )
 
     @property
     def smem_bytes(self) -> int:
-        """Shared memory of the A and B stages."""
-        return (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
+        """Shared memory of the A and B stages, plus the C tile for a shared epilogue."""
+        stages = (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
+        epilogue = self.block_m * self.block_n * ELEMENT_BYTES if self.smem_epilogue else 0
+        return stages + epilogue
 
 
 def make_gemm(shape: GemmShape, config: GemmConfig):
@@ -197,33 +236,68 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
     trans_B = shape.layout == "NT"
     b_shape = shape.b_shape
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+    policy = {
+        "square": T.GemmWarpPolicy.Square,
+        "row": T.GemmWarpPolicy.FullRow,
+        "col": T.GemmWarpPolicy.FullCol,
+    }[config.policy]
+    tiles_m, tiles_n = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
 
-    @T.prim_func
-    def gemm(
-        A: T.Tensor((M, K), dtype),
-        B: T.Tensor(b_shape, dtype),
-        C: T.Tensor((M, N), dtype),
-    ):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=config.threads) as (
-            bx,
-            by,
+    @T.macro
+    def tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn):
+        """One output tile: global -> shared (pipelined) -> tensor cores -> fragment -> C."""
+        # The fragment lives in registers that hold garbage at launch (and the previous
+        # tile's sums in a persistent block); every K step accumulates into it, so it
+        # must start at zero.
+        T.clear(C_local)
+        for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=config.num_stages):
+            T.copy(A[tm * block_M, ko * block_K], A_shared)
+            if trans_B:
+                T.copy(B[tn * block_N, ko * block_K], B_shared)
+            else:
+                T.copy(B[ko * block_K, tn * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local, transpose_B=trans_B, policy=policy)
+        if config.smem_epilogue:
+            T.copy(C_local, C_shared)
+            T.copy(C_shared, C[tm * block_M, tn * block_N])
+        else:
+            T.copy(C_local, C[tm * block_M, tn * block_N])
+
+    # The epilogue buffer is only allocated when used; a 1-element stand-in otherwise.
+    c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
+
+    if config.persistent:
+
+        @T.prim_func
+        def gemm(
+            A: T.Tensor((M, K), dtype),
+            B: T.Tensor(b_shape, dtype),
+            C: T.Tensor((M, N), dtype),
         ):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared(b_tile, dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            if config.swizzle:
-                T.use_swizzle(panel_size=config.swizzle)
-            # The fragment lives in registers that hold garbage at launch; every K step
-            # accumulates into it, so it must start at zero.
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=config.num_stages):
-                T.copy(A[by * block_M, ko * block_K], A_shared)
-                if trans_B:
-                    T.copy(B[bx * block_N, ko * block_K], B_shared)
-                else:
-                    T.copy(B[ko * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_B=trans_B)
-            T.copy(C_local, C[by * block_M, bx * block_N])
+            with T.Kernel(config.persistent, threads=config.threads) as block_id:
+                A_shared = T.alloc_shared((block_M, block_K), dtype)
+                B_shared = T.alloc_shared(b_tile, dtype)
+                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+                C_shared = T.alloc_shared(c_tile, dtype)
+                for tm, tn in T.Persistent([tiles_m, tiles_n], config.persistent, block_id):
+                    tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn)
+
+    else:
+
+        @T.prim_func
+        def gemm(
+            A: T.Tensor((M, K), dtype),
+            B: T.Tensor(b_shape, dtype),
+            C: T.Tensor((M, N), dtype),
+        ):
+            with T.Kernel(tiles_n, tiles_m, threads=config.threads) as (bx, by):
+                A_shared = T.alloc_shared((block_M, block_K), dtype)
+                B_shared = T.alloc_shared(b_tile, dtype)
+                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+                C_shared = T.alloc_shared(c_tile, dtype)
+                if config.swizzle:
+                    T.use_swizzle(panel_size=config.swizzle)
+                tile(A, B, C, A_shared, B_shared, C_local, C_shared, by, bx)
 
     return gemm
 

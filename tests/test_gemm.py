@@ -162,17 +162,37 @@ CONFIGS = [
     GemmConfig(128, 256, 64, 256, 3),
     GemmConfig(128, 128, 64, 256, 2, swizzle=8),
 ]
+# The tuner's options: shared-memory epilogue, persistent grid, warp policy. Persistent
+# blocks loop over more tiles than there are blocks, partial tiles included.
+OPTION_CONFIGS = [
+    GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
+    GemmConfig(256, 128, 64, 256, 3, policy="col", smem_epilogue=True, swizzle=8),
+    GemmConfig(64, 128, 128, 128, 4, policy="row", smem_epilogue=True),
+]
 SIZES = [(1000, 1000, 1000), (4097, 1031, 515), (256, 512, 128), (16, 1024, 2048)]
+OPTION_SIZES = [(4097, 1031, 515), (16, 1024, 2048), (2048, 2304, 256)]
+GPU_CASES = [
+    (GemmShape(*size, dtype, layout), config)
+    for sizes, configs in ((SIZES, CONFIGS), (OPTION_SIZES, OPTION_CONFIGS))
+    for size in sizes
+    for dtype in ("float16", "bfloat16")
+    for layout in ("NN", "NT")
+    for config in configs
+]
+# Everything the GPU tests build: `python -m harness.precompile tests.test_gemm:PRECOMPILE`
+# compiles it over all cores before pytest starts (nox -s gpu_tests does).
+PRECOMPILE = [
+    *GPU_CASES,
+    (GemmShape(256, 128, 64), GemmConfig()),
+    (GemmShape(128, 128, 32), GemmConfig()),
+]
 
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.id)
-@pytest.mark.parametrize("layout", ["NN", "NT"])
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: "x".join(map(str, s)))
-def test_matches_float64_reference(size, dtype, layout, config):
-    kernel = compile_gemm(GemmShape(*size, dtype, layout), config)
+@pytest.mark.parametrize("shape, config", GPU_CASES, ids=[f"{s.id}-{c.id}" for s, c in GPU_CASES])
+def test_matches_float64_reference(shape, config):
+    kernel = compile_gemm(shape, config)
     for seed in (11, 12):  # fresh inputs and a fresh poisoned output each launch
         result = check_kernel(kernel, seed=seed)
         assert result.unwritten == 0, f"{result.unwritten} outputs never written"

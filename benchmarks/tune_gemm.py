@@ -1,0 +1,267 @@
+"""Tune the TileLang GEMM per case on this GPU and record the winners as data.
+
+    python3 -m benchmarks.tune_gemm                      # every case in kernels.tuned.CASES
+    python3 -m benchmarks.tune_gemm --case square4096 mlp_up --dtype float16
+    python3 -m benchmarks.tune_gemm --list               # the cases and their search spaces
+
+For each case, in fp16 first:
+1. every config of the documented search space (``kernels.tuned.candidates``) is compiled
+   in parallel into TileLang's disk cache;
+2. each is timed briefly (``--quick-repeat`` launches, L2 flushed) to rank them;
+3. the ``--top`` fastest are checked against a float64 reference on fresh random inputs
+   and timed properly (batches until the median's relative standard error is 0.5%),
+   between two such timings of torch.matmul on the same inputs.
+bf16 then ranks only fp16's ``--bf16-from`` best configs (the dtype changes neither the
+tile shapes nor the instruction mix, only the operand type of the same wgmma), and goes
+through step 3 the same way.
+
+Every candidate's brief timing goes to ``--jsonl`` as soon as it is measured, and each
+case's winner is written to ``--out`` (keyed by GPU name, then shape id) as soon as the
+case is done, so an interrupted run keeps everything it finished. All timing is
+``harness.timing.measure``, the project's one timing path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fcntl
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness import device, metrics
+from harness.argtypes import positive_int
+from kernels import GemmConfig, GemmShape
+from kernels.tuned import CASES, TUNED_FILE, candidates, case_shape
+
+PROG = "python3 -m benchmarks.tune_gemm"
+EXIT_NO_GPU = 3
+EXIT_INCORRECT = 4
+EXIT_INTERRUPTED = 130
+QUICK = {"warmup": 3}
+FULL = {"warmup": 10, "repeat": 50, "target_rsd": 0.005, "max_rounds": 10, "budget_s": 5.0}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--case",
+        nargs="+",
+        choices=sorted(CASES),
+        default=list(CASES),
+        metavar="NAME",
+        help=f"cases to tune (default: all): {', '.join(CASES)}",
+    )
+    p.add_argument(
+        "--dtype",
+        nargs="+",
+        choices=["float16", "bfloat16"],
+        default=["float16", "bfloat16"],
+        help="bf16 reuses fp16's ranking when both are tuned in one run",
+    )
+    p.add_argument("--top", type=positive_int, default=3, help="configs re-timed and checked")
+    p.add_argument(
+        "--bf16-from", type=positive_int, default=6, help="fp16's best N configs ranked for bf16"
+    )
+    p.add_argument(
+        "--quick-repeat", type=positive_int, default=10, help="launches per brief timing"
+    )
+    p.add_argument("--workers", type=positive_int, default=None, help="compile processes")
+    p.add_argument("--out", type=Path, default=TUNED_FILE, help="tuned-config table (JSON)")
+    p.add_argument("--jsonl", type=Path, default=None, help="append every timing here")
+    p.add_argument("--list", action="store_true", help="print the cases and spaces, then exit")
+    return p
+
+
+def record_winner(path: Path, gpu: str, shape: GemmShape, row: dict) -> None:
+    """Read-modify-write the table under a lock: tuners on several GPUs share the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        table = json.loads(path.read_text()) if path.exists() else {}
+        table.setdefault(gpu, {})[shape.id] = row
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+
+
+class Tuner:
+    def __init__(self, args, console, gpu: str) -> None:
+        self.args, self.console, self.gpu = args, console, gpu
+        self.jsonl = args.jsonl.open("a") if args.jsonl else None
+
+    def log(self, record: dict) -> None:
+        if self.jsonl:
+            self.jsonl.write(json.dumps(record) + "\n")
+            self.jsonl.flush()
+
+    def rank(
+        self, case, configs: list[GemmConfig], progress, task
+    ) -> list[tuple[float, GemmConfig]]:
+        """Brief timing of every config; failures are logged and dropped."""
+        ranked = []
+        for config in configs:
+            progress.update(task, description=f"{case.shape.id} {config.id}")
+            try:
+                ms = case.time_tilelang(config, repeat=self.args.quick_repeat, **QUICK).median_ms
+            except Exception as err:  # a config that fails to build or launch is no winner
+                self.console.print(f"[yellow]{case.shape.id} {config.id}: {err}[/]")
+                self.log({"shape": case.shape.id, "config": config.id, "error": str(err)})
+            else:
+                ranked.append((ms, config))
+                self.log(
+                    {
+                        "shape": case.shape.id,
+                        "config": config.id,
+                        "quick_ms": ms,
+                        "tflops": metrics.tflops(case.shape.flops, ms * 1e-3),
+                    }
+                )
+            progress.advance(task)
+        return sorted(ranked, key=lambda r: r[0])
+
+    def confirm(self, case, ranked) -> dict | None:
+        """Check and properly time the top configs between two torch timings."""
+        from harness.timing import Timing
+
+        torch_before = case.time_torch(**FULL)
+        finals = []
+        for _, config in ranked[: self.args.top]:
+            check = case.check(config, seed=1)
+            if not check.ok:
+                self.console.print(f"[red]{case.shape.id} {config.id}: wrong result {check}[/]")
+                self.log({"shape": case.shape.id, "config": config.id, "wrong": str(check)})
+                continue
+            timing = case.time_tilelang(config, **FULL)
+            finals.append((timing, config, check))
+        torch_after = case.time_torch(**FULL)
+        if not finals:
+            return None
+        torch_t = Timing(torch_before.samples_ms + torch_after.samples_ms, "event", 10)
+        timing, config, check = min(finals, key=lambda f: f[0].median_ms)
+        row = {
+            "config": config.id,
+            "tilelang_ms": timing.median_ms,
+            "torch_ms": torch_t.median_ms,
+            "speedup": torch_t.median_ms / timing.median_ms,
+            "tflops": metrics.tflops(case.shape.flops, timing.median_ms * 1e-3),
+            "median_rsd": timing.median_rsd,
+            "rel_error": check.rel_error,
+            "candidates": len(ranked),
+            "runner_up": [
+                {"config": c.id, "tilelang_ms": t.median_ms} for t, c, _ in finals if c != config
+            ],
+            "date": dt.date.today().isoformat(),
+        }
+        self.log({"shape": case.shape.id, "winner": row})
+        return row
+
+    def run(self) -> tuple[list[tuple[GemmShape, dict]], bool]:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        from harness.cases import Case
+        from harness.precompile import precompile
+
+        args = self.args
+        done: list[tuple[GemmShape, dict]] = []
+        fp16_ranked: dict[str, list] = {}
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+        )
+        try:
+            with progress:
+                # fp16 of every case, then bf16: one compile pool per phase.
+                for dtype in sorted(args.dtype, key=lambda d: d != "float16"):
+                    spaces = {}
+                    for name in args.case:
+                        shape = case_shape(name, dtype)
+                        if dtype == "bfloat16" and name in fp16_ranked:
+                            spaces[shape] = [c for _, c in fp16_ranked[name][: args.bf16_from]]
+                        else:
+                            spaces[shape] = candidates(shape)
+                    pairs = [(shape, c) for shape, space in spaces.items() for c in space]
+                    task = progress.add_task(
+                        f"compiling {len(pairs)} {dtype} kernels", total=len(pairs)
+                    )
+                    failed = precompile(
+                        pairs, workers=args.workers, log=lambda line, t=task: progress.advance(t)
+                    )
+                    progress.remove_task(task)
+                    for name, (shape, space) in zip(args.case, spaces.items(), strict=True):
+                        space = [c for c in space if (shape, c) not in failed]
+                        task = progress.add_task(f"{shape.id}: ranking", total=len(space))
+                        case = Case(shape)
+                        ranked = self.rank(case, space, progress, task)
+                        if dtype == "float16":
+                            fp16_ranked[name] = ranked
+                        progress.update(task, description=f"{shape.id}: confirming top {args.top}")
+                        row = self.confirm(case, ranked)
+                        progress.remove_task(task)
+                        del case
+                        if row is None:
+                            self.console.print(f"[red]{shape.id}: no correct config[/]")
+                            continue
+                        record_winner(args.out, self.gpu, shape, row)
+                        done.append((shape, row))
+                        self.console.print(
+                            f"{shape.id}: {row['config']} {row['tilelang_ms']:.4f} ms, "
+                            f"torch {row['torch_ms']:.4f} ms, {row['speedup']:.3f}x torch "
+                            f"({len(ranked)} configs ranked)"
+                        )
+        except KeyboardInterrupt:
+            self.console.print(f"[red]interrupted[/]: {len(done)} cases recorded in {args.out}")
+            return done, True
+        finally:
+            if self.jsonl:
+                self.jsonl.close()
+        return done, False
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    args = build_parser().parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.list:
+        for name in args.case:
+            shape = case_shape(name, "float16")
+            space = candidates(shape)
+            console.print(
+                f"{name}: {shape.m}x{shape.n}x{shape.k} {shape.layout}, {len(space)} configs"
+            )
+        return 0
+    reason = device.no_gpu_reason()
+    if reason:
+        print(f"{PROG}: error: {reason}; tuning times kernels on a GPU", file=sys.stderr)
+        return EXIT_NO_GPU
+    gpu = device.gpu_name()
+    console.print(f"tuning on {gpu} ({device.versions()}); table: {args.out}")
+    done, interrupted = Tuner(args, console, gpu).run()
+    for shape, row in done:
+        console.print(
+            f"{shape.id:<28} {row['config']:<26} {row['tilelang_ms']:9.4f} ms "
+            f"{row['torch_ms']:9.4f} ms {row['speedup']:6.3f}x"
+        )
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return 0 if len(done) == len(args.case) * len(args.dtype) else EXIT_INCORRECT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Tuned GEMM configs per GPU, the search space they were picked from, and the fallback
+heuristic for shapes nobody tuned.
+
+The table (``tuned_configs.json`` beside this file) is data, written by the tuner
+(``python3 -m benchmarks.tune_gemm``) and committed: GPU name -> shape id -> the winning
+config id with its measured latency, torch.matmul's latency on the same inputs and the
+date. ``pick_config`` returns the tuned config when the table has the (GPU, shape, dtype,
+layout) and ``heuristic`` otherwise.
+"""
+
+import functools
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels.gemm import GemmConfig, GemmShape
+
+TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
+H200_SMS = 132
+
+# The cases the tuner covers by default: name -> (m, n, k, layout). Each runs in fp16 and
+# bf16. LLM projections use Llama-3-70B's MLP (hidden 8192, intermediate 28672); decode is
+# a skinny batch; attention is one head of sequence 4096 with head dim 128.
+CASES = {
+    "square4096": (4096, 4096, 4096, "NN"),
+    "square8192": (8192, 8192, 8192, "NN"),
+    "mlp_up": (8192, 28672, 8192, "NN"),
+    "mlp_down": (8192, 8192, 28672, "NN"),
+    "decode16": (16, 8192, 8192, "NN"),
+    "decode64": (64, 8192, 8192, "NN"),
+    "attn_qk_t": (4096, 4096, 128, "NT"),
+    "attn_pv": (4096, 128, 4096, "NN"),
+}
+
+
+def case_shape(name: str, dtype: str) -> GemmShape:
+    if name not in CASES:
+        raise ValueError(f"case={name!r}: must be one of {sorted(CASES)}")
+    m, n, k, layout = CASES[name]
+    return GemmShape(m, n, k, dtype, layout)
+
+
+@dataclass(frozen=True, slots=True)
+class Tuned:
+    """One row of the table."""
+
+    config: GemmConfig
+    tilelang_ms: float
+    torch_ms: float
+    date: str
+
+    @property
+    def speedup(self) -> float:
+        """torch latency over the tuned kernel's: 1.00 is parity with cuBLAS."""
+        return self.torch_ms / self.tilelang_ms
+
+
+def _valid(**fields) -> GemmConfig | None:
+    try:
+        return GemmConfig(**fields)
+    except ValueError:
+        return None  # over the shared-memory or register budget: not a candidate
+
+
+def candidates(shape: GemmShape, sms: int = H200_SMS) -> list[GemmConfig]:
+    """The documented search space for ``shape``, invalid points dropped.
+
+    - Skinny M (<= 64, decode): one 64-row warpgroup tile (wgmma's smallest M), block_N
+      64/128/256, block_K 64/128/256, 3-8 stages; memory-bound, so deep pipelines.
+    - Skinny N (<= 128, attention's P@V): block_N = 128 (or 64), block_M 64/128, block_K
+      64/128, 3-6 stages, 128 or 256 threads.
+    - Everything else: tiles 128x256 and 256x128 (two consumer warpgroups) and 128x128
+      (one), block_K 64 with 3-5 stages (block_K 64/128 with 1-2 stages when K <= 256,
+      where a tile sees one or two K steps), warp policy square/col/row on the
+      two-warpgroup tiles, the epilogue direct or through shared memory, and the block
+      order plain, swizzled (panel 8) or persistent (one block per SM). 256x256 tiles are
+      left out: four consumer warpgroups plus the producer leave ~100 registers a thread
+      for 128 accumulators.
+    """
+    out: list[GemmConfig] = []
+    if shape.m <= 64:
+        for bn, bk, st, ep in itertools.product(
+            (64, 128, 256), (64, 128, 256), (3, 4, 6, 8), (False, True)
+        ):
+            out.append(
+                _valid(
+                    block_m=64, block_n=bn, block_k=bk, threads=128, num_stages=st, smem_epilogue=ep
+                )
+            )
+    elif shape.n <= 128:
+        for bm, bn, bk, st, th in itertools.product(
+            (64, 128), (64, 128), (64, 128), (3, 4, 6), (128, 256)
+        ):
+            out.append(_valid(block_m=bm, block_n=bn, block_k=bk, threads=th, num_stages=st))
+    else:
+        small_k = shape.k <= 256
+        bks = (64, 128) if small_k else (64,)
+        stages = (1, 2) if small_k else (3, 4, 5)
+        tiles = [(128, 256, 256), (256, 128, 256), (128, 128, 128)]
+        orders = [{}, {"swizzle": 8}, {"persistent": sms}]
+        for (bm, bn, th), bk, st, ep, order in itertools.product(
+            tiles, bks, stages, (False, True), orders
+        ):
+            if st == 5 and bm != bn:
+                continue  # the wide tiles fit at most 4 stages of block_K 64
+            policies = ("square", "col", "row") if th == 256 and not (ep or order) else ("square",)
+            for policy in policies:
+                out.append(
+                    _valid(
+                        block_m=bm,
+                        block_n=bn,
+                        block_k=bk,
+                        threads=th,
+                        num_stages=st,
+                        smem_epilogue=ep,
+                        policy=policy,
+                        **order,
+                    )
+                )
+    return list(dict.fromkeys(c for c in out if c is not None))
+
+
+def heuristic(shape: GemmShape, sms: int = H200_SMS) -> GemmConfig:
+    """A sound config for an untuned shape: enough tiles to fill the SMs, the largest
+    tile that does, and a pipeline deep enough to hide the loads."""
+    if shape.m <= 64:
+        # Memory-bound: stream B through a deep pipeline; narrow tiles give enough blocks.
+        bn = 128 if -(-shape.n // 128) >= sms else 64
+        return GemmConfig(64, bn, 128, 128, 4)
+    if shape.n <= 128:
+        return GemmConfig(64, 128, 64, 128, 4)
+    tiles_256 = -(-shape.m // 128) * -(-shape.n // 256)
+    if tiles_256 >= 2 * sms:
+        return GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, swizzle=8)
+    return GemmConfig(128, 128, 64, 256, 4, smem_epilogue=True)
+
+
+@functools.cache
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def lookup(shape: GemmShape, gpu: str, path: Path = TUNED_FILE) -> Tuned | None:
+    """The tuned row for ``shape`` on the GPU named ``gpu`` (torch's device name)."""
+    row = _load(path).get(gpu, {}).get(shape.id)
+    if row is None:
+        return None
+    return Tuned(
+        GemmConfig.from_id(row["config"]), row["tilelang_ms"], row["torch_ms"], row["date"]
+    )
+
+
+def pick_config(shape: GemmShape, gpu: str | None, path: Path = TUNED_FILE) -> GemmConfig:
+    """The tuned config for (GPU, shape, dtype, layout) when one exists, else the heuristic."""
+    tuned = None if gpu is None else lookup(shape, gpu, path)
+    return tuned.config if tuned is not None else heuristic(shape)
