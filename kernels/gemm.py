@@ -40,7 +40,9 @@ SM90_SMEM_LIMIT = 232_448
 
 # Warp partition of the tile among the consumer warps (T.GemmWarpPolicy).
 POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
-_CONFIG_ID = re.compile(r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?")
+_CONFIG_ID = re.compile(
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?"
+)
 
 
 def _check_int(
@@ -123,6 +125,9 @@ class GemmConfig:
     # Persistent grid: this many resident blocks loop over the output tiles (T.Persistent,
     # grouped rasterisation built in); 0 launches one block per tile.
     persistent: int = 0
+    # Split K over this many blocks per output tile; each adds its partial tile into C
+    # with a TMA reduce-add (C is zeroed first). For grids that underfill the SMs.
+    split_k: int = 1
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -151,6 +156,11 @@ class GemmConfig:
         if not isinstance(self.smem_epilogue, bool):
             raise ValueError(f"GemmConfig.smem_epilogue={self.smem_epilogue!r}: must be a bool")
         _check_int("GemmConfig", "persistent", self.persistent, low=0, high=4096)
+        _check_int("GemmConfig", "split_k", self.split_k, low=1, high=64)
+        if self.split_k > 1 and self.persistent:
+            raise ValueError(
+                f"GemmConfig.split_k={self.split_k}: must be 1 with persistent={self.persistent}"
+            )
         if self.persistent and self.swizzle:
             raise ValueError(
                 f"GemmConfig.swizzle={self.swizzle}: must be 0 with persistent={self.persistent} "
@@ -183,11 +193,12 @@ class GemmConfig:
     def id(self) -> str:
         """Readable id, e.g. ``b128x256x64_t256_s3``. Options append, in this order:
         ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
-        epilogue, ``_p132`` persistent grid of 132 blocks."""
+        epilogue, ``_p132`` persistent grid of 132 blocks, ``_k4`` K split over 4 blocks."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]
         tail += "_e" if self.smem_epilogue else ""
         tail += f"_p{self.persistent}" if self.persistent else ""
+        tail += f"_k{self.split_k}" if self.split_k > 1 else ""
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
             f"{tail}"
@@ -200,9 +211,9 @@ class GemmConfig:
         if found is None:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
-                "followed by _w<panel>, _pr or _pc, _e, _p<blocks> in that order"
+                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits> in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers = found.groups()
+        bm, bn, bk, th, st, sw, pol, ep, pers, split = found.groups()
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
         return cls(
             int(bm),
@@ -214,13 +225,15 @@ class GemmConfig:
             policy=policy,
             smem_epilogue=bool(ep),
             persistent=int(pers or 0),
+            split_k=int(split or 1),
         )
 
     @property
     def smem_bytes(self) -> int:
         """Shared memory of the A and B stages, plus the C tile for a shared epilogue."""
         stages = (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
-        epilogue = self.block_m * self.block_n * ELEMENT_BYTES if self.smem_epilogue else 0
+        staged_c = self.smem_epilogue or self.split_k > 1
+        epilogue = self.block_m * self.block_n * ELEMENT_BYTES if staged_c else 0
         return stages + epilogue
 
 
@@ -228,6 +241,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
     """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing."""
     # No ``from __future__ import annotations`` in this module: TileLang evaluates the
     # T.Tensor annotations below against this closure.
+    import tilelang.cuda.language as TC
     import tilelang.language as T
 
     M, N, K = shape.m, shape.n, shape.k
@@ -243,28 +257,39 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
     }[config.policy]
     tiles_m, tiles_n = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
 
+    # K steps per block: all of them, or one split's share (the last split may run past K;
+    # TMA fills out-of-range tiles with zeros, which add nothing).
+    k_steps = (
+        T.ceildiv(K, block_K * config.split_k) if config.split_k > 1 else T.ceildiv(K, block_K)
+    )
+
     @T.macro
-    def tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn):
+    def tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, kz):
         """One output tile: global -> shared (pipelined) -> tensor cores -> fragment -> C."""
         # The fragment lives in registers that hold garbage at launch (and the previous
         # tile's sums in a persistent block); every K step accumulates into it, so it
         # must start at zero.
         T.clear(C_local)
-        for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=config.num_stages):
-            T.copy(A[tm * block_M, ko * block_K], A_shared)
+        for ko in T.Pipelined(k_steps, num_stages=config.num_stages):
+            kk = kz * k_steps + ko
+            T.copy(A[tm * block_M, kk * block_K], A_shared)
             if trans_B:
-                T.copy(B[tn * block_N, ko * block_K], B_shared)
+                T.copy(B[tn * block_N, kk * block_K], B_shared)
             else:
-                T.copy(B[ko * block_K, tn * block_N], B_shared)
+                T.copy(B[kk * block_K, tn * block_N], B_shared)
             T.gemm(A_shared, B_shared, C_local, transpose_B=trans_B, policy=policy)
-        if config.smem_epilogue:
+        if config.split_k > 1:
+            T.copy(C_local, C_shared)
+            TC.atomic_add(C[tm * block_M, tn * block_N], C_shared, use_tma=True)
+        elif config.smem_epilogue:
             T.copy(C_local, C_shared)
             T.copy(C_shared, C[tm * block_M, tn * block_N])
         else:
             T.copy(C_local, C[tm * block_M, tn * block_N])
 
     # The epilogue buffer is only allocated when used; a 1-element stand-in otherwise.
-    c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
+    staged_c = config.smem_epilogue or config.split_k > 1
+    c_tile = (block_M, block_N) if staged_c else (1, 1)
 
     if config.persistent:
 
@@ -280,7 +305,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
                 C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
                 C_shared = T.alloc_shared(c_tile, dtype)
                 for tm, tn in T.Persistent([tiles_m, tiles_n], config.persistent, block_id):
-                    tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn)
+                    tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, 0)
 
     else:
 
@@ -290,14 +315,14 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
             B: T.Tensor(b_shape, dtype),
             C: T.Tensor((M, N), dtype),
         ):
-            with T.Kernel(tiles_n, tiles_m, threads=config.threads) as (bx, by):
+            with T.Kernel(tiles_n, tiles_m, config.split_k, threads=config.threads) as (bx, by, bz):
                 A_shared = T.alloc_shared((block_M, block_K), dtype)
                 B_shared = T.alloc_shared(b_tile, dtype)
                 C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
                 C_shared = T.alloc_shared(c_tile, dtype)
                 if config.swizzle:
                     T.use_swizzle(panel_size=config.swizzle)
-                tile(A, B, C, A_shared, B_shared, C_local, C_shared, by, bx)
+                tile(A, B, C, A_shared, B_shared, C_local, C_shared, by, bx, bz)
 
     return gemm
 
@@ -396,5 +421,7 @@ class GemmKernel:
                 raise TypeError(f"a: expected a torch.Tensor, got {type(a).__name__}")
             out = torch.empty(self.shape.c_shape, dtype=a.dtype, device=a.device)
         self.check_args(a, b, out)
+        if self.config.split_k > 1:
+            out.zero_()  # the splits add their partial tiles into C
         self.jit_kernel(a, b, out)
         return out

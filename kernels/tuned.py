@@ -66,39 +66,51 @@ def _valid(**fields) -> GemmConfig | None:
 def candidates(shape: GemmShape, sms: int = H200_SMS) -> list[GemmConfig]:
     """The documented search space for ``shape``, invalid points dropped.
 
-    - Skinny M (<= 64, decode): one 64-row warpgroup tile (wgmma's smallest M), block_N
-      64/128/256, block_K 64/128/256, 3-8 stages; memory-bound, so deep pipelines.
-    - Skinny N (<= 128, attention's P@V): block_N = 128 (or 64), block_M 64/128, block_K
-      64/128, 3-6 stages, 128 or 256 threads.
+    - Skinny M (<= 64, decode) or N (<= 128, attention's P@V): 64-row tiles (wgmma's
+      smallest M; 128 too for thin N), block_N 64/128/256, block_K 64/128/256, 3-8
+      stages (memory-bound, so deep pipelines), epilogue direct or shared, and K split
+      over 2/4/8 blocks (TMA reduce-add into C) while that stays within 4 waves.
     - Everything else: tiles 128x256 and 256x128 (two consumer warpgroups) and 128x128
       (one), block_K 64 with 3-5 stages (block_K 64/128 with 1-2 stages when K <= 256,
       where a tile sees one or two K steps), warp policy square/col/row on the
       two-warpgroup tiles, the epilogue direct or through shared memory, and the block
-      order plain, swizzled (panel 8) or persistent (one block per SM). 256x256 tiles are
+      order plain, swizzled (panels 4, 8, 16) or persistent (one block per SM); plus
+      block_K 128 with 2 stages on the two-warpgroup tiles. 256x256 tiles are
       left out: four consumer warpgroups plus the producer leave ~100 registers a thread
       for 128 accumulators.
     """
     out: list[GemmConfig] = []
-    if shape.m <= 64:
-        for bn, bk, st, ep in itertools.product(
-            (64, 128, 256), (64, 128, 256), (3, 4, 6, 8), (False, True)
+    if shape.m <= 64 or shape.n <= 128:
+        # One side is thin: few output tiles, so the grid underfills the SMs unless the
+        # tiles are narrow or K is split.
+        thin_m = shape.m <= 64
+        for bm, bn, bk, st, ep, split in itertools.product(
+            (64,) if thin_m else (64, 128),
+            (64, 128, 256) if thin_m else (64, 128),
+            (64, 128, 256),
+            (3, 4, 6, 8),
+            (False, True),
+            (1, 2, 4, 8),
         ):
+            if split > 1 and (ep or -(-shape.m // bm) * -(-shape.n // bn) * split > 4 * sms):
+                continue  # split-K stages C in shared memory anyway; no more than 4 waves
             out.append(
                 _valid(
-                    block_m=64, block_n=bn, block_k=bk, threads=128, num_stages=st, smem_epilogue=ep
+                    block_m=bm,
+                    block_n=bn,
+                    block_k=bk,
+                    threads=128,
+                    num_stages=st,
+                    smem_epilogue=ep,
+                    split_k=split,
                 )
             )
-    elif shape.n <= 128:
-        for bm, bn, bk, st, th in itertools.product(
-            (64, 128), (64, 128), (64, 128), (3, 4, 6), (128, 256)
-        ):
-            out.append(_valid(block_m=bm, block_n=bn, block_k=bk, threads=th, num_stages=st))
     else:
         small_k = shape.k <= 256
         bks = (64, 128) if small_k else (64,)
         stages = (1, 2) if small_k else (3, 4, 5)
         tiles = [(128, 256, 256), (256, 128, 256), (128, 128, 128)]
-        orders = [{}, {"swizzle": 8}, {"persistent": sms}]
+        orders = [{}, {"swizzle": 4}, {"swizzle": 8}, {"swizzle": 16}, {"persistent": sms}]
         for (bm, bn, th), bk, st, ep, order in itertools.product(
             tiles, bks, stages, (False, True), orders
         ):
@@ -118,18 +130,25 @@ def candidates(shape: GemmShape, sms: int = H200_SMS) -> list[GemmConfig]:
                         **order,
                     )
                 )
+        if not small_k:
+            # block_K 128: half the K steps (and barriers) for two stages of 96 KiB.
+            for bm, bn in ((128, 256), (256, 128)):
+                for order in orders:
+                    out.append(
+                        _valid(
+                            block_m=bm, block_n=bn, block_k=128, threads=256, num_stages=2, **order
+                        )
+                    )
     return list(dict.fromkeys(c for c in out if c is not None))
 
 
 def heuristic(shape: GemmShape, sms: int = H200_SMS) -> GemmConfig:
     """A sound config for an untuned shape: enough tiles to fill the SMs, the largest
     tile that does, and a pipeline deep enough to hide the loads."""
-    if shape.m <= 64:
-        # Memory-bound: stream B through a deep pipeline; narrow tiles give enough blocks.
-        bn = 128 if -(-shape.n // 128) >= sms else 64
-        return GemmConfig(64, bn, 128, 128, 4)
-    if shape.n <= 128:
-        return GemmConfig(64, 128, 64, 128, 4)
+    if shape.m <= 64 or shape.n <= 128:
+        # Memory-bound: stream the wide operand through a deep pipeline in narrow tiles,
+        # so that there are enough blocks.
+        return GemmConfig(64, 64, 128, 128, 6)
     tiles_256 = -(-shape.m // 128) * -(-shape.n // 256)
     if tiles_256 >= 2 * sms:
         return GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, swizzle=8)

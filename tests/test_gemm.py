@@ -50,6 +50,18 @@ def test_shape_rejects(kwargs, field, rule):
         ({"num_stages": -1}, "num_stages=-1", ">= 1"),
         ({"swizzle": -2}, "swizzle=-2", ">= 0"),
         ({"accum_dtype": "float16"}, "accum_dtype='float16'", "one of"),
+        ({"policy": "diagonal"}, "policy='diagonal'", "one of"),
+        ({"smem_epilogue": 1}, "smem_epilogue=1", "bool"),
+        ({"persistent": -1}, "persistent=-1", ">= 0"),
+        ({"split_k": 0}, "split_k=0", ">= 1"),
+        ({"persistent": 132, "swizzle": 8}, "swizzle=8", "must be 0 with persistent"),
+        ({"persistent": 132, "split_k": 2}, "split_k=2", "must be 1 with persistent"),
+        # 128x256x64 in 4 stages fits (192 KiB), but not with the 64 KiB C tile staged.
+        (
+            {"block_n": 256, "block_k": 64, "threads": 256, "num_stages": 4, "smem_epilogue": True},
+            "num_stages=4",
+            "shared-memory epilogue",
+        ),
         # 256x256 tile over 128 threads: 512 fp32 accumulators per thread.
         ({"block_m": 256, "block_n": 256, "threads": 128}, "threads=128", "accumulators"),
         # 256x256x128 in 4 stages needs 512 KiB of shared memory.
@@ -79,6 +91,29 @@ def test_ids_are_readable_and_distinct():
     assert GemmConfig(128, 256, 64, 256, 3, swizzle=10).id == "b128x256x64_t256_s3_w10"
     configs = [GemmConfig(128, 128, 32, t, s) for t in (128, 256) for s in (1, 2, 3, 4)]
     assert len({c.id for c in configs}) == len(configs) == len(set(configs))
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        GemmConfig(),
+        GemmConfig(128, 256, 64, 256, 3, swizzle=8, policy="col", smem_epilogue=True),
+        GemmConfig(256, 128, 64, 256, 3, policy="row"),
+        GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
+        GemmConfig(64, 256, 64, 128, 4, split_k=8),
+    ],
+    ids=lambda c: c.id,
+)
+def test_config_id_round_trips(config):
+    assert GemmConfig.from_id(config.id) == config
+
+
+@pytest.mark.parametrize(
+    "text", ["b128x256x64_t256_s3_e_w8", "b128x256x64_t256_s3_pq", "b128x256x64_t256", "x"]
+)
+def test_config_id_rejects_malformed(text):
+    with pytest.raises(ValueError, match="must look like"):
+        GemmConfig.from_id(text)
 
 
 def test_shape_layout_and_work():
@@ -146,6 +181,36 @@ def test_sm90a_codegen_uses_hopper_path(shape, config):
 
 
 @requires_nvcc
+@pytest.mark.parametrize(
+    "shape, config, expect",
+    [
+        # The shared-memory epilogue writes C with one TMA store per tile.
+        (
+            GemmShape(4096, 4096, 4096),
+            GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True),
+            "tma_store",
+        ),
+        # Split-K adds each partial tile into C with a TMA reduce-add, over a 3-D grid.
+        (GemmShape(16, 8192, 8192), GemmConfig(64, 256, 64, 128, 4, split_k=4), "tma_store_add"),
+        # A persistent grid loops over tiles inside one launch of 132 blocks.
+        (
+            GemmShape(4096, 4096, 4096),
+            GemmConfig(128, 256, 64, 256, 3, persistent=132),
+            "blockIdx.x",
+        ),
+    ],
+    ids=lambda v: v.id if hasattr(v, "id") else v,
+)
+def test_sm90a_codegen_of_options(shape, config, expect):
+    src = compile_gemm(shape, config, arch="sm_90a").source
+    assert expect in src
+    if config.split_k > 1:
+        assert "blockIdx.z" in src
+    if config.persistent:
+        assert "blockIdx.y" not in src  # one grid dimension; tiles come from the loop
+
+
+@requires_nvcc
 def test_compile_is_memoised():
     shape, config = GemmShape(256, 256, 256), GemmConfig()
     first = _compile_gemm(shape, config, "sm_90a")
@@ -168,6 +233,10 @@ OPTION_CONFIGS = [
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
     GemmConfig(256, 128, 64, 256, 3, policy="col", smem_epilogue=True, swizzle=8),
     GemmConfig(64, 128, 128, 128, 4, policy="row", smem_epilogue=True),
+    # Split K: partial tiles reduce-added into C; with K=515 or 256 the last split runs
+    # past K and must add nothing.
+    GemmConfig(64, 128, 64, 128, 4, split_k=4),
+    GemmConfig(128, 128, 64, 128, 3, split_k=3),
 ]
 SIZES = [(1000, 1000, 1000), (4097, 1031, 515), (256, 512, 128), (16, 1024, 2048)]
 OPTION_SIZES = [(4097, 1031, 515), (16, 1024, 2048), (2048, 2304, 256)]
