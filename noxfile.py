@@ -91,7 +91,12 @@ def gpu_tests(session: nox.Session) -> None:
         session.error(f"gpu_tests needs a CUDA GPU and found none: {reason}")
     # Build every test kernel over all cores first; each test then loads from the cache.
     session.run(
-        _python(session), "-m", "harness.precompile", "tests.test_gemm:PRECOMPILE", external=True
+        _python(session),
+        "-m",
+        "harness.precompile",
+        "tests.test_gemm:PRECOMPILE",
+        "tests.test_tuned:TUNED_HERE",
+        external=True,
     )
     session.run(
         _python(session),
@@ -119,43 +124,65 @@ def _pop_option(args: list[str], name: str) -> str | None:
 
 
 def _asv_current_commit(session: nox.Session, args: list[str]) -> None:
-    """asv run of the checked-out commit in this environment, then asv publish."""
+    """asv run of the checked-out commit in this environment, then asv publish. With
+    ``--gpus all`` (or ``0,1``) one asv run per GPU over its share of the GPU classes
+    (``harness.shard``); the rest of ``args`` goes to every asv run."""
     py = _python(session)
+    args = list(args)
+    gpus = _pop_option(args, "--gpus")
     machine = _probe(session, "from harness.device import machine_name as m; print(m())")
     sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
     reason = _no_gpu_reason(session)
     if reason:
+        if gpus is not None:
+            session.error(f"--gpus={gpus} needs a CUDA GPU and found none: {reason}")
         session.warn(f"GPU tracks skipped: {reason}. Running the compile and resource tracks.")
         if not any(a in ("-b", "--bench") or a.startswith("--bench=") for a in args):
             args = [*args, "--bench", "static"]
     else:
-        # Fill TileLang's disk cache over all cores; each asv process then loads its kernel.
+        # Fill TileLang's disk cache over all cores; each family's setup_cache then loads
+        # its kernels instead of compiling them one by one.
         session.run(py, "-m", "harness.precompile", "asv_bench.gemm", external=True)
-    session.run(py, "-m", "asv", "machine", "--yes", "--machine", machine, external=True)
     session.run(py, "-m", "asv", "check", "-E", f"existing:{py}", external=True)
-    session.run(
-        py,
-        "-m",
-        "asv",
-        "run",
-        "-E",
-        f"existing:{py}",
-        "--set-commit-hash",
-        sha,
-        "--machine",
-        machine,
-        "--record-samples",
-        "--show-stderr",
-        *args,
-        external=True,
-    )
+    if gpus is not None:
+        session.run(
+            py,
+            "-m",
+            "harness.shard",
+            "--gpus",
+            gpus,
+            "--machine",
+            machine,
+            "--",
+            "--show-stderr",
+            *args,
+            external=True,
+        )
+    else:
+        session.run(py, "-m", "asv", "machine", "--yes", "--machine", machine, external=True)
+        session.run(
+            py,
+            "-m",
+            "asv",
+            "run",
+            "-E",
+            f"existing:{py}",
+            "--set-commit-hash",
+            sha,
+            "--machine",
+            machine,
+            "--record-samples",
+            "--show-stderr",
+            *args,
+            external=True,
+        )
     session.run(py, "-m", "asv", "publish", external=True)
     session.log(f"published {ASV_DIR / 'html' / 'index.html'}; view it with: python -m asv preview")
 
 
 @nox.session(default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """The benchmark suite on this machine for the current commit, then `asv publish`."""
+    """The benchmark suite on this machine for the current commit (--gpus: one run per GPU)."""
     _install(session, "bench")
     _asv_current_commit(session, list(session.posargs))
 
@@ -211,6 +238,6 @@ def calibrate(session: nox.Session) -> None:
 
 @nox.session(default=False, tags=["gpu"])
 def gate_selftest(session: nox.Session) -> None:
-    """The gate's false-alarm and detection rates: A/A and injected-slowdown comparisons."""
+    """The gate's false-alarm and detection rates (A/A, injected slowdown; --gpus, --json)."""
     _install(session, "bench")
     session.run(_python(session), "-m", "harness.selftest", *session.posargs, external=True)

@@ -29,7 +29,7 @@ WORKER = Path(__file__).resolve().parent / "gate_worker.py"
 # The default subset: at least 12 combinations spanning 128^3 to 8192^3, both dtypes,
 # NN and NT, small and large tiles. Pass --bench '.' for the whole grid.
 DEFAULT_BENCH = (
-    r"gemm\.Stage\((128x128x128|4096x4096x4096), (128|256), (3|4), f16\)"
+    r"gemm\.Stage(128)?\((128x128x128|4096x4096x4096), (128|256), (3|4), f16\)"
     r"|gemm\.Tiles\(.*, b128x256x64_t256_s3, .*\)"
     r"|gemm\.Attention\(.*, b128x128x32_t128_s3, f16\)"
 )
@@ -101,6 +101,12 @@ def _run_side(
         "--bench",
         bench,
     ]
+    if listing:
+        cmd.append("--list")
+    if only is not None:
+        cmd += ["--only", str(only)]
+    if inject:
+        cmd += ["--inject-slowdown", repr(inject)]
     proc = subprocess.run(cmd, env=env, cwd=tree, check=False)
     if proc.returncode or not out_file.exists():
         return {"fatal": f"worker exited with status {proc.returncode}"}
@@ -149,7 +155,8 @@ def interleave_gpus(
         names.update(
             _run_side(tree, bench, out / f"{side}-names.json", listing=True).get("names", [])
         )
-    shards = plan(sorted(names), gpus)
+    # Per combination: the worker measures each one on its own, at about equal cost.
+    shards = plan(dict.fromkeys(names, 1.0), gpus)
     files = {}
     for gpu, shard in shards.items():
         files[gpu] = out / f"shard-gpu{gpu}.json"

@@ -3,7 +3,8 @@
 The gate starts this file as a script from its own checkout, with ``--tree`` pointing at
 a worktree of the revision under test. That tree goes first on ``sys.path``, so the suite,
 the kernels and the timing path all come from the revision being measured; only this
-loop (what asv's runner would do: ``setup``, then each ``track_*``) is the gate's.
+loop is the gate's: per combination, the suite's own one-combination ``measure`` (the
+code its asv ``setup_cache`` runs), then an NVML reading.
 
     python harness/gate_worker.py --tree WORKTREE --out samples.json [--bench REGEX]
 """
@@ -61,24 +62,46 @@ def sleep_cycles_per_ms() -> float:
     return cycles / start.elapsed_time(end)
 
 
-def inject_slowdown(bench, fraction: float, cycles_per_ms: float) -> float:
+def inject_slowdown(bench, fraction: float, cycles_per_ms: float, entry: dict) -> None:
     """Test-only (``--inject-slowdown``, used by the gate self-test): every timed launch of
     this benchmark's kernel also spins the GPU for ``fraction`` of the kernel's median
-    latency, on the same stream, inside the timed region. Returns the added milliseconds."""
+    latency, on the same stream, inside the timed region. Only this instance's
+    ``prepare`` is wrapped, and it hands ``measure`` a copy of the shared inputs whose
+    kernel launch is slowed: the suite's code and other combinations are untouched.
+    The added milliseconds go to ``entry["injected_ms"]``."""
+    import copy
+
     import torch
 
-    data, config = bench.data, bench.config
-    base_ms = data.time_tilelang(config, warmup=5, repeat=20).median_ms
-    extra_ms = fraction * base_ms
-    cycles = max(1, int(extra_ms * cycles_per_ms))
-    original = data.tilelang_fn
+    prepare = bench.prepare
 
-    def slowed(cfg):
-        fn = original(cfg)
-        return lambda: (fn(), torch.cuda._sleep(cycles))
+    def slowed_prepare(*params):
+        data, config = prepare(*params)
+        base_ms = data.time_tilelang(config, warmup=5, repeat=20).median_ms
+        entry["injected_ms"] = fraction * base_ms
+        cycles = max(1, int(entry["injected_ms"] * cycles_per_ms))
 
-    data.tilelang_fn = slowed  # this instance only; the suite's code is untouched
-    return extra_ms
+        def slowed_fn(cfg):
+            fn = data.tilelang_fn(cfg)
+            return lambda: (fn(), torch.cuda._sleep(cycles))
+
+        slowed = copy.copy(data)
+        slowed.tilelang_fn = slowed_fn
+        return slowed, config
+
+    bench.prepare = slowed_prepare
+
+
+def measure(bench, params: tuple) -> dict[str, list[float]]:
+    """The GPU tracks' samples of one combination."""
+    if hasattr(bench, "measure"):
+        samples = bench.measure(*params)
+    else:
+        # A revision from before families were measured in setup_cache (a base that
+        # predates it): asv's own order, setup then each track.
+        bench.setup(*params)
+        samples = {t: getattr(bench, t)(*params)["samples"] for t in TRACKS}
+    return {t: list(samples[t]) for t in TRACKS}
 
 
 def run(tree: Path, pattern: str | None, inject: float = 0.0, only: set[str] | None = None) -> dict:
@@ -93,11 +116,11 @@ def run(tree: Path, pattern: str | None, inject: float = 0.0, only: set[str] | N
         entry: dict = {}
         try:
             bench = cls()
-            bench.setup(*params)
             if inject:
-                entry["injected_ms"] = inject_slowdown(bench, inject, cycles_per_ms)
-            for track in TRACKS:
-                entry[track] = list(getattr(bench, track)(*params)["samples"])
+                if not hasattr(bench, "prepare"):
+                    raise RuntimeError("--inject-slowdown needs a suite with prepare/measure")
+                inject_slowdown(bench, inject, cycles_per_ms, entry)
+            entry.update(measure(bench, params))
         except NotImplementedError as skip:
             entry = {"skipped": str(skip)}
         except Exception as err:  # recorded per benchmark; the gate reports it (exit 2)

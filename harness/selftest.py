@@ -3,9 +3,20 @@ regression is a false alarm) and N comparisons against an injected slowdown of a
 size (every regression on the slowed benchmarks is a detection).
 
     nox -s gate_selftest -- [--n 10] [--slowdown 0.03] [--rounds 1] [--bench REGEX]
+                            [--gpus all] [--json selftest.json]
+
+Each iteration runs the gate's worker three times on HEAD, each in a fresh process:
+``base``, ``head`` and ``injected``. It compares base against head (A/A) and base against
+injected (detection), so the base run is shared by the two comparisons of one iteration,
+while comparisons of one kind are independent across iterations: three runs per
+iteration where two separate comparisons would take four. The order of the three runs
+cycles through all six permutations across iterations (and rounds), so drift in clocks
+or temperature reaches every side alike. With ``--rounds R`` each comparison pools R
+rounds, as the gate does. ``--gpus`` splits the benchmarks over GPUs with the plan the
+gate uses; a benchmark's three runs always share one GPU.
 
 The injection is test-only: the gate worker's ``--inject-slowdown`` makes each timed
-kernel launch of HEAD also spin the GPU (``torch.cuda._sleep``) for that fraction of the
+kernel launch also spin the GPU (``torch.cuda._sleep``) for that fraction of the
 kernel's own median latency, calibrated against CUDA events at start. The suite and the
 kernels are untouched, and nothing on the normal gate path passes the flag.
 """
@@ -13,13 +24,20 @@ kernels are untouched, and nothing on the normal gate path passes the flag.
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness import gate
 from harness import gate_decision as gd
 from harness.argtypes import fraction, positive_int
+
+SIDES = ("base", "head", "injected")
+_ORDERS = list(itertools.permutations(SIDES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +88,139 @@ def render(t: Tally, slowdown: float) -> str:
     return "\n".join(lines)
 
 
+def to_json(
+    t: Tally,
+    slowdown: float,
+    threshold: float,
+    rounds: int,
+    bench: str,
+    gpus: list[int] | None = None,
+) -> dict:
+    """The tally for the record: settings, rates, and counts per benchmark. The overall
+    detection rate is over all (comparison, benchmark) pairs."""
+    n = t.comparisons
+
+    def rate(k: int, out_of: int) -> float:
+        return k / out_of if out_of else 0.0
+
+    return {
+        "n": n,
+        "slowdown": slowdown,
+        "threshold": threshold,
+        "rounds": rounds,
+        "bench": bench,
+        "gpus": gpus,
+        "false_alarm_runs": t.false_alarm_runs,
+        "false_alarm_rate": t.false_alarm_rate,
+        "detection_rate": rate(sum(t.detections.values()), n * len(t.detections)),
+        "benchmarks": {
+            name: {
+                "false_alarms": t.false_alarms[name],
+                "false_alarm_rate": rate(t.false_alarms[name], n),
+                "detections": t.detections[name],
+                "detection_rate": rate(t.detections[name], n),
+            }
+            for name in t.detections
+        },
+    }
+
+
+def order(i: int) -> tuple[str, ...]:
+    """The order of the three runs in block ``i``: all six permutations in turn, so each
+    side takes each position, and each pair each relative order, equally often."""
+    return _ORDERS[i % len(_ORDERS)]
+
+
+def compare(
+    runs: Sequence[dict[str, dict]], threshold: float
+) -> tuple[list[gd.Verdict], list[gd.Verdict]]:
+    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``."""
+    aa = gate.pool([{"base": r["base"], "head": r["head"]} for r in runs])
+    injected = gate.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
+    return gd.decide_all(aa, threshold=threshold), gd.decide_all(injected, threshold=threshold)
+
+
+def iterate(
+    tree: Path,
+    bench: str,
+    n: int,
+    rounds: int,
+    slowdown: float,
+    threshold: float,
+    work: Path,
+    gpu: int | None = None,
+    only: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
+    """``n`` iterations on one GPU (all visible when None): per iteration and round, the
+    three worker runs in that block's order; returns each iteration's verdicts."""
+    tag = "" if gpu is None else f"-gpu{gpu}"
+    out = []
+    for i in range(n):
+        start = time.perf_counter()
+        runs = []
+        for r in range(rounds):
+            block = i * rounds + r
+            got = {}
+            for side in order(block):
+                inject = slowdown if side == "injected" else 0.0
+                got[side] = gate._run_side(
+                    tree, bench, work / f"{side}{tag}-{i}-{r}.json", inject, gpu, only
+                )
+            runs.append(got)
+        aa, injected = compare(runs, threshold)
+        out.append((aa, injected))
+        alarms = sum(v.status == gd.REGRESSION for v in aa)
+        detected = sum(v.status == gd.REGRESSION for v in injected)
+        failed = sum(v.status == gd.FAILED for v in [*aa, *injected])
+        log(
+            f"gate_selftest{tag}: iteration {i + 1}/{n}: A/A {alarms} false alarm(s), "
+            f"detected {detected}/{len(injected)}"
+            + (f", {failed} failed" if failed else "")
+            + f" ({time.perf_counter() - start:.0f} s)"
+        )
+    return out
+
+
+def split_iterate(
+    tree: Path,
+    bench: str,
+    n: int,
+    rounds: int,
+    slowdown: float,
+    threshold: float,
+    work: Path,
+    gpus: list[int],
+    log: Callable[[str], None] = print,
+) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
+    """``iterate`` on every GPU at once, each over its share of the benchmarks (the
+    gate's plan), then each iteration's verdicts joined across GPUs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.shard import plan
+
+    names = gate._run_side(tree, bench, work / "names.json", listing=True)
+    if "fatal" in names:
+        raise RuntimeError(f"listing the benchmarks failed: {names['fatal']}")
+    shards = {g: s for g, s in plan(dict.fromkeys(names["names"], 1.0), gpus).items() if s}
+    files = {}
+    for gpu, shard in shards.items():
+        files[gpu] = work / f"shard-gpu{gpu}.json"
+        files[gpu].write_text(json.dumps(shard))
+
+    def one(gpu):
+        return iterate(
+            tree, bench, n, rounds, slowdown, threshold, work, gpu=gpu, only=files[gpu], log=log
+        )
+
+    with ThreadPoolExecutor(max(1, len(shards))) as pool:
+        parts = list(pool.map(one, shards))
+    return [
+        ([v for part in parts for v in part[i][0]], [v for part in parts for v in part[i][1]])
+        for i in range(n)
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness import device
 
@@ -88,29 +239,43 @@ def main(argv: list[str] | None = None) -> int:
         help="the gate's floor for this test; it must sit below --slowdown to detect it",
     )
     p.add_argument("--bench", default=gate.DEFAULT_BENCH, help="regex on benchmark names")
+    p.add_argument(
+        "--gpus",
+        default=None,
+        help="'all' or indices like 0,1: split the benchmarks over these GPUs",
+    )
+    p.add_argument("--json", type=Path, default=None, help="also write the tally here")
     args = p.parse_args(argv)
     reason = device.no_gpu_reason()
     if reason:
         print(f"gate_selftest: error: needs a CUDA GPU: {reason}", file=sys.stderr)
         return 2
+    gpus = None
+    if args.gpus is not None:
+        import torch
+
+        from harness.shard import parse_gpus
+
+        try:
+            gpus = parse_gpus(args.gpus, torch.cuda.device_count())
+        except ValueError as err:
+            print(f"gate_selftest: error: {err}", file=sys.stderr)
+            return 2
     work = gate.ROOT / ".gate" / "selftest"
     work.mkdir(parents=True, exist_ok=True)
     sha = gate._git("rev-parse", "HEAD")
     tree = gate._worktree(work, "tree", sha)
-    trees = {"base": tree, "head": tree}
-    aa, injected = [], []
-    for i in range(args.n):
-        for inject, bucket in ((0.0, aa), (args.slowdown, injected)):
-            print(
-                f"gate_selftest: {i + 1}/{args.n} {'injected' if inject else 'A/A'}",
-                file=sys.stderr,
-                flush=True,
-            )
-            rounds = gate.interleave(
-                trees, args.bench, args.rounds, work, inject_head=inject, log=lambda line: None
-            )
-            bucket.append(gd.decide_all(gate.pool(rounds), threshold=args.threshold))
-    print(render(tally(aa, injected), args.slowdown))
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    common = (tree, args.bench, args.n, args.rounds, args.slowdown, args.threshold, work)
+    if gpus is None:
+        results = iterate(*common, log=log)
+    else:
+        results = split_iterate(*common, gpus, log=log)
+    t = tally([aa for aa, _ in results], [inj for _, inj in results])
+    print(render(t, args.slowdown))
+    if args.json is not None:
+        record = to_json(t, args.slowdown, args.threshold, args.rounds, args.bench, gpus)
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
 

@@ -4,10 +4,14 @@
     nox -s bench -- --gpus all        # or --gpus 0,1
     python -m harness.shard --gpus all -- <asv run args>
 
-The plan is stable: a benchmark combination goes to the GPU its name hashes to unless
-that GPU already holds its share, so it lands on the same GPU index run after run (its
-history stays comparable) and adding a benchmark moves few others. Every combination is
-assigned exactly once. A shard that fails keeps the other shards' results.
+The unit is the benchmark class (``gemm.Stage``): asv measures a class as a whole in its
+``setup_cache``, so a class split over two GPUs would be measured on both. Each class is
+weighted by the estimated cost of measuring it (``family_weights``: per combination a
+fixed cost plus a share proportional to its flops). The plan is stable: a class goes to
+the GPU its name hashes to unless that GPU would pass its share of the total weight, so
+it lands on the same GPU index run after run (its history stays comparable) and adding
+a class moves few others. Every class is assigned exactly once; a GPU left without one
+runs nothing. A shard that fails keeps the other shards' results.
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 _PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
+# Room over the even share: a little keeps a class on its own GPU when another class is
+# added (fewer moves, comparable histories) at a small cost in balance.
+SLACK = 0.1
 
 
 def _rank(name: str, gpu: int) -> int:
@@ -34,41 +42,69 @@ def _rank(name: str, gpu: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{gpu}:{name}".encode()).digest()[:8], "big")
 
 
-def plan(names: list[str], gpus: list[int]) -> dict[int, list[str]]:
-    """Assign each name to one GPU: its highest-ranked GPU with room left, capacity
-    ceil(len(names) / len(gpus)). Names are placed in a fixed (sorted) order."""
+def plan(weights: Mapping[str, float], gpus: list[int]) -> dict[int, list[str]]:
+    """Assign each unit to one GPU: its highest-ranked GPU with room for it, else the
+    least-loaded GPU. Units are placed heaviest first (ties by name), a fixed order
+    whatever the input order, so the plan depends on names and weights alone. A GPU has room
+    while its load stays within the even share plus ``SLACK`` of it, the slack never more
+    than the heaviest unit: so no shard exceeds its share by more than one unit."""
     if not gpus:
         raise ValueError("gpus: need at least one GPU index")
     if len(set(gpus)) != len(gpus):
         raise ValueError(f"gpus={gpus}: indices must be distinct")
-    capacity = math.ceil(len(names) / len(gpus)) if names else 0
+    bad = {name: w for name, w in weights.items() if not 0 <= w < math.inf}
+    if bad:
+        raise ValueError(f"weights={bad}: must be finite and >= 0")
+    share = sum(weights.values()) / len(gpus)
+    capacity = share + min(SLACK * share, max(weights.values(), default=0.0))
     shards: dict[int, list[str]] = {g: [] for g in gpus}
-    for name in sorted(set(names)):
-        for gpu in sorted(gpus, key=lambda g: _rank(name, g), reverse=True):
-            if len(shards[gpu]) < capacity:
-                shards[gpu].append(name)
-                break
+    load = dict.fromkeys(gpus, 0.0)
+    for name in sorted(weights, key=lambda n: (-weights[n], n)):
+        ranked = sorted(gpus, key=lambda g: _rank(name, g), reverse=True)
+        # A relative tolerance: loads are sums of floats.
+        room = [g for g in ranked if load[g] + weights[name] <= capacity * (1 + 1e-9)]
+        gpu = room[0] if room else min(ranked, key=lambda g: load[g])
+        shards[gpu].append(name)
+        load[gpu] += weights[name]
     return shards
 
 
-def combinations(module_name: str = "asv_bench.gemm") -> list[str]:
-    """``Class(param, ...)`` for every parameter combination of the module's asv classes,
-    written with ``repr`` as asv writes them, so one regex selects all tracks of it."""
+def combination_weight(flops: int | None) -> float:
+    """Estimated cost of measuring one combination, in units of a small one's fixed cost
+    (loading the kernel, the timing loops' own overhead: 1-2 s on an H200). The rest is
+    proportional to the work: each combination times several hundred launches of the
+    kernel and of torch.matmul, which for an 8192^3 GEMM (1.1 TFLOP) add about one unit.
+    An invalid combination (``None``) is skipped at once."""
+    return 0.0 if flops is None else 1.0 + flops / 1e12
+
+
+def family_weights(module_name: str = "asv_bench.gemm") -> dict[str, float]:
+    """``{"gemm.Stage": weight}`` for every asv class of the module: the unit of the plan,
+    since each class is measured as a whole in its ``setup_cache``. Its weight is the sum
+    of ``combination_weight`` over its combinations, from the shapes its ``case`` maps
+    them to (no GPU needed)."""
     module = importlib.import_module(module_name)
     short = module_name.rsplit(".", 1)[-1]
-    out = []
+    out = {}
     for cls_name, cls in vars(module).items():
         if cls_name.startswith("_") or not inspect.isclass(cls) or not hasattr(cls, "params"):
             continue
+        bench = cls()
+        total = 0.0
         for combo in itertools.product(*cls.params):
-            out.append(f"{short}.{cls_name}({', '.join(repr(p) for p in combo)})")
+            try:
+                shape, _ = bench.case(*combo)
+            except ValueError:
+                total += combination_weight(None)
+            else:
+                total += combination_weight(shape.flops)
+        out[f"{short}.{cls_name}"] = total
     return out
 
 
-def asv_regex(combo: str) -> str:
-    """asv ``-b`` pattern for every track of one combination."""
-    cls, params = combo.split("(", 1)
-    return f"^{re.escape(cls)}\\.track_\\w+\\({re.escape(params)}$"
+def asv_regex(family: str) -> str:
+    """asv ``-b`` pattern for every track of one class (``gemm.Stage``, not ``gemm.Stage128``)."""
+    return f"^{re.escape(family)}\\."
 
 
 def parse_gpus(text: str, visible: int) -> list[int]:
@@ -91,7 +127,10 @@ def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: st
     """One ``asv run`` per GPU at once; a progress line per shard; the worst exit status."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    shards = plan(combinations(), gpus)
+    shards = {g: fams for g, fams in plan(family_weights(), gpus).items() if fams}
+    for gpu in sorted(set(gpus) - set(shards)):
+        print(f"shard gpu{gpu}: no benchmark class left for it, not run")
+    (ROOT / ".asv").mkdir(exist_ok=True)
     procs = {}
     with Progress(
         TextColumn("{task.description}"),
@@ -99,9 +138,9 @@ def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: st
         TextColumn("{task.percentage:>5.1f}%"),
         TimeElapsedColumn(),
     ) as progress:
-        total = progress.add_task("all shards", total=100.0 * len(gpus))
+        total = progress.add_task("all shards", total=100.0 * len(shards))
         tasks = {}
-        for gpu, combos in shards.items():
+        for gpu, families in shards.items():
             name = f"{machine}-gpu{gpu}"
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "ASV_MACHINE": name}
             subprocess.run(
@@ -111,7 +150,8 @@ def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: st
                 check=True,
                 capture_output=True,
             )
-            bench = [arg for c in combos for arg in ("-b", asv_regex(c))]
+            # Never an empty list here: asv run without -b would run the whole suite.
+            bench = [arg for f in families for arg in ("-b", asv_regex(f))]
             cmd = [
                 python,
                 "-m",
@@ -139,7 +179,8 @@ def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: st
                 ),
                 log,
             )
-            tasks[gpu] = progress.add_task(f"gpu{gpu}: {len(combos)} combinations", total=100.0)
+            label = ", ".join(f.split(".", 1)[-1] for f in families)
+            tasks[gpu] = progress.add_task(f"gpu{gpu}: {label}", total=100.0)
 
         def follow(gpu):
             proc, log = procs[gpu]

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import gate
+from asv_bench import gemm
+from harness import gate, gate_worker
 from harness.gate_worker import discover
+from harness.timing import Timing
 from tests.conftest import NO_GPU
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +51,8 @@ def test_discover_finds_the_gpu_suite():
     names = [name for name, _, _ in discover(ROOT, gate.DEFAULT_BENCH)]
     assert len(names) >= 12
     assert "gemm.Stage(4096x4096x4096, 128, 3, f16)" in names
+    assert "gemm.Stage128(128x128x128, 256, 4, f16)" in names
+    assert not any(n.startswith("gemm.Launch") for n in names)  # not a gate track
     assert any("qk_t" in n for n in names) and any("8192" in n for n in names)
 
 
@@ -137,3 +141,97 @@ def test_bad_rounds_and_threshold_name_the_rule():
             cwd=ROOT,
         )
         assert out.returncode == 2 and message in out.stderr
+
+
+def test_run_side_passes_the_worker_its_options(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_run(cmd, env, cwd, check):
+        calls.append((cmd, env))
+        Path(cmd[cmd.index("--out") + 1]).write_text('{"results": {}}')
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(gate.subprocess, "run", fake_run)
+    only = tmp_path / "shard.json"
+    gate._run_side(tmp_path, "Stage", tmp_path / "a.json", inject=0.03, gpu=1, only=only)
+    gate._run_side(tmp_path, "Stage", tmp_path / "b.json", listing=True)
+    gate._run_side(tmp_path, "Stage", tmp_path / "c.json")
+    (slowed, env), (listing, _), (plain, _) = calls
+    assert slowed[slowed.index("--inject-slowdown") + 1] == "0.03"
+    assert slowed[slowed.index("--only") + 1] == str(only) and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert "--list" in listing and "--inject-slowdown" not in listing
+    assert not {"--list", "--only", "--inject-slowdown"} & set(plain)
+
+
+def test_worker_measures_each_combination_with_the_suite(monkeypatch):
+    def fake_measure(self, *params):
+        if params[2] == 4:
+            raise NotImplementedError("num_stages=4: too much shared memory")
+        if params[1] == 256 and params[2] == 1:
+            raise RuntimeError("boom")
+        return {"track_latency": (1e-3, 1.1e-3), "track_vs_torch": (1.0,)}
+
+    monkeypatch.setattr(gemm._GpuGemm, "measure", fake_measure)
+    results = gate_worker.run(ROOT, r"gemm\.Stage128\(")
+    assert len(results) == 16
+    ok = results["gemm.Stage128(128x128x128, 128, 3, f16)"]
+    assert ok["track_latency"] == [1e-3, 1.1e-3] and ok["track_vs_torch"] == [1.0]
+    assert results["gemm.Stage128(128x128x128, 128, 4, bf16)"]["skipped"].startswith("num_stages")
+    assert results["gemm.Stage128(128x128x128, 256, 1, f16)"]["error"] == "RuntimeError: boom"
+
+
+def test_worker_runs_a_suite_from_before_setup_cache():
+    class Old:  # a base revision's class: setup(*params), then each track(*params)
+        def setup(self, *params):
+            self.params = params
+
+        def track_latency(self, *params):
+            return {"samples": [2e-3], "number": 1}
+
+        def track_vs_torch(self, *params):
+            return {"samples": [1.2], "number": 1}
+
+    got = gate_worker.measure(Old(), ("x",))
+    assert got == {"track_latency": [2e-3], "track_vs_torch": [1.2]}
+
+
+class _FakeCase:
+    def __init__(self):
+        self.launches = 0
+
+    def tilelang_fn(self, config):
+        def launch():
+            self.launches += 1
+
+        return launch
+
+    def time_tilelang(self, config, **timing):
+        self.tilelang_fn(config)()
+        return Timing((0.5,), "event", 0)
+
+
+class _Bench:
+    def __init__(self, data):
+        self.data = data
+
+    def prepare(self, *params):
+        return self.data, "cfg"
+
+
+def test_injection_slows_a_copy_of_the_kernel_launch_only(monkeypatch):
+    import torch
+
+    sleeps = []
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append(cycles))
+    shared = _FakeCase()
+    bench = _Bench(shared)
+    entry = {}
+    gate_worker.inject_slowdown(bench, 0.1, cycles_per_ms=1000.0, entry=entry)
+    for _ in range(2):  # a second combination on the same inputs: not slowed twice
+        data, config = bench.prepare("a")
+        assert data is not shared and "tilelang_fn" not in vars(shared)
+        data.time_tilelang(config)
+    assert entry["injected_ms"] == pytest.approx(0.05)
+    assert sleeps == [50, 50]
+    shared.time_tilelang("cfg")  # the shared inputs' own launch path is untouched
+    assert sleeps == [50, 50]

@@ -66,3 +66,22 @@ def test_measure_rejects_bad_input_before_touching_a_gpu():
         measure(lambda: None, backend="wall")
     with pytest.raises(ValueError, match="repeat=0"):
         measure(lambda: None, repeat=0)
+
+
+def test_asv_spread_per_track_from_stored_samples():
+    from harness.asv_stats import spread
+
+    stored = {
+        "gemm.Stage.track_latency": (
+            [["'a'", "'b'"], ["1"]],
+            [[1.0, 1.02, 0.98], [2.0, 2.2, 1.8]],
+        ),
+        "gemm.Stage.track_vs_torch": ([["'a'"]], [[1.0]]),  # one sample: no spread
+        "static.Sm90aResources.track_registers": ([["'x'"]], [None]),
+    }
+    table = spread(stored)
+    assert list(table) == ["track_latency"]
+    row = table["track_latency"]
+    assert row["combinations"] == 2
+    assert row["median_rel_stdev"] == pytest.approx((0.02 + 0.1) / 2)
+    assert row["max_rel_stdev"][1] == "gemm.Stage.track_latency('b', 1)"
