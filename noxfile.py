@@ -130,9 +130,14 @@ def _asv_current_commit(session: nox.Session, args: list[str]) -> None:
     py = _python(session)
     args = list(args)
     gpus = _pop_option(args, "--gpus")
-    machine = _probe(session, "from harness.device import machine_name as m; print(m())")
+    # One probe (one torch import and CUDA query) for the machine name and the GPU.
+    machine, _, reason = _probe(
+        session,
+        "from harness.device import machine_name as m, no_gpu_reason as r; "
+        "print(m()); print(r() or '')",
+    ).partition("\n")
+    reason = reason.strip()
     sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
-    reason = _no_gpu_reason(session)
     if reason:
         if gpus is not None:
             session.error(f"--gpus={gpus} needs a CUDA GPU and found none: {reason}")

@@ -123,6 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--report", type=Path, help="write the stage-04 markdown report here")
     o.add_argument("--jsonl", type=Path, help="append one JSON line per finished row here")
     o.add_argument(
+        "--tuned",
+        type=Path,
+        metavar="TABLE",
+        help="with --report: add a Tuned Configs section from this table "
+        "(kernels/tuned_configs.json) for the run's GPU, with a roofline plot",
+    )
+    o.add_argument(
+        "--tune-log",
+        type=Path,
+        metavar="JSONL",
+        help="with --tuned: the tuner's log, for the TFLOP/s-per-config plot at 4096^3",
+    )
+    o.add_argument(
         "--replay",
         type=Path,
         metavar="JSONL",
@@ -244,6 +257,51 @@ def load_jsonl(path: Path) -> tuple[dict, list]:
     return meta, rows
 
 
+def _read_jsonl(path: Path) -> tuple[dict, list[dict]]:
+    meta, rows = {}, []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if "meta" in record:
+                meta = record["meta"]
+            else:
+                rows.append(record)
+    return meta, rows
+
+
+def tuned_section(report: Path, table_path: Path, log_path: Path | None, gpu: str) -> str:
+    """The report's Tuned Configs section; its plots are written next to ``report``."""
+    from harness import plots
+    from harness.report import knob_effects, render_tuned, roofline_points, sweep_bars, tuned_rows
+    from kernels.tuned import case_shape
+
+    rows = tuned_rows(json.loads(table_path.read_text()), gpu)
+    if not rows:
+        raise ValueError(f"{table_path} has no tuned configs for {gpu!r}")
+    drawn, meta, effects = {}, {}, []
+    stem = report.with_suffix("")
+    path = plots.roofline(
+        roofline_points(rows), Path(f"{stem}_roofline.png"), f"Tuned GEMMs on the {gpu}"
+    )
+    drawn["roofline"] = path.name
+    if log_path is not None:
+        meta, log = _read_jsonl(log_path)
+        effects = knob_effects(log, case_shape("square4096", "float16"))
+        panels = []
+        for dtype in ("float16", "bfloat16"):
+            shape = case_shape("square4096", dtype)
+            bars = sweep_bars(log, shape)
+            torch = next((r.torch_tflops for r in rows if r.shape == shape), None)
+            if bars:
+                panels.append((f"{shape.id}: {len(bars)} configs", bars, torch))
+        if panels:
+            path = plots.config_sweep(
+                panels, Path(f"{stem}_tflops_4096.png"), f"TFLOP/s per config, {gpu}"
+            )
+            drawn["sweep"] = path.name
+    return render_tuned(rows, gpu, meta, drawn, effects)
+
+
 def launch_row(case, config, console, jsonl) -> None:
     """Host launch overhead of torch.matmul (``config`` None) or one TileLang kernel."""
     from harness.timing import measure_launch
@@ -349,7 +407,13 @@ def main(argv: list[str] | None = None) -> int:
         from harness.report import render_stage04
 
         args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(render_stage04(results, meta, title=args.title))
+        tuned = None
+        if args.tuned:
+            try:
+                tuned = tuned_section(args.report, args.tuned, args.tune_log, str(meta.get("gpu")))
+            except (OSError, ValueError, KeyError) as err:
+                parser.error(f"--tuned: {err}")
+        args.report.write_text(render_stage04(results, meta, title=args.title, tuned=tuned))
         console.print(f"report written to {args.report}")
     if interrupted:
         return EXIT_INTERRUPTED

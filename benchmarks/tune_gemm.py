@@ -28,6 +28,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -100,6 +101,16 @@ class Tuner:
     def __init__(self, args, console, gpu: str) -> None:
         self.args, self.console, self.gpu = args, console, gpu
         self.jsonl = args.jsonl.open("a") if args.jsonl else None
+        self.log(
+            {
+                "meta": {
+                    "gpu": gpu,
+                    "date": dt.date.today().isoformat(),
+                    "command": shlex.join([*PROG.split(), *sys.argv[1:]]),
+                    **device.versions(),
+                }
+            }
+        )
         from harness.gpu_state import open_nvml
 
         self.nvml = open_nvml()  # throttled batches are re-taken; clocks are recorded

@@ -3,6 +3,7 @@ clocks are held down. Read only; this project never changes clocks or other sett
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 # Reasons that mean the card is slowing itself: a sample taken under them is not the
@@ -35,15 +36,39 @@ class GpuState:
         return None
 
 
+def nvml_device(cuda_index: int = 0, visible: str | None = None) -> int | str:
+    """The NVML device behind CUDA device ``cuda_index``: its NVML index, or its UUID.
+
+    NVML numbers every GPU of the host and ignores ``CUDA_VISIBLE_DEVICES``, which a
+    shard or gate worker sets to pin itself to one GPU; CUDA device 0 of a process that
+    sees only GPU 1 is NVML device 1. ``visible`` defaults to the environment's value.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if not visible or not visible.strip():
+        return cuda_index
+    entries = [e.strip() for e in visible.split(",")]
+    if cuda_index >= len(entries):
+        raise ValueError(
+            f"cuda_index={cuda_index}: CUDA_VISIBLE_DEVICES={visible!r} lists {len(entries)}"
+        )
+    entry = entries[cuda_index]
+    return int(entry) if entry.isdigit() else entry
+
+
 class Nvml:
-    """One NVML handle for the device ``index``; ``read()`` is cheap enough per batch."""
+    """One NVML handle for CUDA device ``index`` of this process (mapped through
+    ``CUDA_VISIBLE_DEVICES``); ``read()`` is cheap enough per batch."""
 
     def __init__(self, index: int = 0) -> None:
         import pynvml
 
         pynvml.nvmlInit()
         self.nv = pynvml
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        device = nvml_device(index)
+        if isinstance(device, int):
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device)
+        else:  # a UUID (GPU-..., MIG-...)
+            self.handle = pynvml.nvmlDeviceGetHandleByUUID(device)
         self.max_sm = pynvml.nvmlDeviceGetMaxClockInfo(self.handle, pynvml.NVML_CLOCK_SM)
 
     def read(self) -> GpuState:

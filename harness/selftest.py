@@ -27,6 +27,7 @@ import argparse
 import itertools
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from harness import gate_decision as gd
 from harness.argtypes import fraction, positive_int
 
 SIDES = ("base", "head", "injected")
+EXIT_INTERRUPTED = 130
 _ORDERS = list(itertools.permutations(SIDES))
 
 
@@ -151,11 +153,13 @@ def iterate(
     gpu: int | None = None,
     only: Path | None = None,
     log: Callable[[str], None] = print,
+    out: list | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``n`` iterations on one GPU (all visible when None): per iteration and round, the
-    three worker runs in that block's order; returns each iteration's verdicts."""
+    three worker runs in that block's order; returns each iteration's verdicts, appended
+    to ``out`` as each finishes (so an interrupted run keeps the finished ones)."""
     tag = "" if gpu is None else f"-gpu{gpu}"
-    out = []
+    out = [] if out is None else out
     for i in range(n):
         start = time.perf_counter()
         runs = []
@@ -178,8 +182,25 @@ def iterate(
             f"detected {detected}/{len(injected)}"
             + (f", {failed} failed" if failed else "")
             + f" ({time.perf_counter() - start:.0f} s)"
+            + describe(aa, injected)
         )
     return out
+
+
+def describe(aa: Sequence[gd.Verdict], injected: Sequence[gd.Verdict]) -> str:
+    """The benchmarks behind an iteration's counts: each false alarm and each miss, with
+    the change the gate saw."""
+
+    def seen(v: gd.Verdict) -> str:
+        return "-" if v.ratio is None else f"{v.ratio:.3f}x"
+
+    parts = [f"\n  false alarm: {v.name} {seen(v)}" for v in aa if v.status == gd.REGRESSION]
+    parts += [
+        f"\n  missed: {v.name} {seen(v)}"
+        for v in injected
+        if v.status not in (gd.REGRESSION, gd.FAILED)
+    ]
+    return "".join(parts)
 
 
 def split_iterate(
@@ -192,11 +213,11 @@ def split_iterate(
     work: Path,
     gpus: list[int],
     log: Callable[[str], None] = print,
+    out: dict | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``iterate`` on every GPU at once, each over its share of the benchmarks (the
-    gate's plan), then each iteration's verdicts joined across GPUs."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    gate's plan), then each iteration's verdicts joined across GPUs. ``out`` collects
+    each GPU's finished iterations as they come."""
     from harness.shard import plan
 
     names = gate._run_side(tree, bench, work / "names.json", listing=True)
@@ -208,16 +229,44 @@ def split_iterate(
         files[gpu] = work / f"shard-gpu{gpu}.json"
         files[gpu].write_text(json.dumps(shard))
 
-    def one(gpu):
-        return iterate(
-            tree, bench, n, rounds, slowdown, threshold, work, gpu=gpu, only=files[gpu], log=log
-        )
+    out = {} if out is None else out
+    errors: list[BaseException] = []
 
-    with ThreadPoolExecutor(max(1, len(shards))) as pool:
-        parts = list(pool.map(one, shards))
+    def one(gpu):
+        try:
+            iterate(
+                *(tree, bench, n, rounds, slowdown, threshold, work),
+                gpu=gpu,
+                only=files[gpu],
+                log=log,
+                out=out.setdefault(gpu, []),
+            )
+        except Exception as err:  # re-raised in the caller's thread
+            errors.append(err)
+
+    # Daemon threads joined with a timeout, so Ctrl-C reaches this thread at once and the
+    # iterations finished so far stay in ``out``.
+    threads = [threading.Thread(target=one, args=(g,), daemon=True) for g in shards]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(timeout=0.5)
+    if errors:
+        raise errors[0]
+    return join_shards(out)
+
+
+def join_shards(parts: dict) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
+    """Each iteration's verdicts joined across GPUs, for the iterations every GPU
+    finished."""
+    done = min((len(p) for p in parts.values()), default=0)
     return [
-        ([v for part in parts for v in part[i][0]], [v for part in parts for v in part[i][1]])
-        for i in range(n)
+        (
+            [v for p in parts.values() for v in p[i][0]],
+            [v for p in parts.values() for v in p[i][1]],
+        )
+        for i in range(done)
     ]
 
 
@@ -267,16 +316,27 @@ def main(argv: list[str] | None = None) -> int:
     tree = gate._worktree(work, "tree", sha)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     common = (tree, args.bench, args.n, args.rounds, args.slowdown, args.threshold, work)
-    if gpus is None:
-        results = iterate(*common, log=log)
-    else:
-        results = split_iterate(*common, gpus, log=log)
+    finished: dict = {}
+    interrupted = False
+    try:
+        if gpus is None:
+            iterate(*common, log=log, out=finished.setdefault(None, []))
+        else:
+            split_iterate(*common, gpus, log=log, out=finished)
+    except KeyboardInterrupt:
+        interrupted = True
+    results = join_shards(finished)
+    if interrupted:
+        log(f"gate_selftest: interrupted; tallying the {len(results)} finished iterations")
+    if not results:
+        return EXIT_INTERRUPTED if interrupted else 2
     t = tally([aa for aa, _ in results], [inj for _, inj in results])
     print(render(t, args.slowdown))
     if args.json is not None:
         record = to_json(t, args.slowdown, args.threshold, args.rounds, args.bench, gpus)
+        record["interrupted"] = interrupted
         args.json.write_text(json.dumps(record, indent=2) + "\n")
-    return 0
+    return EXIT_INTERRUPTED if interrupted else 0
 
 
 if __name__ == "__main__":

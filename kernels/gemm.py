@@ -126,8 +126,8 @@ class GemmConfig:
     # grouped rasterisation built in); 0 launches one block per tile.
     persistent: int = 0
     # Split K over this many blocks per output tile; each adds its partial tile into C
-    # (TMA reduce-add, or atomics where C's rows are not 16-byte aligned; C is zeroed
-    # first). For grids that underfill the SMs.
+    # with a TMA reduce-add (C is zeroed first; its rows must be 16-byte aligned). For
+    # grids that underfill the SMs.
     split_k: int = 1
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
@@ -264,8 +264,12 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
         T.ceildiv(K, block_K * config.split_k) if config.split_k > 1 else T.ceildiv(K, block_K)
     )
 
-    # TMA needs 16-byte aligned row strides; other widths reduce with plain atomics.
-    tma_reduce = (N * ELEMENT_BYTES) % 16 == 0
+    if config.split_k > 1 and (N * ELEMENT_BYTES) % 16:
+        # The partial tiles are reduce-added by TMA, which needs 16-byte aligned rows of C.
+        raise ValueError(
+            f"GemmConfig.split_k={config.split_k}: needs N * 2 bytes to be a multiple of 16 "
+            f"(N a multiple of 8), got N={N}"
+        )
 
     @T.macro
     def tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, kz):
@@ -284,7 +288,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
             T.gemm(A_shared, B_shared, C_local, transpose_B=trans_B, policy=policy)
         if config.split_k > 1:
             T.copy(C_local, C_shared)
-            TC.atomic_add(C[tm * block_M, tn * block_N], C_shared, use_tma=tma_reduce)
+            TC.atomic_add(C[tm * block_M, tn * block_N], C_shared, use_tma=True)
         elif config.smem_epilogue:
             T.copy(C_local, C_shared)
             T.copy(C_shared, C[tm * block_M, tn * block_N])

@@ -101,3 +101,36 @@ def test_replay_of_empty_file_is_a_clear_error(tmp_path):
     empty.write_text("")
     out = _run("--replay", str(empty))
     assert out.returncode == 2 and "holds no measured rows" in out.stderr
+
+
+def test_replay_with_the_tuned_table_adds_the_section_and_plots(tmp_path):
+    report = tmp_path / "r.md"
+    out = _run(
+        "--replay",
+        "reports/stage04_gemm.jsonl",
+        "--report",
+        str(report),
+        "--tuned",
+        "kernels/tuned_configs.json",
+        "--tune-log",
+        "reports/tune_h200.jsonl",
+    )
+    assert out.returncode == 0, out.stderr
+    text = report.read_text()
+    assert "## Tuned Configs" in text and "| square4096 |" in text
+    for png in ("r_roofline.png", "r_tflops_4096.png"):
+        assert f"]({png})" in text and (tmp_path / png).stat().st_size > 5000
+
+
+def test_tuned_table_without_this_gpu_is_a_clear_error(tmp_path):
+    table = tmp_path / "t.json"
+    table.write_text('{"NVIDIA H100": {}}')
+    out = _run(
+        "--replay",
+        "reports/stage04_gemm.jsonl",
+        "--report",
+        str(tmp_path / "r.md"),
+        "--tuned",
+        str(table),
+    )
+    assert out.returncode == 2 and "--tuned" in out.stderr and "NVIDIA H200" in out.stderr

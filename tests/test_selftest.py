@@ -109,3 +109,46 @@ def test_json_record_of_the_tally():
         "detection_rate": 1.0,
     }
     assert record["benchmarks"]["b"]["detections"] == 0
+
+
+class InterruptingWorker(FakeWorker):
+    """A worker that is interrupted (Ctrl-C) at its ``stop_at``-th call."""
+
+    def __init__(self, stop_at):
+        super().__init__()
+        self.stop_at = stop_at
+
+    def __call__(self, *args, **kwargs):
+        if not kwargs.get("listing") and len(self.calls) + 1 == self.stop_at:
+            raise KeyboardInterrupt
+        return super().__call__(*args, **kwargs)
+
+
+def test_an_interrupted_self_test_tallies_the_finished_iterations(monkeypatch, tmp_path, capsys):
+    # Two full iterations (three runs each), then Ctrl-C in the third.
+    monkeypatch.setattr(gate, "_run_side", InterruptingWorker(stop_at=8))
+    monkeypatch.setattr(gate, "_worktree", lambda work, side, sha: tmp_path)
+    monkeypatch.setattr(gate, "_git", lambda *args, **kw: "0" * 40)
+    monkeypatch.setattr(gate, "ROOT", tmp_path)
+    monkeypatch.setattr("harness.device.no_gpu_reason", lambda: None)
+    out = tmp_path / "tally.json"
+    code = selftest.main(["--n", "5", "--slowdown", "0.1", "--json", str(out)])
+    assert code == selftest.EXIT_INTERRUPTED
+    record = json.loads(out.read_text())
+    assert record["n"] == 2 and record["interrupted"] is True
+    assert "2 A/A and 2 injected comparisons" in capsys.readouterr().out
+
+
+def test_iteration_lines_name_false_alarms_and_misses():
+    aa = [_verdict("gemm.S(1)", gd.REGRESSION), _verdict("gemm.S(2)", gd.UNCHANGED)]
+    injected = [_verdict("gemm.S(1)", gd.REGRESSION), _verdict("gemm.S(2)", gd.UNCHANGED)]
+    text = selftest.describe(aa, injected)
+    assert "false alarm: gemm.S(1)" in text and "missed: gemm.S(2)" in text
+    assert "gemm.S(2)" not in text.split("missed")[0]
+
+
+def test_join_shards_keeps_only_iterations_every_gpu_finished():
+    v = _verdict("gemm.S(0)", gd.UNCHANGED)
+    parts = {0: [([v], [v]), ([v], [v])], 1: [([v], [v])]}
+    assert len(selftest.join_shards(parts)) == 1
+    assert selftest.join_shards({}) == []

@@ -130,6 +130,41 @@ def test_nvml_reader_decodes_throttle_reasons(monkeypatch):
     assert GpuState(1900, 1980, 60, 300.0, ()).throttled() is None
 
 
+@pytest.mark.parametrize(
+    "visible, cuda_index, expect",
+    [
+        (None, 0, 0),
+        ("", 1, 1),
+        ("1", 0, 1),  # a worker pinned to GPU 1 reads GPU 1, not GPU 0
+        ("3,2", 1, 2),
+        ("GPU-8a1b, GPU-77ef", 1, "GPU-77ef"),
+    ],
+)
+def test_nvml_device_follows_cuda_visible_devices(monkeypatch, visible, cuda_index, expect):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert gpu_state.nvml_device(cuda_index) == expect
+
+
+def test_nvml_device_rejects_an_index_past_the_visible_list():
+    with pytest.raises(ValueError, match="cuda_index=2"):
+        gpu_state.nvml_device(2, visible="0,1")
+
+
+def test_reader_opens_the_pinned_gpu(monkeypatch):
+    opened = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: opened.append(i) or "h",
+        nvmlDeviceGetMaxClockInfo=lambda h, c: 1980,
+        NVML_CLOCK_SM=0,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpu_state.open_nvml(0) is not None and opened == [1]
+
+
 def test_no_nvml_means_no_reader(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     assert gpu_state.open_nvml(0) is None
