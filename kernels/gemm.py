@@ -158,6 +158,11 @@ class GemmConfig:
             raise ValueError(f"GemmConfig.smem_epilogue={self.smem_epilogue!r}: must be a bool")
         _check_int("GemmConfig", "persistent", self.persistent, low=0, high=4096)
         _check_int("GemmConfig", "split_k", self.split_k, low=1, high=64)
+        if self.split_k > 1 and self.swizzle:
+            raise ValueError(
+                f"GemmConfig.swizzle={self.swizzle}: must be 0 with split_k={self.split_k} "
+                "(the rasterisation remaps a 2-D grid; split-K adds a third dimension)"
+            )
         if self.split_k > 1 and self.persistent:
             raise ValueError(
                 f"GemmConfig.split_k={self.split_k}: must be 1 with persistent={self.persistent}"
