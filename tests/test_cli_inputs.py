@@ -30,6 +30,10 @@ def _run(*args):
         (["-m", "harness.calibrate", "--runs", "1"], "--runs=1: must be >= 2"),
         (["-m", "harness.selftest", "--slowdown", "3"], "must be a fraction between 0 and 1"),
         (["-m", "harness.selftest", "--n", "0"], "--n: 0 must be >= 1"),
+        (["-m", "benchmarks.tune_gemm", "--case", "square"], "invalid choice: 'square'"),
+        (["-m", "benchmarks.tune_gemm", "--top", "0"], "--top: 0 must be >= 1"),
+        (["-m", "benchmarks.tune_gemm", "--bf16-from", "-1"], "--bf16-from: -1 must be >= 0"),
+        (["-m", "harness.asv_stats", "/nonexistent/results"], "no asv result files"),
     ],
 )
 def test_bad_option_names_the_field_and_rule(args, message):
@@ -45,3 +49,11 @@ def test_results_folder_that_is_not_a_worktree_is_refused(tmp_path, monkeypatch)
     monkeypatch.setattr(results_branch, "_remote_has", lambda branch, remote: False)
     with pytest.raises(SystemExit, match="exists and is not a worktree"):
         results_branch.checkout(folder)
+
+
+def test_tuner_lists_its_spaces_and_needs_a_gpu_to_tune():
+    out = _run("-m", "benchmarks.tune_gemm", "--list")
+    assert out.returncode == 0 and "square4096: 4096x4096x4096 NN, 78 configs" in out.stdout
+    out = _run("-m", "benchmarks.tune_gemm", "--case", "decode16")
+    # No GPU here: one line that says why, and the tuner's own exit status.
+    assert out.returncode == 3 and "tuning times kernels on a GPU" in out.stderr
