@@ -29,7 +29,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,12 +134,18 @@ def order(i: int) -> tuple[str, ...]:
 
 
 def compare(
-    runs: Sequence[dict[str, dict]], threshold: float
+    runs: Sequence[dict[str, dict]],
+    threshold: float,
+    thresholds: Mapping[str, float] | None = None,
 ) -> tuple[list[gd.Verdict], list[gd.Verdict]]:
-    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``."""
+    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``;
+    ``thresholds`` are per-benchmark overrides (calibration), as the gate applies them."""
     aa = gate.pool([{"base": r["base"], "head": r["head"]} for r in runs])
     injected = gate.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
-    return gd.decide_all(aa, threshold=threshold), gd.decide_all(injected, threshold=threshold)
+    return (
+        gd.decide_all(aa, threshold=threshold, thresholds=thresholds),
+        gd.decide_all(injected, threshold=threshold, thresholds=thresholds),
+    )
 
 
 def iterate(
@@ -154,6 +160,7 @@ def iterate(
     only: Path | None = None,
     log: Callable[[str], None] = print,
     out: list | None = None,
+    thresholds: Mapping[str, float] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``n`` iterations on one GPU (all visible when None): per iteration and round, the
     three worker runs in that block's order; returns each iteration's verdicts, appended
@@ -172,7 +179,7 @@ def iterate(
                     tree, bench, work / f"{side}{tag}-{i}-{r}.json", inject, gpu, only
                 )
             runs.append(got)
-        aa, injected = compare(runs, threshold)
+        aa, injected = compare(runs, threshold, thresholds)
         out.append((aa, injected))
         alarms = sum(v.status == gd.REGRESSION for v in aa)
         detected = sum(v.status == gd.REGRESSION for v in injected)
@@ -214,6 +221,7 @@ def split_iterate(
     gpus: list[int],
     log: Callable[[str], None] = print,
     out: dict | None = None,
+    thresholds: Mapping[str, float] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``iterate`` on every GPU at once, each over its share of the benchmarks (the
     gate's plan), then each iteration's verdicts joined across GPUs. ``out`` collects
@@ -240,6 +248,7 @@ def split_iterate(
                 only=files[gpu],
                 log=log,
                 out=out.setdefault(gpu, []),
+                thresholds=thresholds,
             )
         except Exception as err:  # re-raised in the caller's thread
             errors.append(err)
@@ -294,7 +303,16 @@ def main(argv: list[str] | None = None) -> int:
         help="'all' or indices like 0,1: split the benchmarks over these GPUs",
     )
     p.add_argument("--json", type=Path, default=None, help="also write the tally here")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        help="per-benchmark thresholds, as the gate applies them "
+        "(default: calibration/<machine>.json when present; --threshold stays the floor)",
+    )
     args = p.parse_args(argv)
+    if args.calibration is not None and not args.calibration.is_file():
+        p.error(f"--calibration={args.calibration}: no such file")
     reason = device.no_gpu_reason()
     if reason:
         print(f"gate_selftest: error: needs a CUDA GPU: {reason}", file=sys.stderr)
@@ -316,13 +334,21 @@ def main(argv: list[str] | None = None) -> int:
     tree = gate._worktree(work, "tree", sha)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     common = (tree, args.bench, args.n, args.rounds, args.slowdown, args.threshold, work)
+    calibration = args.calibration or gate.ROOT / "calibration" / f"{device.machine_name()}.json"
+    thresholds = gate.load_calibration(calibration)
+    log(
+        f"gate_selftest: thresholds per benchmark from {calibration.name}, floor "
+        f"{args.threshold:.0%}"
+        if thresholds
+        else f"gate_selftest: threshold {args.threshold:.0%} for all (no calibration file)"
+    )
     finished: dict = {}
     interrupted = False
     try:
         if gpus is None:
-            iterate(*common, log=log, out=finished.setdefault(None, []))
+            iterate(*common, log=log, out=finished.setdefault(None, []), thresholds=thresholds)
         else:
-            split_iterate(*common, gpus, log=log, out=finished)
+            split_iterate(*common, gpus, log=log, out=finished, thresholds=thresholds)
     except KeyboardInterrupt:
         interrupted = True
     results = join_shards(finished)
@@ -335,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         record = to_json(t, args.slowdown, args.threshold, args.rounds, args.bench, gpus)
         record["interrupted"] = interrupted
+        record["calibration"] = calibration.name if thresholds else None
         args.json.write_text(json.dumps(record, indent=2) + "\n")
     return EXIT_INTERRUPTED if interrupted else 0
 

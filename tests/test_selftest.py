@@ -152,3 +152,34 @@ def test_join_shards_keeps_only_iterations_every_gpu_finished():
     parts = {0: [([v], [v]), ([v], [v])], 1: [([v], [v])]}
     assert len(selftest.join_shards(parts)) == 1
     assert selftest.join_shards({}) == []
+
+
+def test_calibrated_thresholds_apply_per_benchmark(monkeypatch, tmp_path):
+    monkeypatch.setattr(gate, "_run_side", FakeWorker())
+    # gemm.S(0) is calibrated as too noisy for a 10% change; the rest keep the floor.
+    results = selftest.iterate(
+        tmp_path,
+        ".",
+        2,
+        1,
+        0.1,
+        0.02,
+        tmp_path,
+        log=lambda line: None,
+        thresholds={"gemm.S(0)": 0.5},
+    )
+    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
+    assert t.detections["gemm.S(0)"] == 0
+    assert all(t.detections[n] == 2 for n in NAMES[1:])
+
+
+def test_missing_calibration_file_is_refused_before_measuring(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.selftest", "--calibration", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "--calibration" in out.stderr and "no such file" in out.stderr
