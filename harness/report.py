@@ -292,7 +292,12 @@ no config of this kernel changes is its inner loop: in the generated CUDA the co
 warpgroups issue a stage's wgmma batch, then wait for it to finish (`warpgroup_wait<0>`)
 before releasing the stage and waiting on the next one, so only one batch is ever in
 flight and each K step pays the wgmma drain and a barrier round trip. cuBLAS keeps the next
-batch issued while the previous one completes. At 4096^3 the 512 tiles of 128x256 also
+batch issued while the previous one completes. TileLang 0.1.15's automatic warp
+specialisation does not offer that yet: its role-based scheduler declines a gemm with a
+delayed wait ("delayed wgmma waits are not supported yet", `role_based_scheduler.cc`),
+and the producer/consumer pass lists no prologue prefetch among its v1 limitations
+(`producer_consumer_ws.cc`). Closing the gap takes a hand-written producer/consumer
+sibling kernel. At 4096^3 the 512 tiles of 128x256 also
 fill 132 SMs in 3.9 waves. The persistent grid does not help because `T.Persistent` runs a
 block's tiles back to back without overlapping one tile's epilogue with the next tile's
 loads. The MLP up-projection ran with the SM clock at 1.3-1.4 GHz (power-limited under
