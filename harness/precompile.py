@@ -5,20 +5,30 @@ and seconds over a many-core runner. Later processes (pytest, each asv benchmark
 load the kernels from the cache instead of compiling them.
 
     python -m harness.precompile asv_bench.gemm        # every valid combination of the suite
+
+The command keeps a stamp in TileLang's cache folder ($TILELANG_CACHE_DIR) of what it
+compiled there, keyed by the kernel source and the TileLang version: a second run over
+the same grid starts no compile workers (``--force`` ignores the stamp). Wiping the cache
+wipes the stamp; a kernel missing from the cache anyway is only compiled later, in the
+process that needs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
+import importlib.metadata
 import inspect
 import itertools
+import json
 import os
 import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
+from pathlib import Path
 
 from harness.argtypes import positive_int
 from kernels import GemmConfig, GemmShape
@@ -62,6 +72,44 @@ def precompile(
         f"in {elapsed:.0f} s on {workers} workers"
     )
     return failed
+
+
+def stamp_path() -> Path:
+    root = Path(os.environ.get("TILELANG_CACHE_DIR", "~/.tilelang/cache")).expanduser()
+    return root / "tilelang-gemm-perf-precompiled.json"
+
+
+def fingerprint() -> str:
+    """What a compiled kernel depends on besides its shape and config: the kernel source
+    and the TileLang version."""
+    from kernels import gemm
+
+    try:
+        version = importlib.metadata.version("tilelang")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    digest = hashlib.sha256(Path(gemm.__file__).read_bytes() + version.encode())
+    return digest.hexdigest()[:16]
+
+
+def stamp_key(shape: GemmShape, config: GemmConfig, arch: str | None) -> str:
+    return f"{shape.id}/{config.id}/{arch or 'native'}"
+
+
+def load_stamp(path: Path, current: str) -> set[str]:
+    """Keys compiled into this cache for the ``current`` fingerprint (else none)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return set()
+    return set(data.get("done", [])) if data.get("fingerprint") == current else set()
+
+
+def save_stamp(path: Path, current: str, done: set[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"fingerprint": current, "done": sorted(done)}))
+    os.replace(tmp, path)
 
 
 def suite_pairs(module_name: str) -> list[tuple[GemmShape, GemmConfig]]:
@@ -108,9 +156,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=positive_int, default=None, help="processes (default: cores - 1)"
     )
+    parser.add_argument(
+        "--force", action="store_true", help="compile everything, ignoring the stamp"
+    )
     args = parser.parse_args(argv)
-    pairs = [p for m in args.modules for p in suite_pairs(m)]
-    failed = precompile(pairs, arch=args.arch, workers=args.workers)
+    pairs = list(dict.fromkeys(p for m in args.modules for p in suite_pairs(m)))
+    stamp, current = stamp_path(), fingerprint()
+    done = set() if args.force else load_stamp(stamp, current)
+    todo = [(s, c) for s, c in pairs if stamp_key(s, c, args.arch) not in done]
+    if not todo:
+        print(f"all {len(pairs)} kernels already compiled into this TileLang cache ({stamp})")
+        return 0
+    if len(todo) < len(pairs):
+        print(f"{len(pairs) - len(todo)} of {len(pairs)} kernels already compiled ({stamp})")
+    failed = precompile(todo, arch=args.arch, workers=args.workers)
+    done |= {stamp_key(s, c, args.arch) for s, c in todo if (s, c) not in failed}
+    save_stamp(stamp, current, done)
     return 1 if failed else 0
 
 
