@@ -12,18 +12,28 @@ PAIRS = [
 
 
 @pytest.fixture
-def compiled(monkeypatch, tmp_path):
-    """Stand-ins for the compile pool and the suite: records what would be compiled."""
+def pool(monkeypatch, tmp_path):
+    """Stand-ins for the compile pool and the suite: ``pool(failures)`` installs a pool
+    that fails those pairs and returns the list of what each run was asked to compile."""
     monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(precompile, "suite_pairs", lambda module: list(PAIRS))
-    calls = []
 
-    def fake(pairs, arch=None, workers=None, log=print):
-        calls.append(list(pairs))
-        return {}
+    def install(failures=()):
+        calls = []
 
-    monkeypatch.setattr(precompile, "precompile", fake)
-    return calls
+        def fake(pairs, arch=None, workers=None, log=print):
+            calls.append(list(pairs))
+            return {p: "ValueError: no" for p in failures}
+
+        monkeypatch.setattr(precompile, "precompile", fake)
+        return calls
+
+    return install
+
+
+@pytest.fixture
+def compiled(pool):
+    return pool()
 
 
 def test_second_run_compiles_nothing(compiled, capsys):
@@ -41,16 +51,8 @@ def test_force_and_a_changed_kernel_source_compile_again(compiled, monkeypatch):
     assert compiled == [PAIRS, PAIRS, PAIRS]
 
 
-def test_failed_kernels_are_not_stamped(monkeypatch, tmp_path):
-    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(precompile, "suite_pairs", lambda module: list(PAIRS))
-    calls = []
-
-    def failing(pairs, arch=None, workers=None, log=print):
-        calls.append(list(pairs))
-        return {PAIRS[1]: "ValueError: no"}
-
-    monkeypatch.setattr(precompile, "precompile", failing)
+def test_failed_kernels_are_not_stamped(pool):
+    calls = pool(failures=[PAIRS[1]])
     assert precompile.main(["asv_bench.gemm"]) == 1
     assert precompile.main(["asv_bench.gemm"]) == 1
     assert calls == [PAIRS, [PAIRS[1]]]  # the failure is retried, and fails loudly again
