@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=None, help="compile processes")
     p.add_argument("--out", type=Path, default=TUNED_FILE, help="tuned-config table (JSON)")
     p.add_argument("--jsonl", type=Path, default=None, help="append every timing here")
+    p.add_argument(
+        "--async-mma",
+        action="store_true",
+        help="also search the hand-written asynchronous pipeline (_a configs)",
+    )
     p.add_argument("--list", action="store_true", help="print the cases and spaces, then exit")
     return p
 
@@ -228,7 +233,7 @@ class Tuner:
                         if dtype == "bfloat16" and args.bf16_from and name in fp16_ranked:
                             spaces[shape] = [c for _, c in fp16_ranked[name][: args.bf16_from]]
                         else:
-                            spaces[shape] = candidates(shape)
+                            spaces[shape] = candidates(shape, async_mma=args.async_mma)
                     pairs = [(shape, c) for shape, space in spaces.items() for c in space]
                     task = progress.add_task(
                         f"compiling {len(pairs)} {dtype} kernels", total=len(pairs)
@@ -275,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name in args.case:
             shape = case_shape(name, "float16")
-            space = candidates(shape)
+            space = candidates(shape, async_mma=args.async_mma)
             console.print(
                 f"{name}: {shape.m}x{shape.n}x{shape.k} {shape.layout}, {len(space)} configs"
             )

@@ -41,7 +41,7 @@ SM90_SMEM_LIMIT = 232_448
 # Warp partition of the tile among the consumer warps (T.GemmWarpPolicy).
 POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(_a)?"
 )
 
 
@@ -129,6 +129,10 @@ class GemmConfig:
     # with a TMA reduce-add (C is zeroed first; its rows must be 16-byte aligned). For
     # grids that underfill the SMs.
     split_k: int = 1
+    # Hand-written producer/consumer pipeline (kernels/gemm_async.py) that keeps one wgmma
+    # batch in flight across K steps, instead of TileLang's automatic warp specialisation
+    # of the T.Pipelined loop, which waits for every batch.
+    async_mma: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -158,6 +162,13 @@ class GemmConfig:
             raise ValueError(f"GemmConfig.smem_epilogue={self.smem_epilogue!r}: must be a bool")
         _check_int("GemmConfig", "persistent", self.persistent, low=0, high=4096)
         _check_int("GemmConfig", "split_k", self.split_k, low=1, high=64)
+        if not isinstance(self.async_mma, bool):
+            raise ValueError(f"GemmConfig.async_mma={self.async_mma!r}: must be a bool")
+        if self.async_mma and (self.persistent or self.split_k > 1 or self.policy != "square"):
+            raise ValueError(
+                f"GemmConfig.async_mma={self.async_mma}: needs persistent=0, split_k=1 and "
+                f"policy='square' (got {self.persistent}, {self.split_k}, {self.policy!r})"
+            )
         if self.split_k > 1 and self.swizzle:
             raise ValueError(
                 f"GemmConfig.swizzle={self.swizzle}: must be 0 with split_k={self.split_k} "
@@ -199,12 +210,14 @@ class GemmConfig:
     def id(self) -> str:
         """Readable id, e.g. ``b128x256x64_t256_s3``. Options append, in this order:
         ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
-        epilogue, ``_p132`` persistent grid of 132 blocks, ``_k4`` K split over 4 blocks."""
+        epilogue, ``_p132`` persistent grid of 132 blocks, ``_k4`` K split over 4 blocks,
+        ``_a`` the hand-written asynchronous pipeline."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]
         tail += "_e" if self.smem_epilogue else ""
         tail += f"_p{self.persistent}" if self.persistent else ""
         tail += f"_k{self.split_k}" if self.split_k > 1 else ""
+        tail += "_a" if self.async_mma else ""
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
             f"{tail}"
@@ -217,9 +230,9 @@ class GemmConfig:
         if found is None:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
-                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits> in that order"
+                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _a in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers, split = found.groups()
+        bm, bn, bk, th, st, sw, pol, ep, pers, split, asy = found.groups()
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
         return cls(
             int(bm),
@@ -232,6 +245,7 @@ class GemmConfig:
             smem_epilogue=bool(ep),
             persistent=int(pers or 0),
             split_k=int(split or 1),
+            async_mma=bool(asy),
         )
 
     @property
@@ -245,6 +259,10 @@ class GemmConfig:
 
 def make_gemm(shape: GemmShape, config: GemmConfig):
     """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing."""
+    if config.async_mma:
+        from kernels.gemm_async import make_gemm_async
+
+        return make_gemm_async(shape, config)
     # No ``from __future__ import annotations`` in this module: TileLang evaluates the
     # T.Tensor annotations below against this closure.
     import tilelang.cuda.language as TC

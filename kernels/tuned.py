@@ -63,7 +63,7 @@ def _valid(**fields) -> GemmConfig | None:
         return None  # over the shared-memory or register budget: not a candidate
 
 
-def candidates(shape: GemmShape, sms: int = H200_SMS) -> list[GemmConfig]:
+def candidates(shape: GemmShape, sms: int = H200_SMS, async_mma: bool = False) -> list[GemmConfig]:
     """The documented search space for ``shape``, invalid points dropped.
 
     - Skinny M (<= 64, decode) or N (<= 128, attention's P@V): 64-row tiles (wgmma's
@@ -75,7 +75,9 @@ def candidates(shape: GemmShape, sms: int = H200_SMS) -> list[GemmConfig]:
       where a tile sees one or two K steps), warp policy square/col/row on the
       two-warpgroup tiles, the epilogue direct or through shared memory, and the block
       order plain, swizzled (panels 4, 8, 16) or persistent (one block per SM); plus
-      block_K 128 with 2 stages on the two-warpgroup tiles. 256x256 tiles are
+      block_K 128 with 2 stages on the two-warpgroup tiles.
+    - With ``async_mma``: also each supported config on the hand-written asynchronous
+      pipeline (``_a``, kernels/gemm_async.py). 256x256 tiles are
       left out: four consumer warpgroups plus the producer leave ~100 registers a thread
       for 128 accumulators.
     """
@@ -139,7 +141,31 @@ def candidates(shape: GemmShape, sms: int = H200_SMS) -> list[GemmConfig]:
                             block_m=bm, block_n=bn, block_k=128, threads=256, num_stages=2, **order
                         )
                     )
+    if async_mma:
+        # The hand-written asynchronous pipeline (kernels/gemm_async.py) as a twin of every
+        # config it supports.
+        out += [
+            _valid(**{**_fields(c), "async_mma": True})
+            for c in out
+            if c is not None and c.policy == "square" and not c.persistent and c.split_k == 1
+        ]
     return list(dict.fromkeys(c for c in out if c is not None))
+
+
+def _fields(config: GemmConfig) -> dict:
+    names = (
+        "block_m",
+        "block_n",
+        "block_k",
+        "threads",
+        "num_stages",
+        "swizzle",
+        "policy",
+        "smem_epilogue",
+        "persistent",
+        "split_k",
+    )
+    return {name: getattr(config, name) for name in names}
 
 
 def heuristic(shape: GemmShape, sms: int = H200_SMS) -> GemmConfig:

@@ -57,6 +57,9 @@ def test_shape_rejects(kwargs, field, rule):
         ({"persistent": 132, "swizzle": 8}, "swizzle=8", "must be 0 with persistent"),
         ({"persistent": 132, "split_k": 2}, "split_k=2", "must be 1 with persistent"),
         ({"split_k": 4, "swizzle": 8}, "swizzle=8", "must be 0 with split_k=4"),
+        ({"async_mma": 1}, "async_mma=1", "bool"),
+        ({"async_mma": True, "persistent": 132}, "async_mma=True", "persistent=0"),
+        ({"async_mma": True, "policy": "row"}, "async_mma=True", "policy='square'"),
         # 128x256x64 in 4 stages fits (192 KiB), but not with the 64 KiB C tile staged.
         (
             {"block_n": 256, "block_k": 64, "threads": 256, "num_stages": 4, "smem_epilogue": True},
@@ -102,6 +105,7 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(256, 128, 64, 256, 3, policy="row"),
         GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
         GemmConfig(64, 256, 64, 128, 4, split_k=8),
+        GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True, async_mma=True),
     ],
     ids=lambda c: c.id,
 )
@@ -211,6 +215,27 @@ def test_sm90a_codegen_of_options(shape, config, expect):
         assert "blockIdx.y" not in src  # one grid dimension; tiles come from the loop
 
 
+def test_async_pipeline_needs_aligned_rows_of_a_and_b():
+    config = GemmConfig(128, 128, 64, 128, 4, async_mma=True)
+    with pytest.raises(ValueError, match="A rows of 515 elements, B rows of 1031 elements"):
+        make_gemm(GemmShape(4097, 1031, 515), config)
+
+
+@requires_nvcc
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+def test_sm90a_codegen_of_the_async_pipeline(layout):
+    """One wgmma batch stays in flight: the consumers wait for all but the newest batch and
+    then release the previous stage; nothing waits for every batch inside the K loop."""
+    config = GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, async_mma=True)
+    src = compile_gemm(GemmShape(4096, 4096, 4096, "float16", layout), config, arch="sm_90a").source
+    loop = src[src.index("wait_wgmma<1>") - 2000 : src.index("wait_wgmma<0>")]
+    assert "warpgroup_wait<0>" not in loop
+    assert "empty[" in loop and ".arrive()" in loop
+    assert "tma_load" in src and "wgmma_ss" in src and "tma_store" in src
+    assert "warpgroup_reg_alloc<240>" in src and "warpgroup_reg_dealloc<24>" in src
+    assert "__launch_bounds__(384" in src  # two consumer warpgroups and the producer
+
+
 def test_split_k_needs_aligned_rows_of_c():
     with pytest.raises(ValueError, match=r"split_k=4: needs N \* 2 bytes.*N=1031"):
         make_gemm(GemmShape(4097, 1031, 515), GemmConfig(64, 128, 64, 128, 4, split_k=4))
@@ -245,9 +270,24 @@ OPTION_CONFIGS = [
     # the float64 reference does (a missing tile stays zero).
     GemmConfig(64, 128, 64, 128, 4, split_k=4),
     GemmConfig(128, 128, 64, 128, 3, split_k=3),
+    # The hand-written asynchronous pipeline (kernels/gemm_async.py), with and without the
+    # shared-memory epilogue and swizzle, one and two consumer warpgroups.
+    GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, async_mma=True),
+    GemmConfig(128, 128, 64, 128, 4, async_mma=True),
 ]
 SIZES = [(1000, 1000, 1000), (4097, 1031, 515), (256, 512, 128), (16, 1024, 2048)]
 OPTION_SIZES = [(4097, 1031, 515), (16, 1024, 2048), (2048, 2304, 256)]
+
+
+def _supported(shape: GemmShape, config: GemmConfig) -> bool:
+    """Split-K reduces, and the async pipeline loads, through TMA, which needs 16-byte
+    aligned rows: of C for split-K; of A and B for the async pipeline."""
+    if config.split_k > 1 and shape.n % 8:
+        return False
+    b_row = shape.k if shape.layout == "NT" else shape.n
+    return not (config.async_mma and (shape.k % 8 or b_row % 8))
+
+
 GPU_CASES = [
     (GemmShape(*size, dtype, layout), config)
     for sizes, configs in ((SIZES, CONFIGS), (OPTION_SIZES, OPTION_CONFIGS))
@@ -255,8 +295,7 @@ GPU_CASES = [
     for dtype in ("float16", "bfloat16")
     for layout in ("NN", "NT")
     for config in configs
-    # Split-K reduces through TMA, which needs C's rows 16-byte aligned (N % 8 == 0).
-    if config.split_k == 1 or size[1] % 8 == 0
+    if _supported(GemmShape(*size, dtype, layout), config)
 ]
 # Everything the GPU tests build: `python -m harness.precompile tests.test_gemm:PRECOMPILE`
 # compiles it over all cores before pytest starts (nox -s gpu_tests does).

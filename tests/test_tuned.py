@@ -103,3 +103,13 @@ def test_tuned_config_matches_float64_reference(shape, config):
     result = check_kernel(compile_gemm(shape, config), seed=21)
     assert result.unwritten == 0, f"{result.unwritten} outputs never written"
     assert result.ok, str(result)
+
+
+def test_async_twins_join_the_space_only_when_asked():
+    shape = case_shape("square4096", "float16")
+    plain, both = candidates(shape), candidates(shape, async_mma=True)
+    assert not any(c.async_mma for c in plain)
+    twins = [c for c in both if c.async_mma]
+    assert twins and set(plain) <= set(both)
+    for c in twins:  # never with the options the async pipeline does not take
+        assert c.policy == "square" and c.persistent == 0 and c.split_k == 1

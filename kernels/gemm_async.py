@@ -1,0 +1,120 @@
+"""The GEMM with a hand-written producer/consumer pipeline (``GemmConfig.async_mma``).
+
+Same tiles, data flow and result as ``make_gemm``: A and B tiles go global -> shared by
+TMA, the tensor cores accumulate into a cleared fp32 fragment, and the tile is written
+back once. What differs is who schedules the K loop. TileLang's automatic warp
+specialisation of ``T.Pipelined`` waits for each K step's wgmma batch to finish before it
+releases that step's shared-memory stage (TileLang 0.1.15 declines delayed waits). Here
+the block is split by hand:
+
+- one producer warpgroup (threads ``config.threads`` and up): for each K step it waits
+  until the stage is free (``empty``), then one thread issues the TMA loads of the A and
+  B tiles, which complete on the stage's ``full`` barrier;
+- ``config.threads`` consumer threads (one or more warpgroups): for each K step they wait
+  on ``full``, issue the step's wgmma batch without waiting for it (``T.wgmma_gemm``), then
+  wait until at most one batch is outstanding (``T.wait_wgmma(1)``): the previous step's
+  batch has finished reading its stage, which they release on ``empty``. So one batch
+  runs on the tensor cores while the next is issued.
+
+The producer gives up registers (``setmaxnreg`` 24) and the consumers take them (240).
+"""
+
+from kernels.gemm import GemmConfig, GemmShape
+
+PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
+CONSUMER_REGISTERS = 240
+PRODUCER_REGISTERS = 24
+
+
+def make_gemm_async(shape: GemmShape, config: GemmConfig):
+    """The TileLang program for ``shape`` under ``config`` (``config.async_mma``)."""
+    # TileLang evaluates the T.Tensor annotations against this closure (no postponed
+    # annotations in this module).
+    import tilelang.cuda.language as TC
+    import tilelang.language as T
+
+    M, N, K = shape.m, shape.n, shape.k
+    block_M, block_N, block_K = config.block_m, config.block_n, config.block_k
+    stages, consumers = config.num_stages, config.threads
+    dtype, accum_dtype = shape.dtype, config.accum_dtype
+    trans_B = shape.layout == "NT"
+    b_shape = shape.b_shape
+    b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+    k_steps = T.ceildiv(K, block_K)
+    # Every load is an explicit TMA copy, and TMA needs 16-byte aligned rows.
+    rows = {"A": K, "B": K if trans_B else N}
+    unaligned = {name: n for name, n in rows.items() if (n * 2) % 16}
+    if unaligned:
+        raise ValueError(
+            "GemmConfig.async_mma=True: needs the rows of A and B 16-byte aligned (a multiple "
+            "of 8 elements), got "
+            + ", ".join(f"{name} rows of {n} elements" for name, n in unaligned.items())
+        )
+    c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
+
+    @T.prim_func
+    def gemm(
+        A: T.Tensor((M, K), dtype),
+        B: T.Tensor(b_shape, dtype),
+        C: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(
+            T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=consumers + PRODUCER_THREADS
+        ) as (bx, by):
+            A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
+            B_shared = T.alloc_shared((stages, *b_tile), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            C_shared = T.alloc_shared(c_tile, dtype)
+            full = T.alloc_barrier([1] * stages)  # the producer's one issuing thread
+            empty = T.alloc_barrier([consumers] * stages)  # every consumer thread
+            if config.swizzle:
+                T.use_swizzle(panel_size=config.swizzle)
+            tx = T.get_thread_binding()
+            if tx >= consumers:
+                T.dec_max_nreg(PRODUCER_REGISTERS)
+                for ko in T.serial(k_steps):
+                    stage = ko % stages
+                    # A fresh barrier passes the wait on parity 1: the first lap is free.
+                    T.mbarrier_wait_parity(empty[stage], ((ko // stages) & 1) ^ 1)
+                    if tx == consumers:
+                        k0 = ko * block_K
+                        T.tma_copy(
+                            A[by * block_M : (by + 1) * block_M, k0 : k0 + block_K],
+                            A_shared[stage, :, :],
+                            barrier=full[stage],
+                        )
+                        if trans_B:
+                            T.tma_copy(
+                                B[bx * block_N : (bx + 1) * block_N, k0 : k0 + block_K],
+                                B_shared[stage, :, :],
+                                barrier=full[stage],
+                            )
+                        else:
+                            T.tma_copy(
+                                B[k0 : k0 + block_K, bx * block_N : (bx + 1) * block_N],
+                                B_shared[stage, :, :],
+                                barrier=full[stage],
+                            )
+                        T.barrier_arrive(full[stage])
+            else:
+                T.inc_max_nreg(CONSUMER_REGISTERS)
+                # Registers hold garbage at launch and every K step accumulates.
+                T.clear(C_local)
+                for ko in T.serial(k_steps):
+                    stage = ko % stages
+                    T.mbarrier_wait_parity(full[stage], (ko // stages) & 1)
+                    TC.wgmma_gemm(
+                        A_shared[stage, :, :], B_shared[stage, :, :], C_local, transpose_B=trans_B
+                    )
+                    # The previous step's batch is done: its stage may be refilled.
+                    T.wait_wgmma(1)
+                    if ko > 0:
+                        T.barrier_arrive(empty[(ko + stages - 1) % stages])
+                T.wait_wgmma(0)
+                if config.smem_epilogue:
+                    T.copy(C_local, C_shared)
+                    T.copy(C_shared, C[by * block_M, bx * block_N])
+                else:
+                    T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return gemm
