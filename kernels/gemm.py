@@ -164,6 +164,12 @@ class GemmConfig:
         _check_int("GemmConfig", "split_k", self.split_k, low=1, high=64)
         if not isinstance(self.async_mma, bool):
             raise ValueError(f"GemmConfig.async_mma={self.async_mma!r}: must be a bool")
+        if self.async_mma and self.num_stages < 2:
+            # The consumers release a stage one K step late; with one stage the producer
+            # would wait for a release that waits for its own next load.
+            raise ValueError(
+                f"GemmConfig.num_stages={self.num_stages}: must be >= 2 with async_mma=True"
+            )
         if self.async_mma and (self.persistent or self.split_k > 1 or self.policy != "square"):
             raise ValueError(
                 f"GemmConfig.async_mma={self.async_mma}: needs persistent=0, split_k=1 and "

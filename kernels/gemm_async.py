@@ -16,14 +16,24 @@ the block is split by hand:
   batch has finished reading its stage, which they release on ``empty``. So one batch
   runs on the tensor cores while the next is issued.
 
-The producer gives up registers (``setmaxnreg`` 24) and the consumers take them (240).
+The producer gives up registers (``setmaxnreg`` 24) and the consumers take them (240 for
+one or two consumer warpgroups, less for more: the block shares one register file).
+The consumers release a stage one step late, so the pipeline needs two stages or more.
 """
 
 from kernels.gemm import GemmConfig, GemmShape
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
-CONSUMER_REGISTERS = 240
 PRODUCER_REGISTERS = 24
+MAX_REGISTERS = 240
+REGISTER_FILE = 65536  # 32-bit registers per SM; the block runs alone on its SM
+
+
+def consumer_registers(consumers: int) -> int:
+    """Registers a consumer thread can take (``setmaxnreg``, a multiple of 8) once the
+    producer has given its own back: all of the register file, shared by the block."""
+    share = (REGISTER_FILE - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumers
+    return min(MAX_REGISTERS, share // 8 * 8)
 
 
 def make_gemm_async(shape: GemmShape, config: GemmConfig):
@@ -97,7 +107,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
                             )
                         T.barrier_arrive(full[stage])
             else:
-                T.inc_max_nreg(CONSUMER_REGISTERS)
+                T.inc_max_nreg(consumer_registers(consumers))
                 # Registers hold garbage at launch and every K step accumulates.
                 T.clear(C_local)
                 for ko in T.serial(k_steps):

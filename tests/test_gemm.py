@@ -60,6 +60,7 @@ def test_shape_rejects(kwargs, field, rule):
         ({"async_mma": 1}, "async_mma=1", "bool"),
         ({"async_mma": True, "persistent": 132}, "async_mma=True", "persistent=0"),
         ({"async_mma": True, "policy": "row"}, "async_mma=True", "policy='square'"),
+        ({"async_mma": True, "num_stages": 1}, "num_stages=1", ">= 2 with async_mma"),
         # 128x256x64 in 4 stages fits (192 KiB), but not with the 64 KiB C tile staged.
         (
             {"block_n": 256, "block_k": 64, "threads": 256, "num_stages": 4, "smem_epilogue": True},
@@ -234,6 +235,15 @@ def test_sm90a_codegen_of_the_async_pipeline(layout):
     assert "tma_load" in src and "wgmma_ss" in src and "tma_store" in src
     assert "warpgroup_reg_alloc<240>" in src and "warpgroup_reg_dealloc<24>" in src
     assert "__launch_bounds__(384" in src  # two consumer warpgroups and the producer
+
+
+def test_async_consumers_share_one_register_file():
+    from kernels.gemm_async import consumer_registers
+
+    assert consumer_registers(128) == consumer_registers(256) == 240
+    assert consumer_registers(384) == 160  # 3 x 128 x 160 + 128 x 24 <= 65536
+    for consumers in (128, 256, 384, 512):
+        assert consumers * consumer_registers(consumers) + 128 * 24 <= 65536
 
 
 def test_split_k_needs_aligned_rows_of_c():
