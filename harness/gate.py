@@ -226,6 +226,7 @@ def pool(rounds: list[dict[str, dict]]) -> list[gd.BenchSamples]:
     for name in names:
         acc = {"base": [], "head": [], "base_rel": [], "head_rel": []}
         errors, skipped = [], False
+        absent = {"base": 0, "head": 0}
         for r in rounds:
             for side in ("base", "head"):
                 payload = r[side]
@@ -234,7 +235,7 @@ def pool(rounds: list[dict[str, dict]]) -> list[gd.BenchSamples]:
                     continue
                 entry = payload["results"].get(name)
                 if entry is None:
-                    errors.append(f"{side}: benchmark missing from this revision")
+                    absent[side] += 1
                 elif "error" in entry:
                     errors.append(f"{side}: {entry['error']}")
                 elif "skipped" in entry:
@@ -244,8 +245,18 @@ def pool(rounds: list[dict[str, dict]]) -> list[gd.BenchSamples]:
                     acc[f"{side}_rel"] += entry["track_vs_torch"]
         if skipped and not errors and not acc["base"] and not acc["head"]:
             continue  # invalid on both sides: not a benchmark
+        # Absent from every round of one side: added or removed by the change. Absent from
+        # some rounds only: that side's runs disagree, which is a failure.
+        missing = next((side for side in absent if absent[side] == len(rounds)), None)
+        for side, count in absent.items():
+            if 0 < count < len(rounds):
+                errors.append(f"{side}: benchmark missing from {count} of {len(rounds)} rounds")
         error = "; ".join(dict.fromkeys(errors)) or None
-        out.append(gd.BenchSamples(name=name, error=error, **{k: tuple(v) for k, v in acc.items()}))
+        out.append(
+            gd.BenchSamples(
+                name=name, error=error, missing=missing, **{k: tuple(v) for k, v in acc.items()}
+            )
+        )
     return out
 
 

@@ -17,7 +17,9 @@ A benchmark is a regression only when all of these hold:
    that clocked down for HEAD's rounds (slowing torch and the kernel alike) passes.
 
 Improvements are the mirror image (``ratio < 1 / (1 + threshold)``). Everything else is
-unchanged; a missing or empty side, or a build/run error, is failed.
+unchanged; an empty side, or a build/run error, is failed. A benchmark that exists on one
+revision only is reported as new (added by HEAD) or removed (dropped by HEAD), and fails
+nothing: a PR that adds or renames a benchmark has no base to compare it with.
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 UNCHANGED = "unchanged"
 FAILED = "failed"
+NEW = "new"
+REMOVED = "removed"
 
 # Table order: what needs a human first.
-_ORDER = {REGRESSION: 0, FAILED: 1, IMPROVEMENT: 2, UNCHANGED: 3}
+_ORDER = {REGRESSION: 0, FAILED: 1, REMOVED: 2, IMPROVEMENT: 3, NEW: 4, UNCHANGED: 5}
 
 # A compiler error can be pages long; the table row only has to say which one it was.
 _MAX_ERROR_CHARS = 300
@@ -54,6 +58,8 @@ class BenchSamples:
     head_rel: tuple[float, ...] = ()
     # Set when the benchmark failed to build or run on either side ("head: CompileError: ...").
     error: str | None = None
+    # "base" or "head": the revision that does not have this benchmark at all.
+    missing: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +149,25 @@ def decide(s: BenchSamples, threshold: float = 0.05, p_threshold: float = 0.002)
 
     if s.error:
         return _failed(s, base, head, threshold, f"benchmark error: {s.error}")
+    if s.missing in ("base", "head"):
+        status, reason = (
+            (NEW, "added by head: no base to compare with")
+            if s.missing == "base"
+            else (REMOVED, "not in head any more")
+        )
+        return Verdict(
+            name=s.name,
+            status=status,
+            base_median=statistics.median(base) if base else None,
+            head_median=statistics.median(head) if head else None,
+            ratio=None,
+            rel_ratio=None,
+            p_value=None,
+            ci_low=None,
+            ci_high=None,
+            threshold=threshold,
+            reason=reason,
+        )
     empty = [side for side, xs in (("base", base), ("head", head)) if not xs]
     if empty:
         return _failed(s, base, head, threshold, f"no samples on {' or '.join(empty)}")
@@ -312,7 +337,9 @@ def render_markdown(
         f"{_plural(counts[REGRESSION], 'regression', 'regressions')}, "
         f"{counts[FAILED]} failed, "
         f"{_plural(counts[IMPROVEMENT], 'improvement', 'improvements')}, "
-        f"{counts[UNCHANGED]} unchanged ({limit})",
+        f"{counts[UNCHANGED]} unchanged"
+        + "".join(f", {counts[k]} {k}" for k in (NEW, REMOVED) if counts[k])
+        + f" ({limit})",
     ]
     if context:
         lines.append("")

@@ -47,6 +47,33 @@ def test_pool_marks_a_fatal_side_as_failed():
     assert samples[0].error == "head: ImportError"
 
 
+def test_a_benchmark_added_or_removed_by_the_change_is_reported_not_failed():
+    from harness import gate_decision as gd
+
+    rng = random.Random(6)
+    rounds = [_round(rng, 1e-3, 1e-3) for _ in range(2)]
+    for r in rounds:  # head adds gemm.X(new), base alone has gemm.X(old)
+        r["head"]["results"]["gemm.X(new)"] = r["head"]["results"]["gemm.X(a)"]
+        r["base"]["results"]["gemm.X(old)"] = r["base"]["results"]["gemm.X(a)"]
+    by_name = {s.name: s for s in gate.pool(rounds)}
+    assert by_name["gemm.X(new)"].missing == "base" and by_name["gemm.X(new)"].error is None
+    assert by_name["gemm.X(old)"].missing == "head"
+    verdicts = {v.name: v for v in gd.decide_all(by_name.values())}
+    assert verdicts["gemm.X(new)"].status == gd.NEW
+    assert verdicts["gemm.X(old)"].status == gd.REMOVED
+    assert gd.exit_code(verdicts.values()) == 0
+    text = gd.render_markdown(verdicts.values(), base_label="main", head_label="pr")
+    assert "PASS" in text and "1 new, 1 removed" in text
+
+
+def test_a_benchmark_missing_from_some_rounds_of_a_side_fails():
+    rng = random.Random(7)
+    rounds = [_round(rng, 1e-3, 1e-3) for _ in range(2)]
+    del rounds[1]["head"]["results"]["gemm.X(a)"]
+    (s,) = gate.pool(rounds)
+    assert s.missing is None and "missing from 1 of 2 rounds" in s.error
+
+
 def test_discover_finds_the_gpu_suite():
     names = [name for name, _, _ in discover(ROOT, gate.DEFAULT_BENCH)]
     assert len(names) >= 12
