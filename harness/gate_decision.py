@@ -115,11 +115,17 @@ def _check_threshold(threshold: float, p_threshold: float) -> None:
 
 
 def _failed(
-    s: BenchSamples, base: Sequence[float], head: Sequence[float], threshold: float, reason: str
+    s: BenchSamples,
+    base: Sequence[float],
+    head: Sequence[float],
+    threshold: float,
+    reason: str,
+    status: str = FAILED,
 ) -> Verdict:
+    """A verdict with no comparison: failed, or (``status``) new or removed."""
     return Verdict(
         name=s.name,
-        status=FAILED,
+        status=status,
         base_median=statistics.median(base) if base else None,
         head_median=statistics.median(head) if head else None,
         ratio=None,
@@ -149,25 +155,10 @@ def decide(s: BenchSamples, threshold: float = 0.05, p_threshold: float = 0.002)
 
     if s.error:
         return _failed(s, base, head, threshold, f"benchmark error: {s.error}")
-    if s.missing in ("base", "head"):
-        status, reason = (
-            (NEW, "added by head: no base to compare with")
-            if s.missing == "base"
-            else (REMOVED, "not in head any more")
-        )
-        return Verdict(
-            name=s.name,
-            status=status,
-            base_median=statistics.median(base) if base else None,
-            head_median=statistics.median(head) if head else None,
-            ratio=None,
-            rel_ratio=None,
-            p_value=None,
-            ci_low=None,
-            ci_high=None,
-            threshold=threshold,
-            reason=reason,
-        )
+    if s.missing == "base":
+        return _failed(s, base, head, threshold, "added by head: no base to compare with", NEW)
+    if s.missing == "head":
+        return _failed(s, base, head, threshold, "not in head any more", REMOVED)
     empty = [side for side, xs in (("base", base), ("head", head)) if not xs]
     if empty:
         return _failed(s, base, head, threshold, f"no samples on {' or '.join(empty)}")
