@@ -385,6 +385,13 @@ def main(argv: list[str] | None = None) -> int:
         plan(args)
     except ValueError as err:
         parser.error(str(err))
+    if args.tuned and not args.report:
+        parser.error("--tuned: adds a section to the report, so it needs --report")
+    if args.tune_log and not args.tuned:
+        parser.error("--tune-log: feeds the Tuned Configs section, so it needs --tuned")
+    for name, path in (("--tuned", args.tuned), ("--tune-log", args.tune_log)):
+        if path is not None and not path.is_file():
+            parser.error(f"{name}={path}: no such file")
     # Wide when piped or logged: rich would otherwise squeeze the table into 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 200)
     argv = sys.argv[1:] if argv is None else argv

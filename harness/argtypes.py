@@ -34,3 +34,12 @@ def fraction(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be a fraction between 0 and 1 (0.05 = 5%)")
     return value
+
+
+def gpu_list(text: str) -> str:
+    """``all`` or comma-separated GPU indices (``0,1``); checked against the GPUs that are
+    actually visible later, once CUDA is up."""
+    parts = [x.strip() for x in text.split(",")]
+    if text != "all" and not (parts and all(x.isdigit() for x in parts)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be 'all' or indices like 0,1")
+    return text

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from harness import gate_decision as gd
-from harness.argtypes import fraction, positive_int
+from harness.argtypes import fraction, gpu_list, positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "gate_worker.py"
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=ROOT / ".gate", help="work and report folder")
     p.add_argument(
         "--gpus",
+        type=gpu_list,
         default=None,
         help="'all' or indices like 0,1: shard the benchmarks over these GPUs",
     )

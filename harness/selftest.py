@@ -35,7 +35,7 @@ from pathlib import Path
 
 from harness import gate
 from harness import gate_decision as gd
-from harness.argtypes import fraction, positive_int
+from harness.argtypes import fraction, gpu_list, positive_int
 
 SIDES = ("base", "head", "injected")
 EXIT_INTERRUPTED = 130
@@ -299,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bench", default=gate.DEFAULT_BENCH, help="regex on benchmark names")
     p.add_argument(
         "--gpus",
+        type=gpu_list,
         default=None,
         help="'all' or indices like 0,1: split the benchmarks over these GPUs",
     )

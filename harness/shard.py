@@ -30,6 +30,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.argtypes import gpu_list
+
 ROOT = Path(__file__).resolve().parent.parent
 _PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
 # Room over the even share: a little keeps a class on its own GPU when another class is
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--gpus", required=True, help="'all' or indices like 0,1")
+    p.add_argument("--gpus", required=True, type=gpu_list, help="'all' or indices like 0,1")
     p.add_argument("--machine", default=None, help="asv machine name stem (default: the GPU)")
     p.add_argument("asv_args", nargs="*", help="passed to every asv run (after --)")
     args = p.parse_args(argv)

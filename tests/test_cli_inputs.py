@@ -34,6 +34,48 @@ def _run(*args):
         (["-m", "benchmarks.tune_gemm", "--top", "0"], "--top: 0 must be >= 1"),
         (["-m", "benchmarks.tune_gemm", "--bf16-from", "-1"], "--bf16-from: -1 must be >= 0"),
         (["-m", "harness.asv_stats", "/nonexistent/results"], "no asv result files"),
+        (["-m", "harness.selftest", "--gpus", "0,x"], "must be 'all' or indices like 0,1"),
+        (["-m", "harness.gate", "HEAD", "HEAD", "--gpus", "one"], "must be 'all' or indices"),
+        (["-m", "harness.shard", "--gpus", "-1"], "must be 'all' or indices like 0,1"),
+        (
+            [
+                "-m",
+                "benchmarks.bench_gemm",
+                "--replay",
+                "reports/stage04_gemm.jsonl",
+                "--tuned",
+                "kernels/tuned_configs.json",
+            ],
+            "--tuned: adds a section to the report, so it needs --report",
+        ),
+        (
+            [
+                "-m",
+                "benchmarks.bench_gemm",
+                "--replay",
+                "reports/stage04_gemm.jsonl",
+                "--report",
+                "/tmp/r.md",
+                "--tune-log",
+                "reports/tune_h200.jsonl",
+            ],
+            "--tune-log: feeds the Tuned Configs section, so it needs --tuned",
+        ),
+        (
+            [
+                "-m",
+                "benchmarks.bench_gemm",
+                "--replay",
+                "reports/stage04_gemm.jsonl",
+                "--report",
+                "/tmp/r.md",
+                "--tuned",
+                "kernels/tuned_configs.json",
+                "--tune-log",
+                "/nonexistent.jsonl",
+            ],
+            "--tune-log=/nonexistent.jsonl: no such file",
+        ),
     ],
 )
 def test_bad_option_names_the_field_and_rule(args, message):
