@@ -76,6 +76,15 @@ def _nvml():
     return _NVML[0]
 
 
+def _case(shape: _Shape) -> _Case:
+    """The inputs of ``shape``, made once per process."""
+    if shape not in _CASES:
+        from harness.cases import Case
+
+        _CASES[shape] = Case(shape)
+    return _CASES[shape]
+
+
 def shape_of(size: str, dtype: str, layout: str = "NN") -> _Shape:
     from kernels import GemmShape
 
@@ -147,11 +156,7 @@ class _GpuGemm:
             shape, config = self.case(*params)
         except ValueError as err:  # an invalid combination, not a failure
             raise NotImplementedError(str(err)) from None
-        if shape not in _CASES:
-            from harness.cases import Case
-
-            _CASES[shape] = Case(shape)
-        data = _CASES[shape]
+        data = _case(shape)
         data.tilelang_fn(config)  # compile outside the timed region
         return data, config
 
@@ -317,11 +322,7 @@ class Launch(_GpuGemm):
         if kernel != TORCH:
             return super().prepare(size, kernel)
         shape, _ = self.case(size, kernel)
-        if shape not in _CASES:
-            from harness.cases import Case
-
-            _CASES[shape] = Case(shape)
-        return _CASES[shape], None
+        return _case(shape), None
 
     def _measure_launch(self, data: _Case, config: _Config | None) -> list[float]:
         from harness.timing import measure_launch

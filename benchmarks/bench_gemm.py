@@ -241,23 +241,16 @@ def load_jsonl(path: Path) -> tuple[dict, list]:
     """The meta line and the rows of a recorded sweep."""
     from harness.cases import CaseResult
 
-    meta, rows = {}, []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if "meta" in record:
-            meta = record["meta"]
-        elif "launch_us" in record:
-            continue  # launch-overhead lines have no latency row
-        else:
-            rows.append(CaseResult.from_dict(record))
+    meta, records = _read_jsonl(path)
+    # Launch-overhead lines have no latency row.
+    rows = [CaseResult.from_dict(r) for r in records if "launch_us" not in r]
     if not rows:
         raise ValueError(f"--replay {path}: holds no measured rows")
     return meta, rows
 
 
 def _read_jsonl(path: Path) -> tuple[dict, list[dict]]:
+    """The meta line and the other records of a JSONL file (this CLI's or the tuner's)."""
     meta, rows = {}, []
     for line in path.read_text().splitlines():
         if line.strip():

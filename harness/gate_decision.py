@@ -114,7 +114,7 @@ def _check_threshold(threshold: float, p_threshold: float) -> None:
         raise ValueError(f"p_threshold={p_threshold!r}: must be in (0, 1]")
 
 
-def _failed(
+def _uncompared(
     s: BenchSamples,
     base: Sequence[float],
     head: Sequence[float],
@@ -122,7 +122,7 @@ def _failed(
     reason: str,
     status: str = FAILED,
 ) -> Verdict:
-    """A verdict with no comparison: failed, or (``status``) new or removed."""
+    """A verdict without a comparison: failed, or (``status``) new or removed."""
     return Verdict(
         name=s.name,
         status=status,
@@ -154,19 +154,19 @@ def decide(s: BenchSamples, threshold: float = 0.05, p_threshold: float = 0.002)
     base, head = _finite(s.base), _finite(s.head)
 
     if s.error:
-        return _failed(s, base, head, threshold, f"benchmark error: {s.error}")
+        return _uncompared(s, base, head, threshold, f"benchmark error: {s.error}")
     if s.missing == "base":
-        return _failed(s, base, head, threshold, "added by head: no base to compare with", NEW)
+        return _uncompared(s, base, head, threshold, "added by head: no base to compare with", NEW)
     if s.missing == "head":
-        return _failed(s, base, head, threshold, "not in head any more", REMOVED)
+        return _uncompared(s, base, head, threshold, "not in head any more", REMOVED)
     empty = [side for side, xs in (("base", base), ("head", head)) if not xs]
     if empty:
-        return _failed(s, base, head, threshold, f"no samples on {' or '.join(empty)}")
+        return _uncompared(s, base, head, threshold, f"no samples on {' or '.join(empty)}")
 
     base_median, base_stats = compute_stats(base, 1)
     head_median, head_stats = compute_stats(head, 1)
     if base_median <= 0:
-        return _failed(s, base, head, threshold, f"base median {base_median!r} is not positive")
+        return _uncompared(s, base, head, threshold, f"base median {base_median!r} is not positive")
 
     ratio = head_median / base_median
     rel_ratio = _rel_ratio(s)

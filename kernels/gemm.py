@@ -289,9 +289,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
 
     # K steps per block: all of them, or one split's share (the last split may run past K;
     # TMA fills out-of-range tiles with zeros, which add nothing).
-    k_steps = (
-        T.ceildiv(K, block_K * config.split_k) if config.split_k > 1 else T.ceildiv(K, block_K)
-    )
+    k_steps = T.ceildiv(K, block_K * config.split_k)
 
     if config.split_k > 1 and (N * ELEMENT_BYTES) % 16:
         # The partial tiles are reduce-added by TMA, which needs 16-byte aligned rows of C.

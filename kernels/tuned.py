@@ -11,7 +11,7 @@ layout) and ``heuristic`` otherwise.
 import functools
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernels.gemm import GemmConfig, GemmShape
@@ -145,27 +145,19 @@ def candidates(shape: GemmShape, sms: int = H200_SMS, async_mma: bool = False) -
         # The hand-written asynchronous pipeline (kernels/gemm_async.py) as a twin of every
         # config it supports.
         out += [
-            _valid(**{**_fields(c), "async_mma": True})
+            _twin(c)
             for c in out
             if c is not None and c.policy == "square" and not c.persistent and c.split_k == 1
         ]
     return list(dict.fromkeys(c for c in out if c is not None))
 
 
-def _fields(config: GemmConfig) -> dict:
-    names = (
-        "block_m",
-        "block_n",
-        "block_k",
-        "threads",
-        "num_stages",
-        "swizzle",
-        "policy",
-        "smem_epilogue",
-        "persistent",
-        "split_k",
-    )
-    return {name: getattr(config, name) for name in names}
+def _twin(config: GemmConfig) -> GemmConfig | None:
+    """``config`` on the asynchronous pipeline, or None where that is not valid."""
+    try:
+        return replace(config, async_mma=True)
+    except ValueError:
+        return None
 
 
 def heuristic(shape: GemmShape, sms: int = H200_SMS) -> GemmConfig:
