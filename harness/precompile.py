@@ -80,15 +80,17 @@ def stamp_path() -> Path:
 
 
 def fingerprint() -> str:
-    """What a compiled kernel depends on besides its shape and config: the kernel source
-    and the TileLang version."""
-    from kernels import gemm
+    """What a compiled kernel depends on besides its shape and config: the source of the
+    kernel package (every module that builds a program) and the TileLang version."""
+    import kernels
 
     try:
         version = importlib.metadata.version("tilelang")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    digest = hashlib.sha256(Path(gemm.__file__).read_bytes() + version.encode())
+    digest = hashlib.sha256(version.encode())
+    for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -62,3 +62,16 @@ def test_a_corrupt_stamp_counts_as_none(tmp_path):
     path = tmp_path / "stamp.json"
     path.write_text("{not json")
     assert precompile.load_stamp(path, "x") == set()
+
+
+def test_fingerprint_covers_every_kernel_module(monkeypatch, tmp_path):
+    import kernels
+
+    package = tmp_path / "kernels"
+    package.mkdir()
+    for name in ("__init__.py", "gemm.py", "gemm_async.py"):
+        (package / name).write_text(f"# {name}\n")
+    monkeypatch.setattr(kernels, "__file__", str(package / "__init__.py"))
+    before = precompile.fingerprint()
+    (package / "gemm_async.py").write_text("# changed\n")
+    assert precompile.fingerprint() != before
