@@ -125,8 +125,9 @@ def _pop_option(args: list[str], name: str) -> str | None:
 
 def _asv_current_commit(session: nox.Session, args: list[str]) -> None:
     """asv run of the checked-out commit in this environment, then asv publish. With
-    ``--gpus all`` (or ``0,1``) one asv run per GPU over its share of the GPU classes
-    (``harness.shard``); the rest of ``args`` goes to every asv run."""
+    ``--gpus all`` (or ``0,1``) one asv run per GPU over its share of the suite's classes
+    (``harness.shard``); the rest of ``args`` goes to every asv run, a ``-b`` narrowing
+    each."""
     py = _python(session)
     args = list(args)
     gpus = _pop_option(args, "--gpus")

@@ -5,13 +5,17 @@
     python -m harness.shard --gpus all -- <asv run args>
 
 The unit is the benchmark class (``gemm.Stage``): asv measures a class as a whole in its
-``setup_cache``, so a class split over two GPUs would be measured on both. Each class is
-weighted by the estimated cost of measuring it (``family_weights``: per combination a
-fixed cost plus a share proportional to its flops). The plan is stable: a class goes to
-the GPU its name hashes to unless that GPU would pass its share of the total weight, so
-it lands on the same GPU index run after run (its history stays comparable) and adding
-a class moves few others. Every class is assigned exactly once; a GPU left without one
-runs nothing. A shard that fails keeps the other shards' results.
+``setup_cache``, so a class split over two GPUs would be measured on both. Every class of
+the suite is placed, the CPU-only ones of ``static`` too, so ``--gpus`` runs the same grid
+as one ``asv run``. Each class is weighted by the estimated cost of measuring it
+(``family_weights``: per GPU combination a fixed cost plus a share proportional to its
+flops; per CPU combination a cold compile). A ``-b REGEX`` among the asv arguments narrows
+every shard to the tracks it matches (asv would otherwise run them on every shard). The
+plan is stable: a class goes to the GPU its name hashes to unless that GPU would pass its
+share of the total weight, so it lands on the same GPU index run after run (its history
+stays comparable) and adding a class moves few others. Every unit is assigned exactly
+once; a GPU left without one runs nothing. A shard that fails keeps the other shards'
+results.
 """
 
 from __future__ import annotations
@@ -37,6 +41,12 @@ _PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
 # Room over the even share: a little keeps a class on its own GPU when another class is
 # added (fewer moves, comparable histories) at a small cost in balance.
 SLACK = 0.1
+# The modules whose classes make up the suite, as asv.conf.json's benchmark_dir holds them.
+SUITE_MODULES = ("asv_bench.gemm", "asv_bench.static")
+_BENCH_PREFIXES = ("track_", "time_", "mem_", "peakmem_", "timeraw_")
+# A CPU-track combination in units of a GPU combination's fixed cost: a cold compile or a
+# compiled kernel's ptxas report, 4-8 s on an H200 host, against 1-2 s.
+CPU_COMBINATION_WEIGHT = 3.5
 
 
 def _rank(name: str, gpu: int) -> int:
@@ -80,32 +90,96 @@ def combination_weight(flops: int | None) -> float:
     return 0.0 if flops is None else 1.0 + flops / 1e12
 
 
-def family_weights(module_name: str = "asv_bench.gemm") -> dict[str, float]:
-    """``{"gemm.Stage": weight}`` for every asv class of the module: the unit of the plan,
-    since each class is measured as a whole in its ``setup_cache``. Its weight is the sum
-    of ``combination_weight`` over its combinations, from the shapes its ``case`` maps
-    them to (no GPU needed)."""
-    module = importlib.import_module(module_name)
-    short = module_name.rsplit(".", 1)[-1]
-    out = {}
-    for cls_name, cls in vars(module).items():
-        if cls_name.startswith("_") or not inspect.isclass(cls) or not hasattr(cls, "params"):
-            continue
-        bench = cls()
-        total = 0.0
-        for combo in itertools.product(*cls.params):
-            try:
-                shape, _ = bench.case(*combo)
-            except ValueError:
-                total += combination_weight(None)
-            else:
-                total += combination_weight(shape.flops)
-        out[f"{short}.{cls_name}"] = total
+def suite_units(modules: tuple[str, ...] = SUITE_MODULES) -> dict[str, list[tuple[str, type]]]:
+    """The plan's units: ``{"gemm.Stage": [("gemm.Stage", class)], "static": [...]}``. A GPU
+    class (one with ``case``) is a unit of its own; a module's CPU classes form one unit
+    named after the module, so they run one after another on one shard: they compile with
+    every core, and two of them at once would slow each other's timed compiles."""
+    out: dict[str, list[tuple[str, type]]] = {}
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        short = module_name.rsplit(".", 1)[-1]
+        for cls_name, cls in vars(module).items():
+            if cls_name.startswith("_") or not inspect.isclass(cls) or not hasattr(cls, "params"):
+                continue
+            family = f"{short}.{cls_name}"
+            out.setdefault(family if hasattr(cls, "case") else short, []).append((family, cls))
     return out
 
 
+def benchmark_names(family: str, cls: type) -> list[str]:
+    """asv's names of one class's benchmarks, one per parameter combination, as ``-b``
+    matches them: ``gemm.Stage.track_latency('4096x4096x4096', 128, 1, 'f16')``."""
+    methods = sorted(n for n in dir(cls) if n.startswith(_BENCH_PREFIXES))
+    combos = list(itertools.product(*cls.params)) if cls.params else [()]
+    return [
+        f"{family}.{m}({', '.join(repr(p) for p in c)})" if c else f"{family}.{m}"
+        for m in methods
+        for c in combos
+    ]
+
+
+def class_weight(cls: type) -> float:
+    """A GPU class: the sum of ``combination_weight`` over its combinations, from the
+    shapes its ``case`` maps them to (no GPU needed). A CPU class:
+    ``CPU_COMBINATION_WEIGHT`` per combination."""
+    combos = list(itertools.product(*cls.params))
+    if not hasattr(cls, "case"):
+        return CPU_COMBINATION_WEIGHT * len(combos)
+    bench = cls()
+    total = 0.0
+    for combo in combos:
+        try:
+            shape, _ = bench.case(*combo)
+        except ValueError:
+            total += combination_weight(None)
+        else:
+            total += combination_weight(shape.flops)
+    return total
+
+
+def family_weights(module_name: str | None = None) -> dict[str, float]:
+    """``{unit: weight}`` for every unit of the suite (or of one module), ``suite_units``'
+    names: each is measured as a whole (a class in its ``setup_cache``), so it is what the
+    plan places."""
+    modules = SUITE_MODULES if module_name is None else (module_name,)
+    return {
+        unit: sum(class_weight(cls) for _, cls in classes)
+        for unit, classes in suite_units(modules).items()
+    }
+
+
+def pop_bench(asv_args: list[str]) -> list[str]:
+    """Remove every ``-b REGEX`` / ``--bench REGEX`` / ``--bench=REGEX`` from ``asv_args``;
+    return the regexes."""
+    out, rest = [], []
+    it = iter(asv_args)
+    for arg in it:
+        if arg in ("-b", "--bench"):
+            value = next(it, None)
+            if value is None:
+                raise ValueError(f"{arg}: needs a regex after it")
+            out.append(value)
+        elif arg.startswith("--bench="):
+            out.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    asv_args[:] = rest
+    return out
+
+
+def shard_regex(family: str, user: list[str]) -> str:
+    """``-b`` pattern for one class, narrowed to the user's regexes when there are any:
+    asv ORs several ``-b``, so the intersection has to be one pattern (a lookahead)."""
+    own = asv_regex(family)
+    if not user:
+        return own
+    return f"^(?=.*(?:{'|'.join(user)})){own[1:]}"
+
+
 def asv_regex(family: str) -> str:
-    """asv ``-b`` pattern for every track of one class (``gemm.Stage``, not ``gemm.Stage128``)."""
+    """asv ``-b`` pattern for every track of one unit: a class (``gemm.Stage``, not
+    ``gemm.Stage128``) or a module (``static``)."""
     return f"^{re.escape(family)}\\."
 
 
@@ -129,7 +203,25 @@ def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: st
     """One ``asv run`` per GPU at once; a progress line per shard; the worst exit status."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    shards = {g: fams for g, fams in plan(family_weights(), gpus).items() if fams}
+    asv_args = list(asv_args)
+    user = pop_bench(asv_args)
+    # The plan covers every unit, so a unit keeps its GPU whatever -b selects this time.
+    wanted = {
+        unit
+        for unit, classes in suite_units().items()
+        if not user
+        or any(
+            re.search(shard_regex(unit, user), n)
+            for family, cls in classes
+            for n in benchmark_names(family, cls)
+        )
+    }
+    full = plan(family_weights(), gpus)
+    shards = {g: [f for f in fams if f in wanted] for g, fams in full.items()}
+    shards = {g: fams for g, fams in shards.items() if fams}
+    if not shards:
+        print(f"shard: no benchmark matches -b {' -b '.join(user)}")
+        return 2
     for gpu in sorted(set(gpus) - set(shards)):
         print(f"shard gpu{gpu}: no benchmark class left for it, not run")
     (ROOT / ".asv").mkdir(exist_ok=True)
@@ -153,7 +245,7 @@ def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: st
                 capture_output=True,
             )
             # Never an empty list here: asv run without -b would run the whole suite.
-            bench = [arg for f in families for arg in ("-b", asv_regex(f))]
+            bench = [arg for f in families for arg in ("-b", shard_regex(f, user))]
             cmd = [
                 python,
                 "-m",

@@ -1,14 +1,22 @@
 """The multi-GPU sharding plan, on the CPU: stable, balanced, every class once."""
 
-import itertools
 import random
 import re
 import sys
 
 import pytest
 
-from asv_bench import gemm
-from harness.shard import asv_regex, combination_weight, family_weights, parse_gpus, plan
+from harness.shard import (
+    asv_regex,
+    benchmark_names,
+    combination_weight,
+    family_weights,
+    parse_gpus,
+    plan,
+    pop_bench,
+    shard_regex,
+    suite_units,
+)
 
 
 def _weights(n, seed=0, low=0.5, high=20.0):
@@ -94,21 +102,48 @@ def test_weights_of_the_suite_classes():
     assert combination_weight(2 * 8192**3) == pytest.approx(2.0995, abs=1e-3)
 
 
-def _asv_names(cls_name, cls):
-    """Track names as asv writes them: ``gemm.Stage.track_latency('4096x4096x4096', ...)``."""
-    for track in cls.tracks():
-        for combo in itertools.product(*cls.params):
-            yield f"gemm.{cls_name}.{track}({', '.join(repr(p) for p in combo)})"
+def test_the_cpu_classes_are_one_unit_and_the_plan_covers_the_whole_suite():
+    units = suite_units()
+    assert [f for f, _ in units["static"]] == ["static.Sm90aResources", "static.CompileTime"]
+    weights = family_weights()
+    assert set(weights) == set(family_weights("asv_bench.gemm")) | {"static"}
+    every = [f for classes in units.values() for f, _ in classes]
+    assert len(every) == len(set(every)) == 8
 
 
-def test_regex_selects_exactly_its_own_class():
-    classes = {n.split(".")[1]: getattr(gemm, n.split(".")[1]) for n in family_weights()}
-    every = {c: list(_asv_names(c, cls)) for c, cls in classes.items()}
-    assert len(every["Stage"]) == len(every["Stage128"]) == 2 * 16
-    for c in classes:
-        pattern = asv_regex(f"gemm.{c}")
-        picked = {n for names in every.values() for n in names if re.search(pattern, n)}
-        assert picked == set(every[c]), c
+def _all_names():
+    return {
+        unit: [n for family, cls in classes for n in benchmark_names(family, cls)]
+        for unit, classes in suite_units().items()
+    }
+
+
+def test_regex_selects_exactly_its_own_unit():
+    every = _all_names()
+    assert len(every["gemm.Stage"]) == len(every["gemm.Stage128"]) == 2 * 16
+    assert len(every["static"]) == 4 * 12 + 6
+    for unit in every:
+        picked = {n for names in every.values() for n in names if re.search(asv_regex(unit), n)}
+        assert picked == set(every[unit]), unit
+
+
+@pytest.mark.parametrize("user", [["bf16"], ["Stage128", "compile"], ["^gemm\\.Launch"]])
+def test_a_user_regex_narrows_each_unit_to_the_intersection(user):
+    every = _all_names()
+    for unit, names in every.items():
+        picked = {n for n in names if re.search(shard_regex(unit, user), n)}
+        assert picked == {n for n in names if any(re.search(u, n) for u in user)}, unit
+        # ... and never reaches into another unit.
+        others = [n for u, ns in every.items() if u != unit for n in ns]
+        assert not any(re.search(shard_regex(unit, user), n) for n in others)
+
+
+def test_pop_bench_takes_every_form_and_keeps_the_rest():
+    args = ["-b", "a", "--quick", "--bench", "b", "--bench=c", "-e"]
+    assert pop_bench(args) == ["a", "b", "c"]
+    assert args == ["--quick", "-e"]
+    with pytest.raises(ValueError, match="-b: needs a regex"):
+        pop_bench(["-b"])
 
 
 @pytest.mark.parametrize(
@@ -127,7 +162,9 @@ def test_parse_gpus_rejects(text, visible, message):
         parse_gpus(text, visible)
 
 
-def test_run_starts_one_asv_run_per_gpu_with_classes(monkeypatch, tmp_path, capsys):
+@pytest.fixture
+def fake_asv(monkeypatch, tmp_path):
+    """Record each ``asv run`` the shard would start as ``(cmd, CUDA_VISIBLE_DEVICES)``."""
     from harness import shard
 
     runs = []
@@ -144,13 +181,37 @@ def test_run_starts_one_asv_run_per_gpu_with_classes(monkeypatch, tmp_path, caps
     monkeypatch.setattr(shard, "ROOT", tmp_path)
     monkeypatch.setattr(shard.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(shard.subprocess, "Popen", FakePopen)
-    gpus = list(range(8))  # more GPUs than classes: the idle ones must not run the suite
+    return runs
+
+
+def _patterns(cmd):
+    return [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "-b"]
+
+
+def test_run_starts_one_asv_run_per_gpu_with_classes(fake_asv, capsys):
+    from harness import shard
+
+    gpus = list(range(8))  # more GPUs than units: the idle ones must not run the suite
     assert shard.run(gpus, "h200", "abc", ["--quick"], sys.executable) == 0
     selected = []
-    for cmd, _ in runs:
-        patterns = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "-b"]
-        assert patterns and cmd[-1] == "--quick"
-        selected += patterns
+    for cmd, _ in fake_asv:
+        assert _patterns(cmd) and cmd[-1] == "--quick"
+        selected += _patterns(cmd)
     assert sorted(selected) == sorted(asv_regex(f) for f in family_weights())
-    assert len(runs) == len(family_weights()) < len(gpus)
+    busy = [g for g, units in plan(family_weights(), gpus).items() if units]
+    assert sorted(int(gpu) for _, gpu in fake_asv) == busy and len(busy) < len(gpus)
     assert "no benchmark class left for it, not run" in capsys.readouterr().out
+
+
+def test_run_with_a_user_regex_starts_only_the_shards_it_selects(fake_asv, capsys):
+    from harness import shard
+
+    args = ["-b", "Launch", "--quick"]
+    assert shard.run([0, 1], "h200", "abc", args, sys.executable) == 0
+    assert len(fake_asv) == 1
+    cmd, _ = fake_asv[0]
+    assert _patterns(cmd) == [shard_regex("gemm.Launch", ["Launch"])]
+    assert cmd[-1] == "--quick" and args == ["-b", "Launch", "--quick"]
+    fake_asv.clear()
+    assert shard.run([0, 1], "h200", "abc", ["-b", "NoSuchTrack"], sys.executable) == 2
+    assert not fake_asv and "no benchmark matches -b NoSuchTrack" in capsys.readouterr().out
