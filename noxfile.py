@@ -84,11 +84,25 @@ def workflows(session: nox.Session) -> None:
 
 @nox.session(default=False, tags=["gpu"])
 def gpu_tests(session: nox.Session) -> None:
-    """GPU correctness and the training-stage smoke test; fails without a CUDA device."""
+    """GPU correctness and the training-stage smoke test; fails without a CUDA device.
+    Spreads the tests over every visible GPU, one pytest-xdist worker per GPU (``--gpus
+    0,1`` picks them; an explicit ``-n`` is left alone)."""
     _install(session, "test")
-    reason = _no_gpu_reason(session)
-    if reason:
-        session.error(f"gpu_tests needs a CUDA GPU and found none: {reason}")
+    args = list(session.posargs)
+    spec = _pop_option(args, "--gpus") or "all"
+    found = _probe(session, f"from harness.shard import probe_gpus as p; print(p({spec!r}))")
+    if not found.startswith("ok:"):
+        session.error(f"gpu_tests {found}")
+    gpus = found.removeprefix("ok:")
+    env = {"RUN_TILELANG_SMOKE": "1"}
+    explicit = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args)
+    if "," in gpus and not explicit:
+        # tests/conftest.py pins worker gwN to the Nth GPU of this list.
+        env["GEMM_TEST_GPUS"] = gpus
+        args = ["-n", str(gpus.count(",") + 1), *args]
+        session.log(f"gpu_tests: one pytest-xdist worker per GPU ({gpus})")
+    elif not explicit:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
     # Build every test kernel over all cores first; each test then loads from the cache.
     session.run(
         _python(session),
@@ -104,8 +118,8 @@ def gpu_tests(session: nox.Session) -> None:
         "pytest",
         "-m",
         "gpu",
-        *session.posargs,
-        env={"RUN_TILELANG_SMOKE": "1"},
+        *args,
+        env=env,
         external=True,
     )
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from harness import gate_decision as gd
 from harness.argtypes import fraction, gpu_list, positive_int
+from harness.gpu_state import visible_entry
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "gate_worker.py"
@@ -89,7 +90,7 @@ def _run_side(
 ) -> dict:
     env = dict(os.environ)
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        env["CUDA_VISIBLE_DEVICES"] = visible_entry(gpu)
     # The worktree first: its kernels and suite, not this checkout's.
     env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cmd = [

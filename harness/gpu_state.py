@@ -36,22 +36,30 @@ class GpuState:
         return None
 
 
-def nvml_device(cuda_index: int = 0, visible: str | None = None) -> int | str:
-    """The NVML device behind CUDA device ``cuda_index``: its NVML index, or its UUID.
-
-    NVML numbers every GPU of the host and ignores ``CUDA_VISIBLE_DEVICES``, which a
-    shard or gate worker sets to pin itself to one GPU; CUDA device 0 of a process that
-    sees only GPU 1 is NVML device 1. ``visible`` defaults to the environment's value.
-    """
+def visible_entry(cuda_index: int = 0, visible: str | None = None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry behind CUDA device ``cuda_index`` of this process
+    (an index or a UUID of the host): the value that pins a child process to that same GPU.
+    Without the variable, device ``cuda_index`` is the host's GPU ``cuda_index``.
+    ``visible`` defaults to the environment's value."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if not visible or not visible.strip():
-        return cuda_index
+        return str(cuda_index)
     entries = [e.strip() for e in visible.split(",")]
     if cuda_index >= len(entries):
         raise ValueError(
             f"cuda_index={cuda_index}: CUDA_VISIBLE_DEVICES={visible!r} lists {len(entries)}"
         )
-    entry = entries[cuda_index]
+    return entries[cuda_index]
+
+
+def nvml_device(cuda_index: int = 0, visible: str | None = None) -> int | str:
+    """The NVML device behind CUDA device ``cuda_index``: its NVML index, or its UUID.
+
+    NVML numbers every GPU of the host and ignores ``CUDA_VISIBLE_DEVICES``, which a
+    shard or gate worker sets to pin itself to one GPU; CUDA device 0 of a process that
+    sees only GPU 1 is NVML device 1.
+    """
+    entry = visible_entry(cuda_index, visible)
     return int(entry) if entry.isdigit() else entry
 
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.argtypes import gpu_list
+from harness.gpu_state import visible_entry
 
 ROOT = Path(__file__).resolve().parent.parent
 _PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
@@ -199,6 +200,24 @@ def parse_gpus(text: str, visible: int) -> list[int]:
     return gpus
 
 
+def probe_gpus(spec: str) -> str:
+    """One line for a parent process that must not start CUDA itself: ``ok:`` and the
+    ``CUDA_VISIBLE_DEVICES`` entries that pin a child to each GPU of ``spec``
+    (comma-separated), or ``error:`` and why those GPUs cannot be used."""
+    import torch
+
+    from harness.device import no_gpu_reason
+
+    reason = no_gpu_reason()
+    if reason:
+        return f"error: needs a CUDA GPU and found none: {reason}"
+    try:
+        gpus = parse_gpus(spec, torch.cuda.device_count())
+    except ValueError as err:
+        return f"error: {err}"
+    return "ok:" + ",".join(visible_entry(g) for g in gpus)
+
+
 def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: str) -> int:
     """One ``asv run`` per GPU at once; a progress line per shard; the worst exit status."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -236,7 +255,7 @@ def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: st
         tasks = {}
         for gpu, families in shards.items():
             name = f"{machine}-gpu{gpu}"
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "ASV_MACHINE": name}
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_entry(gpu), "ASV_MACHINE": name}
             subprocess.run(
                 [python, "-m", "asv", "machine", "--yes", "--machine", name],
                 cwd=ROOT,

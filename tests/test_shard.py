@@ -181,6 +181,7 @@ def fake_asv(monkeypatch, tmp_path):
     monkeypatch.setattr(shard, "ROOT", tmp_path)
     monkeypatch.setattr(shard.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(shard.subprocess, "Popen", FakePopen)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return runs
 
 
@@ -215,3 +216,28 @@ def test_run_with_a_user_regex_starts_only_the_shards_it_selects(fake_asv, capsy
     fake_asv.clear()
     assert shard.run([0, 1], "h200", "abc", ["-b", "NoSuchTrack"], sys.executable) == 2
     assert not fake_asv and "no benchmark matches -b NoSuchTrack" in capsys.readouterr().out
+
+
+def test_each_shard_is_pinned_through_this_process_visible_list(fake_asv, monkeypatch):
+    from harness import shard
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    assert shard.run([0, 1], "h200", "abc", [], sys.executable) == 0
+    assert sorted(gpu for _, gpu in fake_asv) == ["5", "7"]
+
+
+def test_probe_gpus_names_the_pins_or_the_reason(monkeypatch):
+    import torch
+
+    from harness import device, shard
+
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert shard.probe_gpus("all") == "ok:4,6"
+    assert shard.probe_gpus("1") == "ok:6"
+    assert shard.probe_gpus("2").startswith("error: --gpus='2': indices must be in 0..1")
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: "no CUDA device visible")
+    assert (
+        shard.probe_gpus("all") == "error: needs a CUDA GPU and found none: no CUDA device visible"
+    )

@@ -147,6 +147,14 @@ def test_nvml_device_follows_cuda_visible_devices(monkeypatch, visible, cuda_ind
     assert gpu_state.nvml_device(cuda_index) == expect
 
 
+def test_a_child_is_pinned_to_the_same_gpu_through_the_visible_list(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    # visible GPU 1 of a process that sees 2,3 is the host's GPU 3, not GPU 1
+    assert gpu_state.visible_entry(1) == "3"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpu_state.visible_entry(1) == "1"
+
+
 def test_nvml_device_rejects_an_index_past_the_visible_list():
     with pytest.raises(ValueError, match="cuda_index=2"):
         gpu_state.nvml_device(2, visible="0,1")
