@@ -199,7 +199,9 @@ class _GpuGemm:
         timing = data.time_tilelang(config, **TIMING, nvml=_nvml())
         if timing.throttled or timing.target_met is False:
             print(
-                f"note: {data.shape.id} {config.id}: throttled={timing.throttled}, "
+                f"note: {data.shape.id} {config.id}: throttled={timing.throttled} "
+                f"({', '.join(timing.throttle_reasons) or 'none seen'}, "
+                f"{timing.discarded} batch(es) re-taken), "
                 f"median rsd {timing.median_rsd:.2%} (target {timing.target_rsd:.1%})",
                 file=sys.stderr,
             )

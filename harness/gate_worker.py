@@ -18,6 +18,7 @@ import re
 import sys
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 TRACKS = ("track_latency", "track_vs_torch")
@@ -120,15 +121,17 @@ def run(tree: Path, pattern: str | None, inject: float = 0.0, only: set[str] | N
                 if not hasattr(bench, "prepare"):
                     raise RuntimeError("--inject-slowdown needs a suite with prepare/measure")
                 inject_slowdown(bench, inject, cycles_per_ms, entry)
-            entry.update(measure(bench, params))
+            if nvml is None:
+                entry.update(measure(bench, params))
+            else:  # the GPU's state while this benchmark ran, not after it
+                samples, state = nvml.during(partial(measure, bench, params), interval_s=0.01)
+                entry.update(samples)
+                entry["gpu"] = {"sm_mhz": state.sm_clock_mhz, "throttle": state.throttled()}
         except NotImplementedError as skip:
             entry = {"skipped": str(skip)}
         except Exception as err:  # recorded per benchmark; the gate reports it (exit 2)
             last = traceback.format_exception_only(type(err), err)[-1].strip()
             entry = {"error": last[:500]}
-        if nvml is not None:
-            state = nvml.read()  # right after the benchmark's launches: clocks under load
-            entry["gpu"] = {"sm_mhz": state.sm_clock_mhz, "throttle": state.throttled()}
         results[name] = entry
         status = "error" if "error" in entry else "skipped" if "skipped" in entry else "ok"
         print(f"  {name}: {status}", file=sys.stderr, flush=True)

@@ -4,7 +4,12 @@ clocks are held down. Read only; this project never changes clocks or other sett
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # Reasons that mean the card is slowing itself: a sample taken under them is not the
 # kernel's speed. (Idle, sync boost and application clocks are not throttling.)
@@ -93,9 +98,49 @@ class Nvml:
             reasons=reasons,
         )
 
+    def during(self, fn: Callable[[], T], interval_s: float = 0.002) -> tuple[T, GpuState]:
+        """Run ``fn`` while a thread reads the GPU state every ``interval_s``; return its
+        result and the state of that window (``summarise``). One reading taken after
+        ``fn`` alone would often see the GPU already idle, clocking down."""
+        readings: list[GpuState] = []
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                readings.append(self.read())
+                done.wait(interval_s)
+
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        try:
+            result = fn()
+        finally:
+            done.set()
+            thread.join()
+        return result, summarise(readings or [self.read()])
+
     def driver(self) -> str:
         version = self.nv.nvmlSystemGetDriverVersion()
         return version.decode() if isinstance(version, bytes) else version
+
+
+def summarise(readings: Sequence[GpuState]) -> GpuState:
+    """The state of a window from its readings: the median SM clock (the ramp from idle at
+    its start does not count), the highest temperature and power, and each throttle
+    reason that at least half of the readings saw (a limiter that flickers once is not the
+    window's state)."""
+    if not readings:
+        raise ValueError("readings: need at least one GpuState")
+    clocks = sorted(r.sm_clock_mhz for r in readings)
+    seen = [name for r in readings for name in r.reasons]
+    reasons = tuple(name for name in dict.fromkeys(seen) if 2 * seen.count(name) >= len(readings))
+    return GpuState(
+        sm_clock_mhz=clocks[(len(clocks) - 1) // 2],
+        max_sm_clock_mhz=readings[0].max_sm_clock_mhz,
+        temperature_c=max(r.temperature_c for r in readings),
+        power_w=max(r.power_w for r in readings),
+        reasons=reasons,
+    )
 
 
 def open_nvml(index: int = 0) -> Nvml | None:

@@ -29,9 +29,11 @@ class Timing:
     median_rsd: float | None = None
     target_met: bool | None = None
     # GPU state: batches discarded for throttling, whether a kept batch was throttled
-    # (after the retakes ran out), and the SM clocks seen after each batch.
+    # (the retakes ran out, or the reason persisted through one), every reason seen, and
+    # the SM clock during each batch (the median of NVML readings taken while it ran).
     discarded: int = 0
     throttled: bool = False
+    throttle_reasons: tuple[str, ...] = ()
     clocks_mhz: tuple[int, ...] = ()
 
     @property
@@ -107,8 +109,10 @@ def measure(
     At least ``rounds`` batches are taken. With ``target_rsd`` set, batches continue until
     the relative standard error of the median falls to the target, ``max_rounds`` batches
     were taken or ``budget_s`` seconds passed. With an NVML reader (``harness.gpu_state``),
-    a batch after which the GPU reports throttling is discarded and re-taken, at most
-    ``max_retakes`` times in all; past that it is kept and the result is flagged.
+    the GPU state is read while each batch runs; a batch during which the GPU reported
+    throttling is discarded and re-taken, at most ``max_retakes`` times in all. Past that,
+    or when the retake reports the same reason again (a steady state, such as a large GEMM
+    at the card's power cap), the batch is kept and the result is flagged.
     """
     check_counts(warmup, repeat, rounds)
     if backend not in BACKENDS:
@@ -118,16 +122,28 @@ def measure(
     samples: list[float] = []
     clocks: list[int] = []
     discarded, throttled, taken, rsd = 0, False, 0, None
+    reasons: dict[str, None] = {}
+    last_why = None
     while taken < max_rounds:
-        got = batch(fn, warmup, repeat, backend)
-        state = nvml.read() if nvml is not None else None
+        if nvml is None:
+            got, state = batch(fn, warmup, repeat, backend), None
+        else:
+            got, state = nvml.during(lambda: batch(fn, warmup, repeat, backend))
         if state is not None:
             clocks.append(state.sm_clock_mhz)
-            if state.throttled():
-                if discarded < max_retakes:
+            why = state.throttled()
+            if why:
+                kind = state.reasons or ("clock",)
+                reasons.update(dict.fromkeys(state.reasons or (why,)))
+                # A reason that outlasts a retake is the card's steady state (a GEMM at
+                # its power cap): retaking again would only spend time. Keep, and flag.
+                if discarded < max_retakes and kind != last_why:
                     discarded += 1
+                    last_why = kind
                     continue
                 throttled = True
+            else:
+                last_why = None
         samples.extend(got)
         taken += 1
         if taken < rounds:
@@ -150,6 +166,7 @@ def measure(
         target_met=None if target_rsd is None else rsd <= target_rsd,
         discarded=discarded,
         throttled=throttled,
+        throttle_reasons=tuple(reasons),
         clocks_mhz=tuple(clocks),
     )
 

@@ -8,8 +8,8 @@ releases that step's shared-memory stage (TileLang 0.1.15 declines delayed waits
 the block is split by hand:
 
 - one producer warpgroup (threads ``config.threads`` and up): for each K step it waits
-  until the stage is free (``empty``), then one thread issues the TMA loads of the A and
-  B tiles, which complete on the stage's ``full`` barrier;
+  until the stage is free (``empty``), then one elected thread issues the TMA loads of
+  the A and B tiles, which complete on the stage's ``full`` barrier;
 - ``config.threads`` consumer threads (one or more warpgroups): for each K step they wait
   on ``full``, issue the step's wgmma batch without waiting for it (``T.wgmma_gemm``), then
   wait until at most one batch is outstanding (``T.wait_wgmma(1)``): the previous step's
@@ -75,7 +75,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
             B_shared = T.alloc_shared((stages, *b_tile), dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             C_shared = T.alloc_shared(c_tile, dtype)
-            full = T.alloc_barrier([1] * stages)  # the producer's one issuing thread
+            full = T.alloc_barrier([PRODUCER_THREADS] * stages)  # every producer thread
             empty = T.alloc_barrier([consumers] * stages)  # every consumer thread
             if config.swizzle:
                 T.use_swizzle(panel_size=config.swizzle)
@@ -86,26 +86,30 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
                     stage = ko % stages
                     # A fresh barrier passes the wait on parity 1: the first lap is free.
                     T.mbarrier_wait_parity(empty[stage], ((ko // stages) & 1) ^ 1)
-                    if tx == consumers:
-                        k0 = ko * block_K
+                    # The whole warpgroup reaches the copies and TileLang elects one
+                    # thread to issue them (it must: a branch that leaves one thread
+                    # alive deadlocks the warp-wide election). That thread posts the
+                    # bytes to expect before its own arrival, and the stage is full once
+                    # all producer threads have arrived and the bytes have landed.
+                    k0 = ko * block_K
+                    T.tma_copy(
+                        A[by * block_M : (by + 1) * block_M, k0 : k0 + block_K],
+                        A_shared[stage, :, :],
+                        barrier=full[stage],
+                    )
+                    if trans_B:
                         T.tma_copy(
-                            A[by * block_M : (by + 1) * block_M, k0 : k0 + block_K],
-                            A_shared[stage, :, :],
+                            B[bx * block_N : (bx + 1) * block_N, k0 : k0 + block_K],
+                            B_shared[stage, :, :],
                             barrier=full[stage],
                         )
-                        if trans_B:
-                            T.tma_copy(
-                                B[bx * block_N : (bx + 1) * block_N, k0 : k0 + block_K],
-                                B_shared[stage, :, :],
-                                barrier=full[stage],
-                            )
-                        else:
-                            T.tma_copy(
-                                B[k0 : k0 + block_K, bx * block_N : (bx + 1) * block_N],
-                                B_shared[stage, :, :],
-                                barrier=full[stage],
-                            )
-                        T.barrier_arrive(full[stage])
+                    else:
+                        T.tma_copy(
+                            B[k0 : k0 + block_K, bx * block_N : (bx + 1) * block_N],
+                            B_shared[stage, :, :],
+                            barrier=full[stage],
+                        )
+                    T.barrier_arrive(full[stage])
             else:
                 T.inc_max_nreg(consumer_registers(consumers))
                 # Registers hold garbage at launch and every K step accumulates.

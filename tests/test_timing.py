@@ -30,11 +30,13 @@ def _state(clock=1980, reasons=()):
 
 
 class FakeNvml:
+    """One state per batch, in order (the last one repeats)."""
+
     def __init__(self, states):
         self.states = list(states)
 
-    def read(self):
-        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+    def during(self, fn):
+        return fn(), self.states.pop(0) if len(self.states) > 1 else self.states[0]
 
 
 def test_median_rsd_tracks_noise_and_sample_count():
@@ -83,9 +85,35 @@ def test_throttled_batches_are_discarded_and_retaken():
 
 def test_retakes_are_bounded_then_flagged():
     batch = FakeBatch(noise=0.001, seed=6)
-    nvml = FakeNvml([_state(reasons=["thermal (hardware)"])])
+    hot = [_state(reasons=["thermal (hardware)"]), _state(reasons=["power cap"])]
+    nvml = FakeNvml(hot * 3)
     t = measure(lambda: None, repeat=10, batch=batch, nvml=nvml, max_retakes=2)
     assert batch.calls == 3 and t.discarded == 2 and t.throttled and len(t.samples_ms) == 10
+    assert t.throttle_reasons == ("thermal (hardware)", "power cap")
+
+
+def test_a_reason_that_persists_through_a_retake_is_kept_and_flagged():
+    # A large GEMM at the card's power cap: retaking it again would only spend time.
+    batch = FakeBatch(noise=0.001, seed=7)
+    nvml = FakeNvml([_state(reasons=["power cap"])])
+    t = measure(lambda: None, repeat=10, rounds=2, batch=batch, nvml=nvml, max_retakes=3)
+    assert batch.calls == 3 and t.discarded == 1 and t.throttled and len(t.samples_ms) == 20
+    assert t.throttle_reasons == ("power cap",)
+
+
+def test_the_state_of_a_window_is_what_most_readings_saw():
+    readings = [
+        _state(clock=700),  # the ramp from idle as the batch starts
+        _state(clock=1755, reasons=["power cap"]),
+        _state(clock=1980, reasons=["power cap"]),
+        _state(clock=1980, reasons=["thermal (software)"]),  # once: a flicker
+    ]
+    state = gpu_state.summarise(readings)
+    assert state.sm_clock_mhz == 1755 and state.reasons == ("power cap",)
+    assert state.throttled() == "power cap"
+    assert gpu_state.summarise([_state(clock=700), _state(), _state()]).throttled() is None
+    with pytest.raises(ValueError, match="readings"):
+        gpu_state.summarise([])
 
 
 @pytest.mark.parametrize(
@@ -128,6 +156,32 @@ def test_nvml_reader_decodes_throttle_reasons(monkeypatch):
     assert state.throttled() == "power cap" and reader.driver() == "580.159.04"
     assert GpuState(1500, 1980, 60, 300.0, ()).throttled().startswith("SM clock 1500 MHz")
     assert GpuState(1900, 1980, 60, 300.0, ()).throttled() is None
+
+
+def test_the_reader_watches_the_gpu_while_the_work_runs(monkeypatch):
+    import time
+
+    clocks = iter([600] + [1980] * 1000)  # idle at the first reading, busy after
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: "h",
+        nvmlDeviceGetMaxClockInfo=lambda h, c: 1980,
+        nvmlDeviceGetClockInfo=lambda h, c: next(clocks),
+        nvmlDeviceGetTemperature=lambda h, s: 60,
+        nvmlDeviceGetPowerUsage=lambda h: 300_000,
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0,
+        nvmlClocksThrottleReasonSwPowerCap=0x4,
+        nvmlClocksThrottleReasonHwSlowdown=0x8,
+        nvmlClocksThrottleReasonSwThermalSlowdown=0x20,
+        nvmlClocksThrottleReasonHwThermalSlowdown=0x40,
+        nvmlClocksThrottleReasonHwPowerBrakeSlowdown=0x80,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    reader = gpu_state.open_nvml(0)
+    result, state = reader.during(lambda: time.sleep(0.05) or 42, interval_s=0.002)
+    assert result == 42 and state.sm_clock_mhz == 1980 and state.throttled() is None
 
 
 @pytest.mark.parametrize(
