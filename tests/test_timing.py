@@ -131,17 +131,17 @@ def test_stopping_options_are_validated(kwargs, field):
         measure(lambda: None, batch=FakeBatch(0.01), **kwargs)
 
 
-def test_nvml_reader_decodes_throttle_reasons(monkeypatch):
-    fake = types.SimpleNamespace(
+def _fake_pynvml(clock=lambda h, c: 1755, reasons=0x4 | 0x1):
+    return types.SimpleNamespace(
         NVML_CLOCK_SM=0,
         NVML_TEMPERATURE_GPU=0,
         nvmlInit=lambda: None,
         nvmlDeviceGetHandleByIndex=lambda i: "h",
         nvmlDeviceGetMaxClockInfo=lambda h, c: 1980,
-        nvmlDeviceGetClockInfo=lambda h, c: 1755,
+        nvmlDeviceGetClockInfo=clock,
         nvmlDeviceGetTemperature=lambda h, s: 71,
         nvmlDeviceGetPowerUsage=lambda h: 690_000,
-        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0x4 | 0x1,
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: reasons,
         nvmlSystemGetDriverVersion=lambda: b"580.159.04",
         nvmlClocksThrottleReasonSwPowerCap=0x4,
         nvmlClocksThrottleReasonHwSlowdown=0x8,
@@ -149,6 +149,10 @@ def test_nvml_reader_decodes_throttle_reasons(monkeypatch):
         nvmlClocksThrottleReasonHwThermalSlowdown=0x40,
         nvmlClocksThrottleReasonHwPowerBrakeSlowdown=0x80,
     )
+
+
+def test_nvml_reader_decodes_throttle_reasons(monkeypatch):
+    fake = _fake_pynvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     reader = gpu_state.open_nvml(0)
     state = reader.read()
@@ -162,22 +166,7 @@ def test_the_reader_watches_the_gpu_while_the_work_runs(monkeypatch):
     import time
 
     clocks = iter([600] + [1980] * 1000)  # idle at the first reading, busy after
-    fake = types.SimpleNamespace(
-        NVML_CLOCK_SM=0,
-        NVML_TEMPERATURE_GPU=0,
-        nvmlInit=lambda: None,
-        nvmlDeviceGetHandleByIndex=lambda i: "h",
-        nvmlDeviceGetMaxClockInfo=lambda h, c: 1980,
-        nvmlDeviceGetClockInfo=lambda h, c: next(clocks),
-        nvmlDeviceGetTemperature=lambda h, s: 60,
-        nvmlDeviceGetPowerUsage=lambda h: 300_000,
-        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0,
-        nvmlClocksThrottleReasonSwPowerCap=0x4,
-        nvmlClocksThrottleReasonHwSlowdown=0x8,
-        nvmlClocksThrottleReasonSwThermalSlowdown=0x20,
-        nvmlClocksThrottleReasonHwThermalSlowdown=0x40,
-        nvmlClocksThrottleReasonHwPowerBrakeSlowdown=0x80,
-    )
+    fake = _fake_pynvml(clock=lambda h, c: next(clocks), reasons=0)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     reader = gpu_state.open_nvml(0)
     result, state = reader.during(lambda: time.sleep(0.05) or 42, interval_s=0.002)
