@@ -46,6 +46,7 @@ def config_sweep(
         figsize=(9, sum(heights)),
         gridspec_kw={"height_ratios": heights},
         squeeze=False,
+        layout="constrained",  # keeps the figure title clear of the first panel's
     )
     for ax, (subtitle, bars, torch_tflops) in zip(axes[:, 0], panels, strict=True):
         ordered = sorted(bars, key=lambda b: b.tflops)
@@ -56,8 +57,8 @@ def config_sweep(
         ax.set_title(subtitle, fontsize=10)
         ax.set_xlabel("TFLOP/s")
         ax.tick_params(axis="y", labelsize=6)
+        ax.margins(y=0.5 / max(len(bars), 1))
     fig.suptitle(title)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -165,13 +165,13 @@ softmax in between, keeping S and P in registers, but each half is this tile loo
 
 NEXT_EXPERIMENTS = """\
 - Done since the first sweep: larger tiles, block_K 64/128, rasterisation panels, warp
-  policies, a shared-memory (TMA-store) epilogue, a persistent grid and split-K, searched
-  per case by `python3 -m benchmarks.tune_gemm` (see Tuned Configs).
-- Keep one wgmma batch in flight across K steps: the generated consumer loop waits for
-  every batch (`warpgroup_wait<0>`) before releasing its stage, so the tensor cores idle
-  while the next stage's barrier is checked. A sibling kernel with explicit producer and
-  consumer warpgroups (`T.wgmma_gemm` + `T.wait_wgmma(1)`, the stage released one step
-  late) is the next candidate for the square GEMMs.
+  policies, a shared-memory (TMA-store) epilogue, a persistent grid, split-K and a
+  hand-written producer/consumer pipeline (`_a`), searched per case by
+  `python3 -m benchmarks.tune_gemm` (see Tuned Configs).
+- Make the hand-written pipeline win on the 128x256 tile, where it now trails its
+  automatic twin by 5-8% (it wins by 15% on 128x128): one elected producer arrival per
+  stage instead of 128, each consumer warpgroup releasing its stage on its own barrier,
+  and a read of the SASS for the consumer loop's barrier traffic.
 - Overlap the epilogue of one tile with the main loop of the next (a persistent kernel with
   two consumer warpgroups in ping-pong), and try 2-CTA clusters with TMA multicast of the
   shared operand (`T.Kernel(..., cluster_dims=2)`, `T.copy_cluster`), as cuBLAS does.
@@ -251,6 +251,7 @@ KNOBS = {
     "persistent grid (_p)": lambda c: replace(c, persistent=0),
     "row/col warp policy (_pr/_pc)": lambda c: replace(c, policy="square"),
     "split K (_k)": lambda c: replace(c, split_k=1),
+    "hand-written async pipeline (_a)": lambda c: replace(c, async_mma=False),
 }
 
 
@@ -283,25 +284,28 @@ def knob_effects(log: Sequence[dict], shape: GemmShape) -> list[str]:
 
 
 LIMITS = """\
-**What holds the square and up-projection GEMMs at 0.97-0.99x.** The knob comparisons above
-are brief timings from the tuner's ranking at 4096^3 fp16; 128x128 tiles (one consumer
-warpgroup) and block_K 128 ranked 12-22% behind the best. The tiles are right (two consumer
-warpgroups on 128x256, 168 registers a thread with `setmaxnreg` 240 for the consumers, no
-spills in the ptxas report) and the shared-memory epilogue is the largest single gain. What
-no config of this kernel changes is its inner loop: in the generated CUDA the consumer
-warpgroups issue a stage's wgmma batch, then wait for it to finish (`warpgroup_wait<0>`)
-before releasing the stage and waiting on the next one, so only one batch is ever in
-flight and each K step pays the wgmma drain and a barrier round trip. cuBLAS keeps the next
-batch issued while the previous one completes. TileLang 0.1.15's automatic warp
-specialisation does not offer that yet: its role-based scheduler declines a gemm with a
-delayed wait ("delayed wgmma waits are not supported yet", `role_based_scheduler.cc`),
-and the producer/consumer pass lists no prologue prefetch among its v1 limitations
-(`producer_consumer_ws.cc`). Closing the gap takes a hand-written producer/consumer
-sibling kernel. At 4096^3 the 512 tiles of 128x256 also
-fill 132 SMs in 3.9 waves. The persistent grid does not help because `T.Persistent` runs a
-block's tiles back to back without overlapping one tile's epilogue with the next tile's
-loads. The MLP up-projection ran with the SM clock at 1.3-1.4 GHz (power-limited under
-sustained load, read by NVML), equally for both libraries since the rounds alternate.
+**What holds the squares at 0.97-1.00x and the up-projection at 0.98x.** The knob
+comparisons above are brief timings from the tuner's ranking at 4096^3 fp16; 128x128 tiles
+(one consumer warpgroup) and block_K 128 ranked 12-22% behind the best. The tiles are right
+(two consumer warpgroups on 128x256, 168 registers a thread with `setmaxnreg` 240 for the
+consumers, no spills in the ptxas report) and the shared-memory epilogue is the largest
+single gain. What no config of the automatic pipeline changes is its inner loop: in the
+generated CUDA the consumer warpgroups issue a stage's wgmma batch, then wait for it to
+finish (`warpgroup_wait<0>`) before releasing the stage, so only one batch is ever in
+flight. TileLang 0.1.15's automatic warp specialisation declines a delayed wait ("delayed
+wgmma waits are not supported yet", `role_based_scheduler.cc`). The hand-written sibling
+(`_a`, kernels/gemm_async.py) keeps one batch in flight (`wait_wgmma<1>`) and releases each
+stage a step late. It passes the float64 checks and helps exactly where one consumer
+warpgroup waits alone: 128x128x64 with 5 stages runs 15% faster than its automatic twin.
+On the winning 128x256 tile it runs 5-8% slower than its twin, so the tuner still picks the
+automatic pipeline. Likely costs, not yet isolated: all 128 producer threads arrive on each
+stage's barrier, and the two consumer warpgroups release a stage together (256 arrivals)
+rather than each on its own. At 4096^3 the 512 tiles of 128x256 fill 132 SMs in 3.9 waves;
+the persistent grid does not help because `T.Persistent` runs a block's tiles back to back
+without overlapping one tile's epilogue with the next tile's loads. At 8192^3 and in the MLP
+projections both libraries run at the card's power cap (NVML reports "power cap", SM clock
+1.2-1.6 GHz of 1.98), so the rounds' ratios spread over several percent; the rounds
+alternate, so both libraries see the same clocks.
 """
 
 
