@@ -314,6 +314,8 @@ class Launch(_GpuGemm):
         ["b128x128x32_t128_s3", "b128x256x64_t256_s3", TORCH],
     )
     param_names = ["shape", "kernel"]
+    # It times the host: `nox -s bench -- --gpus` runs it alone, before the other shards.
+    solo = True
     track_latency = None  # this family tracks the launch path only
     track_vs_torch = None
 

@@ -10,12 +10,14 @@ the suite is placed, the CPU-only ones of ``static`` too, so ``--gpus`` runs the
 as one ``asv run``. Each class is weighted by the estimated cost of measuring it
 (``family_weights``: per GPU combination a fixed cost plus a share proportional to its
 flops; per CPU combination a cold compile). A ``-b REGEX`` among the asv arguments narrows
-every shard to the tracks it matches (asv would otherwise run them on every shard). The
-plan is stable: a class goes to the GPU its name hashes to unless that GPU would pass its
-share of the total weight, so it lands on the same GPU index run after run (its history
-stays comparable) and adding a class moves few others. Every unit is assigned exactly
-once; a GPU left without one runs nothing. A shard that fails keeps the other shards'
-results.
+every shard to the tracks it matches (asv would otherwise run them on every shard). A
+class marked ``solo`` (``gemm.Launch``, which times the host's launch path) runs alone
+before the shards start: on the H200 host it read 17-21 us per call while the other GPU's
+shard ran, against 11-13 us alone. The plan is stable: a class goes to the GPU its name
+hashes to unless that GPU would pass its share of the total weight, so it lands on the
+same GPU index run after run (its history stays comparable) and adding a class moves few
+others. Every unit is assigned exactly once; a GPU left without one runs nothing. A shard
+that fails keeps the other shards' results.
 """
 
 from __future__ import annotations
@@ -219,16 +221,30 @@ def probe_gpus(spec: str) -> str:
     return "ok:" + ",".join(visible_entry(g) for g in gpus)
 
 
+def phases(weights: Mapping[str, float], gpus: list[int], solo: set[str]) -> list[dict]:
+    """The order of the run: each ``solo`` unit alone on its own GPU (the one its name ranks
+    highest, so it stays there), one after another; then every other unit by ``plan``, all
+    GPUs at once. A solo unit times the host (the launch path), which other processes on
+    the host would slow down."""
+    out: list[dict[int, list[str]]] = [
+        {max(gpus, key=lambda g: _rank(unit, g)): [unit]} for unit in sorted(solo)
+    ]
+    out.append(plan({u: w for u, w in weights.items() if u not in solo}, gpus))
+    return out
+
+
 def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: str) -> int:
-    """One ``asv run`` per GPU at once; a progress line per shard; the worst exit status."""
+    """One ``asv run`` per GPU at once (after the solo units, each alone); a progress line
+    per shard; the worst exit status."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     asv_args = list(asv_args)
     user = pop_bench(asv_args)
+    units = suite_units()
     # The plan covers every unit, so a unit keeps its GPU whatever -b selects this time.
     wanted = {
         unit
-        for unit, classes in suite_units().items()
+        for unit, classes in units.items()
         if not user
         or any(
             re.search(shard_regex(unit, user), n)
@@ -236,86 +252,99 @@ def run(gpus: list[int], machine: str, sha: str, asv_args: list[str], python: st
             for n in benchmark_names(family, cls)
         )
     }
-    full = plan(family_weights(), gpus)
-    shards = {g: [f for f in fams if f in wanted] for g, fams in full.items()}
-    shards = {g: fams for g, fams in shards.items() if fams}
-    if not shards:
+    solo = {u for u, classes in units.items() if any(getattr(c, "solo", False) for _, c in classes)}
+    steps = []
+    for step in phases(family_weights(), gpus, solo):
+        step = {g: [u for u in us if u in wanted] for g, us in step.items()}
+        if any(step.values()):
+            steps.append({g: us for g, us in step.items() if us})
+    if not steps:
         print(f"shard: no benchmark matches -b {' -b '.join(user)}")
         return 2
-    for gpu in sorted(set(gpus) - set(shards)):
+    busy = {g for step in steps for g in step}
+    for gpu in sorted(set(gpus) - busy):
         print(f"shard gpu{gpu}: no benchmark class left for it, not run")
     (ROOT / ".asv").mkdir(exist_ok=True)
-    procs = {}
+    for gpu in busy:
+        (ROOT / ".asv" / f"shard-gpu{gpu}.log").write_text("")
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_entry(gpu)}
+        subprocess.run(
+            [python, "-m", "asv", "machine", "--yes", "--machine", f"{machine}-gpu{gpu}"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+    codes: dict[int, int] = {}
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.percentage:>5.1f}%"),
         TimeElapsedColumn(),
     ) as progress:
-        total = progress.add_task("all shards", total=100.0 * len(shards))
-        tasks = {}
-        for gpu, families in shards.items():
-            name = f"{machine}-gpu{gpu}"
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_entry(gpu), "ASV_MACHINE": name}
-            subprocess.run(
-                [python, "-m", "asv", "machine", "--yes", "--machine", name],
-                cwd=ROOT,
-                env=env,
-                check=True,
-                capture_output=True,
-            )
-            # Never an empty list here: asv run without -b would run the whole suite.
-            bench = [arg for f in families for arg in ("-b", shard_regex(f, user))]
-            cmd = [
-                python,
-                "-m",
-                "asv",
-                "run",
-                "-E",
-                f"existing:{python}",
-                "--set-commit-hash",
-                sha,
-                "--machine",
-                name,
-                "--record-samples",
-                *bench,
-                *asv_args,
-            ]
-            log = (ROOT / ".asv" / f"shard-gpu{gpu}.log").open("w")
-            procs[gpu] = (
-                subprocess.Popen(
+        total = progress.add_task("all shards", total=100.0 * sum(len(s) for s in steps))
+        tasks = []
+        for step in steps:
+            procs = {}
+            for gpu, families in step.items():
+                name = f"{machine}-gpu{gpu}"
+                env = {
+                    **os.environ,
+                    "CUDA_VISIBLE_DEVICES": visible_entry(gpu),
+                    "ASV_MACHINE": name,
+                }
+                # Never an empty list here: asv run without -b would run the whole suite.
+                bench = [arg for f in families for arg in ("-b", shard_regex(f, user))]
+                cmd = [
+                    python,
+                    "-m",
+                    "asv",
+                    "run",
+                    "-E",
+                    f"existing:{python}",
+                    "--set-commit-hash",
+                    sha,
+                    "--machine",
+                    name,
+                    "--record-samples",
+                    *bench,
+                    *asv_args,
+                ]
+                log = (ROOT / ".asv" / f"shard-gpu{gpu}.log").open("a")
+                proc = subprocess.Popen(
                     cmd,
                     cwd=ROOT,
                     env=env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
-                ),
-                log,
-            )
-            label = ", ".join(f.split(".", 1)[-1] for f in families)
-            tasks[gpu] = progress.add_task(f"gpu{gpu}: {label}", total=100.0)
+                )
+                label = ", ".join(f.split(".", 1)[-1] for f in families)
+                alone = " (alone)" if len(steps) > 1 and step is not steps[-1] else ""
+                task = progress.add_task(f"gpu{gpu}: {label}{alone}", total=100.0)
+                tasks.append(task)
+                procs[gpu] = (proc, log, task)
 
-        def follow(gpu):
-            proc, log = procs[gpu]
-            for line in proc.stdout:
-                log.write(line)
-                found = _PROGRESS.match(line)
-                if found:
-                    progress.update(tasks[gpu], completed=float(found.group(1)))
-                    progress.update(
-                        total, completed=sum(progress.tasks[t].completed for t in tasks.values())
-                    )
-            proc.wait()
-            log.close()
+            def follow(proc, log, task):
+                for line in proc.stdout:
+                    log.write(line)
+                    found = _PROGRESS.match(line)
+                    if found:
+                        progress.update(task, completed=float(found.group(1)))
+                        progress.update(
+                            total, completed=sum(progress.tasks[t].completed for t in tasks)
+                        )
+                proc.wait()
+                log.close()
 
-        threads = [threading.Thread(target=follow, args=(g,)) for g in procs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    codes = {gpu: proc.returncode for gpu, (proc, _) in procs.items()}
-    for gpu, code in codes.items():
+            threads = [threading.Thread(target=follow, args=p) for p in procs.values()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for gpu, (proc, _, _) in procs.items():
+                codes[gpu] = max(codes.get(gpu, 0), proc.returncode)
+    for gpu, code in sorted(codes.items()):
         status = "ok" if code == 0 else f"FAILED (exit {code}), see .asv/shard-gpu{gpu}.log"
         print(f"shard gpu{gpu} ({machine}-gpu{gpu}): {status}")
     return max(codes.values())

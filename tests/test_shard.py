@@ -199,8 +199,11 @@ def test_run_starts_one_asv_run_per_gpu_with_classes(fake_asv, capsys):
         assert _patterns(cmd) and cmd[-1] == "--quick"
         selected += _patterns(cmd)
     assert sorted(selected) == sorted(asv_regex(f) for f in family_weights())
-    busy = [g for g, units in plan(family_weights(), gpus).items() if units]
-    assert sorted(int(gpu) for _, gpu in fake_asv) == busy and len(busy) < len(gpus)
+    steps = shard.phases(family_weights(), gpus, {"gemm.Launch"})
+    busy = {g for step in steps for g, units in step.items() if units}
+    assert {int(gpu) for _, gpu in fake_asv} == busy and len(busy) < len(gpus)
+    # The host-timed family runs first, alone.
+    assert _patterns(fake_asv[0][0]) == [asv_regex("gemm.Launch")]
     assert "no benchmark class left for it, not run" in capsys.readouterr().out
 
 
@@ -223,7 +226,7 @@ def test_each_shard_is_pinned_through_this_process_visible_list(fake_asv, monkey
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
     assert shard.run([0, 1], "h200", "abc", [], sys.executable) == 0
-    assert sorted(gpu for _, gpu in fake_asv) == ["5", "7"]
+    assert {gpu for _, gpu in fake_asv} == {"5", "7"}
 
 
 def test_probe_gpus_names_the_pins_or_the_reason(monkeypatch):
@@ -241,3 +244,15 @@ def test_probe_gpus_names_the_pins_or_the_reason(monkeypatch):
     assert (
         shard.probe_gpus("all") == "error: needs a CUDA GPU and found none: no CUDA device visible"
     )
+
+
+def test_solo_units_run_first_each_alone_and_once():
+    from harness import shard
+
+    weights = family_weights()
+    steps = shard.phases(weights, [0, 1], {"gemm.Launch"})
+    assert len(steps) == 2 and list(steps[0].values()) == [["gemm.Launch"]]
+    placed = [u for step in steps for units in step.values() for u in units]
+    assert sorted(placed) == sorted(weights)
+    # Stable: the solo unit keeps its GPU run after run.
+    assert shard.phases(weights, [0, 1], {"gemm.Launch"})[0] == steps[0]
