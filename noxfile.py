@@ -43,10 +43,6 @@ def _probe(session: nox.Session, code: str) -> str:
     return (out or "").strip()
 
 
-def _no_gpu_reason(session: nox.Session) -> str:
-    return _probe(session, "from harness.device import no_gpu_reason as r; print(r() or '')")
-
-
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
@@ -95,7 +91,7 @@ def gpu_tests(session: nox.Session) -> None:
         session.error(f"gpu_tests {found}")
     gpus = found.removeprefix("ok:")
     env = {"RUN_TILELANG_SMOKE": "1"}
-    explicit = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args)
+    explicit = any(a.startswith(("-n", "--numprocesses")) for a in args)
     if "," in gpus and not explicit:
         # tests/conftest.py pins worker gwN to the Nth GPU of this list.
         env["GEMM_TEST_GPUS"] = gpus
