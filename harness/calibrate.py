@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--runs", type=positive_int, default=5, help="repeated runs (>= 2)")
     p.add_argument("--bench", default=gate.DEFAULT_BENCH, help="regex on benchmark names")
-    p.add_argument("--floor", type=fraction, default=0.05, help="the gate's floor")
+    p.add_argument(
+        "--floor", type=fraction, default=gate.gd.DEFAULT_THRESHOLD, help="the gate's floor"
+    )
     p.add_argument("--out", type=Path, default=None, help="default calibration/<machine>.json")
     args = p.parse_args(argv)
     if args.runs < 2:

@@ -1,6 +1,6 @@
 """The PR performance gate: BASE against HEAD on one GPU, interleaved, with a verdict.
 
-    nox -s gate -- BASE HEAD [--rounds 3] [--threshold 0.05] [--bench REGEX]
+    nox -s gate -- BASE HEAD [--rounds 3] [--threshold 0.02] [--bench REGEX]
     python -m harness.gate BASE HEAD ...
 
 Each side gets a git worktree, so its suite, kernels and timing path come from its own
@@ -52,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--rounds", type=positive_int, default=3, help="interleaved rounds per side (>= 1)"
     )
     p.add_argument(
-        "--threshold", type=fraction, default=0.05, help="slowdown that counts (0.05 = 5%%)"
+        "--threshold",
+        type=fraction,
+        default=gd.DEFAULT_THRESHOLD,
+        help="slowdown that counts, the floor under calibrated thresholds (0.02 = 2%%)",
     )
     p.add_argument("--bench", default=DEFAULT_BENCH, help="regex on benchmark names")
     p.add_argument("--out", type=Path, default=ROOT / ".gate", help="work and report folder")

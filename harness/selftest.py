@@ -293,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--threshold",
         type=fraction,
-        default=0.02,
-        help="the gate's floor for this test; it must sit below --slowdown to detect it",
+        default=gd.DEFAULT_THRESHOLD,
+        help="the gate's floor for this test (the gate's own default); it must sit below "
+        "--slowdown to detect it",
     )
     p.add_argument("--bench", default=gate.DEFAULT_BENCH, help="regex on benchmark names")
     p.add_argument(

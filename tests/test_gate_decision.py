@@ -123,6 +123,7 @@ def test_small_significant_shift_within_threshold_is_unchanged(seed: int, shift:
 def test_same_shift_flags_under_a_lower_threshold(seed: int) -> None:
     rng = np.random.default_rng(seed)
     assert decide(bench(rng, 1.03), threshold=0.02).status == "regression"
+    assert decide(bench(rng, 1.03)).threshold == 0.02  # the gate's default floor
 
 
 @pytest.mark.parametrize(
@@ -139,7 +140,7 @@ def test_single_wild_outlier_does_not_flag(seed: int, side: str, factor: float) 
     samples = list(getattr(s, side))
     samples[int(rng.integers(len(samples)))] *= factor
     s = BenchSamples(s.name, **{"base": s.base, "head": s.head, side: tuple(samples)})
-    v = decide(s)
+    v = decide(s, threshold=0.05)
     assert v.status == "unchanged", v.reason
     assert v.ratio == pytest.approx(1.03 if pushes_up else 1 / 1.03, abs=0.015)
 
@@ -292,7 +293,7 @@ def test_markdown_fail_summary_order_and_escaped_error() -> None:
         bench(rng, 1.10, name="slow"),
         bench(rng, 1.0, name="same_2"),
     ]
-    verdicts = decide_all(samples)
+    verdicts = decide_all(samples, threshold=0.05)
     md = render_markdown(
         verdicts,
         base_label="main@abc1234",
