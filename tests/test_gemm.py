@@ -235,6 +235,10 @@ def test_sm90a_codegen_of_the_async_pipeline(layout):
     assert "tma_load" in src and "wgmma_ss" in src and "tma_store" in src
     assert "warpgroup_reg_alloc<240>" in src and "warpgroup_reg_dealloc<24>" in src
     assert "__launch_bounds__(384" in src  # two consumer warpgroups and the producer
+    # The TMA issue is elected within the whole producer warpgroup: an election inside a
+    # branch that leaves one thread alive (tl_shuffle_elect<1>) hung the warp on the H200.
+    assert "tl_shuffle_elect<128>()" in src and "tl_shuffle_elect<1>()" not in src
+    assert "full[0].init(128)" in src  # every producer thread arrives
 
 
 def test_async_consumers_share_one_register_file():
