@@ -50,17 +50,14 @@ def discover(tree: Path, pattern: str | None):
 
 
 def sleep_cycles_per_ms() -> float:
-    """GPU clock cycles that ``torch.cuda._sleep`` spins per millisecond, measured now."""
+    """GPU clock cycles that ``torch.cuda._sleep`` spins per millisecond, measured now on
+    the project's one timing path."""
     import torch
 
+    from harness.timing import measure
+
     cycles = 2_000_000
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(cycles)  # warm up
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    end.synchronize()
-    return cycles / start.elapsed_time(end)
+    return cycles / measure(lambda: torch.cuda._sleep(cycles), warmup=1, repeat=5).median_ms
 
 
 def inject_slowdown(bench, fraction: float, cycles_per_ms: float, entry: dict) -> None:

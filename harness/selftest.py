@@ -43,6 +43,22 @@ _ORDERS = list(itertools.permutations(SIDES))
 
 
 @dataclass(frozen=True, slots=True)
+class Setup:
+    """What every iteration shares: the worktree of HEAD, the benchmark regex, how many
+    iterations and gate rounds, the injected slowdown, the gate's floor, the work folder
+    and per-benchmark thresholds (calibration) when there are any."""
+
+    tree: Path
+    bench: str
+    n: int
+    rounds: int
+    slowdown: float
+    threshold: float
+    work: Path
+    thresholds: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Tally:
     comparisons: int
     false_alarm_runs: int  # A/A comparisons with at least one regression
@@ -149,24 +165,18 @@ def compare(
 
 
 def iterate(
-    tree: Path,
-    bench: str,
-    n: int,
-    rounds: int,
-    slowdown: float,
-    threshold: float,
-    work: Path,
+    setup: Setup,
     gpu: int | None = None,
     only: Path | None = None,
     log: Callable[[str], None] = print,
     out: list | None = None,
-    thresholds: Mapping[str, float] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
-    """``n`` iterations on one GPU (all visible when None): per iteration and round, the
-    three worker runs in that block's order; returns each iteration's verdicts, appended
-    to ``out`` as each finishes (so an interrupted run keeps the finished ones)."""
+    """``setup.n`` iterations on one GPU (all visible when None): per iteration and round,
+    the three worker runs in that block's order; returns each iteration's verdicts,
+    appended to ``out`` as each finishes (so an interrupted run keeps the finished ones)."""
     tag = "" if gpu is None else f"-gpu{gpu}"
     out = [] if out is None else out
+    n, rounds = setup.n, setup.rounds
     for i in range(n):
         start = time.perf_counter()
         runs = []
@@ -174,12 +184,11 @@ def iterate(
             block = i * rounds + r
             got = {}
             for side in order(block):
-                inject = slowdown if side == "injected" else 0.0
-                got[side] = gate._run_side(
-                    tree, bench, work / f"{side}{tag}-{i}-{r}.json", inject, gpu, only
-                )
+                inject = setup.slowdown if side == "injected" else 0.0
+                out_file = setup.work / f"{side}{tag}-{i}-{r}.json"
+                got[side] = gate._run_side(setup.tree, setup.bench, out_file, inject, gpu, only)
             runs.append(got)
-        aa, injected = compare(runs, threshold, thresholds)
+        aa, injected = compare(runs, setup.threshold, setup.thresholds)
         out.append((aa, injected))
         alarms = sum(v.status == gd.REGRESSION for v in aa)
         detected = sum(v.status == gd.REGRESSION for v in injected)
@@ -211,30 +220,23 @@ def describe(aa: Sequence[gd.Verdict], injected: Sequence[gd.Verdict]) -> str:
 
 
 def split_iterate(
-    tree: Path,
-    bench: str,
-    n: int,
-    rounds: int,
-    slowdown: float,
-    threshold: float,
-    work: Path,
+    setup: Setup,
     gpus: list[int],
     log: Callable[[str], None] = print,
     out: dict | None = None,
-    thresholds: Mapping[str, float] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``iterate`` on every GPU at once, each over its share of the benchmarks (the
     gate's plan), then each iteration's verdicts joined across GPUs. ``out`` collects
     each GPU's finished iterations as they come."""
     from harness.shard import plan
 
-    names = gate._run_side(tree, bench, work / "names.json", listing=True)
+    names = gate._run_side(setup.tree, setup.bench, setup.work / "names.json", listing=True)
     if "fatal" in names:
         raise RuntimeError(f"listing the benchmarks failed: {names['fatal']}")
     shards = {g: s for g, s in plan(dict.fromkeys(names["names"], 1.0), gpus).items() if s}
     files = {}
     for gpu, shard in shards.items():
-        files[gpu] = work / f"shard-gpu{gpu}.json"
+        files[gpu] = setup.work / f"shard-gpu{gpu}.json"
         files[gpu].write_text(json.dumps(shard))
 
     out = {} if out is None else out
@@ -242,14 +244,7 @@ def split_iterate(
 
     def one(gpu):
         try:
-            iterate(
-                *(tree, bench, n, rounds, slowdown, threshold, work),
-                gpu=gpu,
-                only=files[gpu],
-                log=log,
-                out=out.setdefault(gpu, []),
-                thresholds=thresholds,
-            )
+            iterate(setup, gpu=gpu, only=files[gpu], log=log, out=out.setdefault(gpu, []))
         except Exception as err:  # re-raised in the caller's thread
             errors.append(err)
 
@@ -335,9 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     sha = gate._git("rev-parse", "HEAD")
     tree = gate._worktree(work, "tree", sha)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    common = (tree, args.bench, args.n, args.rounds, args.slowdown, args.threshold, work)
     calibration = args.calibration or gate.ROOT / "calibration" / f"{device.machine_name()}.json"
     thresholds = gate.load_calibration(calibration)
+    setup = Setup(
+        tree, args.bench, args.n, args.rounds, args.slowdown, args.threshold, work, thresholds
+    )
     log(
         f"gate_selftest: thresholds per benchmark from {calibration.name}, floor "
         f"{args.threshold:.0%}"
@@ -348,9 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = False
     try:
         if gpus is None:
-            iterate(*common, log=log, out=finished.setdefault(None, []), thresholds=thresholds)
+            iterate(setup, log=log, out=finished.setdefault(None, []))
         else:
-            split_iterate(*common, gpus, log=log, out=finished, thresholds=thresholds)
+            split_iterate(setup, gpus, log=log, out=finished)
     except KeyboardInterrupt:
         interrupted = True
     results = join_shards(finished)

@@ -360,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--machine", default=None, help="asv machine name stem (default: the GPU)")
     p.add_argument("asv_args", nargs="*", help="passed to every asv run (after --)")
     args = p.parse_args(argv)
+    try:
+        pop_bench(list(args.asv_args))
+    except ValueError as err:
+        p.error(str(err))
     import torch
 
     from harness import device

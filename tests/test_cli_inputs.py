@@ -11,6 +11,11 @@ from harness import results_branch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Re-rendering the committed report: no GPU needed.
+REPLAY = ["-m", "benchmarks.bench_gemm", "--replay", "reports/stage04_gemm.jsonl"]
+TABLE = "kernels/tuned_configs.json"
+
+
 def _run(*args):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT)
 
@@ -38,44 +43,26 @@ def _run(*args):
         (["-m", "harness.gate", "HEAD", "HEAD", "--gpus", "one"], "must be 'all' or indices"),
         (["-m", "harness.shard", "--gpus", "-1"], "must be 'all' or indices like 0,1"),
         (
-            [
-                "-m",
-                "benchmarks.bench_gemm",
-                "--replay",
-                "reports/stage04_gemm.jsonl",
-                "--tuned",
-                "kernels/tuned_configs.json",
-            ],
+            [*REPLAY, "--tuned", TABLE],
             "--tuned: adds a section to the report, so it needs --report",
         ),
         (
-            [
-                "-m",
-                "benchmarks.bench_gemm",
-                "--replay",
-                "reports/stage04_gemm.jsonl",
-                "--report",
-                "/tmp/r.md",
-                "--tune-log",
-                "reports/tune_h200.jsonl",
-            ],
+            [*REPLAY, "--report", "/tmp/r.md", "--tune-log", "reports/tune_h200.jsonl"],
             "--tune-log: feeds the Tuned Configs section, so it needs --tuned",
         ),
         (
             [
-                "-m",
-                "benchmarks.bench_gemm",
-                "--replay",
-                "reports/stage04_gemm.jsonl",
+                *REPLAY,
                 "--report",
                 "/tmp/r.md",
                 "--tuned",
-                "kernels/tuned_configs.json",
+                TABLE,
                 "--tune-log",
                 "/nonexistent.jsonl",
             ],
             "--tune-log=/nonexistent.jsonl: no such file",
         ),
+        (["-m", "harness.shard", "--gpus", "all", "--", "-b"], "-b: needs a regex after it"),
     ],
 )
 def test_bad_option_names_the_field_and_rule(args, message):

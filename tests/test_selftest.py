@@ -48,11 +48,16 @@ def test_orders_cycle_through_every_permutation():
     assert selftest.order(6) == selftest.order(0)
 
 
+def _setup(tmp_path, n, rounds=1, thresholds=None):
+    """n iterations of a 10% injected slowdown against a 2% floor."""
+    return selftest.Setup(tmp_path, ".", n, rounds, 0.1, 0.02, tmp_path, thresholds)
+
+
 def test_three_runs_per_iteration_with_the_base_shared(monkeypatch, tmp_path):
     worker = FakeWorker()
     monkeypatch.setattr(gate, "_run_side", worker)
     lines = []
-    results = selftest.iterate(tmp_path, ".", 4, 1, 0.1, 0.02, tmp_path, log=lines.append)
+    results = selftest.iterate(_setup(tmp_path, 4), log=lines.append)
     assert len(worker.calls) == 3 * 4
     assert [c["inject"] for c in worker.calls].count(0.1) == 4
     first = [c["file"].split("-")[0] for c in worker.calls[:3]]
@@ -68,7 +73,7 @@ def test_three_runs_per_iteration_with_the_base_shared(monkeypatch, tmp_path):
 def test_rounds_pool_into_one_comparison(monkeypatch, tmp_path):
     worker = FakeWorker()
     monkeypatch.setattr(gate, "_run_side", worker)
-    results = selftest.iterate(tmp_path, ".", 2, 3, 0.1, 0.02, tmp_path, log=lambda line: None)
+    results = selftest.iterate(_setup(tmp_path, 2, rounds=3), log=lambda line: None)
     assert len(worker.calls) == 2 * 3 * 3 and len(results) == 2
     assert all(len(aa) == len(NAMES) for aa, _ in results)
 
@@ -76,9 +81,7 @@ def test_rounds_pool_into_one_comparison(monkeypatch, tmp_path):
 def test_split_keeps_a_benchmarks_three_runs_on_one_gpu(monkeypatch, tmp_path):
     worker = FakeWorker()
     monkeypatch.setattr(gate, "_run_side", worker)
-    results = selftest.split_iterate(
-        tmp_path, ".", 3, 1, 0.1, 0.02, tmp_path, [0, 1], log=lambda line: None
-    )
+    results = selftest.split_iterate(_setup(tmp_path, 3), [0, 1], log=lambda line: None)
     gpu_of = {}
     for call in worker.calls:
         for name in call["shard"]:
@@ -157,17 +160,8 @@ def test_join_shards_keeps_only_iterations_every_gpu_finished():
 def test_calibrated_thresholds_apply_per_benchmark(monkeypatch, tmp_path):
     monkeypatch.setattr(gate, "_run_side", FakeWorker())
     # gemm.S(0) is calibrated as too noisy for a 10% change; the rest keep the floor.
-    results = selftest.iterate(
-        tmp_path,
-        ".",
-        2,
-        1,
-        0.1,
-        0.02,
-        tmp_path,
-        log=lambda line: None,
-        thresholds={"gemm.S(0)": 0.5},
-    )
+    setup = _setup(tmp_path, 2, thresholds={"gemm.S(0)": 0.5})
+    results = selftest.iterate(setup, log=lambda line: None)
     t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
     assert t.detections["gemm.S(0)"] == 0
     assert all(t.detections[n] == 2 for n in NAMES[1:])
