@@ -23,7 +23,6 @@ nox.options.error_on_missing_interpreters = True
 ROOT = Path(__file__).parent
 TORCH_SPEC = os.environ.get("TORCH_SPEC", "torch==2.13.0")
 RUFF = "ruff==0.17.6"
-ASV_DIR = ROOT / ".asv"
 
 
 def _install(session: nox.Session, extras: str) -> None:
@@ -86,7 +85,7 @@ def gpu_tests(session: nox.Session) -> None:
     _install(session, "test")
     args = list(session.posargs)
     spec = _pop_option(args, "--gpus") or "all"
-    found = _probe(session, f"from harness.shard import probe_gpus as p; print(p({spec!r}))")
+    found = _probe(session, f"from harness.suite.shard import probe_gpus as p; print(p({spec!r}))")
     if not found.startswith("ok:"):
         session.error(f"gpu_tests {found}")
     gpus = found.removeprefix("ok:")
@@ -99,25 +98,16 @@ def gpu_tests(session: nox.Session) -> None:
         session.log(f"gpu_tests: one pytest-xdist worker per GPU ({gpus})")
     elif not explicit:
         env["CUDA_VISIBLE_DEVICES"] = gpus
-    # Build every test kernel over all cores first; each test then loads from the cache.
-    session.run(
-        _python(session),
-        "-m",
-        "harness.precompile",
-        "tests.test_gemm:PRECOMPILE",
-        "tests.test_tuned:TUNED_HERE",
-        external=True,
-    )
-    session.run(
-        _python(session),
-        "-m",
-        "pytest",
-        "-m",
-        "gpu",
-        *args,
-        env=env,
-        external=True,
-    )
+    # Collecting builds every selected test's kernel over all cores (tests/conftest.py);
+    # the workers then load them from TileLang's cache.
+    pytest = [_python(session), "-m", "pytest", "-m", "gpu"]
+    collect = list(args)
+    while _pop_option(collect, "-n") or _pop_option(collect, "--numprocesses"):
+        pass
+    collect = [a for a in collect if not a.startswith("-n")]
+    session.run(*pytest, "--collect-only", "-q", "-p", "no:xdist", *collect, env=env, external=True)
+    env["GEMM_TESTS_PRECOMPILED"] = "1"
+    session.run(*pytest, *args, env=env, external=True)
 
 
 def _pop_option(args: list[str], name: str) -> str | None:
@@ -133,127 +123,69 @@ def _pop_option(args: list[str], name: str) -> str | None:
     return None
 
 
-def _asv_current_commit(session: nox.Session, args: list[str]) -> None:
-    """asv run of the checked-out commit in this environment, then asv publish. With
-    ``--gpus all`` (or ``0,1``) one asv run per GPU over its share of the suite's classes
-    (``harness.shard``); the rest of ``args`` goes to every asv run, a ``-b`` narrowing
-    each."""
-    py = _python(session)
-    args = list(args)
-    gpus = _pop_option(args, "--gpus")
-    # One probe (one torch import and CUDA query) for the machine name and the GPU.
-    machine, _, reason = _probe(
-        session,
-        "from harness.device import machine_name as m, no_gpu_reason as r; "
-        "print(m()); print(r() or '')",
-    ).partition("\n")
-    reason = reason.strip()
-    sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
-    if reason:
-        if gpus is not None:
-            session.error(f"--gpus={gpus} needs a CUDA GPU and found none: {reason}")
-        session.warn(f"GPU tracks skipped: {reason}. Running the compile and resource tracks.")
-        if not any(a in ("-b", "--bench") or a.startswith("--bench=") for a in args):
-            args = [*args, "--bench", "static"]
+def _exit_with(session: nox.Session, *args: str) -> None:
+    """Run a harness command and end the session with its own exit status (nox would
+    report 1 for every failure; the gate and bisect give 1 and 2 distinct meanings)."""
+    if session.virtualenv.is_sandboxed:
+        py = os.path.join(session.bin, "python")
     else:
-        # Fill TileLang's disk cache over all cores; each family's setup_cache then loads
-        # its kernels instead of compiling them one by one.
-        session.run(py, "-m", "harness.precompile", "asv_bench.gemm", external=True)
-    session.run(py, "-m", "asv", "check", "-E", f"existing:{py}", external=True)
-    if gpus is not None:
-        session.run(
-            py,
-            "-m",
-            "harness.shard",
-            "--gpus",
-            gpus,
-            "--machine",
-            machine,
-            "--",
-            "--show-stderr",
-            *args,
-            external=True,
-        )
-    else:
-        session.run(py, "-m", "asv", "machine", "--yes", "--machine", machine, external=True)
-        session.run(
-            py,
-            "-m",
-            "asv",
-            "run",
-            "-E",
-            f"existing:{py}",
-            "--set-commit-hash",
-            sha,
-            "--machine",
-            machine,
-            "--record-samples",
-            "--show-stderr",
-            *args,
-            external=True,
-        )
-    session.run(py, "-m", "asv", "publish", external=True)
-    session.log(f"published {ASV_DIR / 'html' / 'index.html'}; view it with: python -m asv preview")
+        py = sys.executable
+    code = subprocess.call([py, "-m", *args], cwd=ROOT, env={**os.environ, **session.env})
+    if code:
+        raise SystemExit(code)
 
 
 @nox.session(default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """The benchmark suite on this machine for the current commit (--gpus: one run per GPU)."""
+    """The benchmark suite for the current commit, one asv run per family, then publish."""
     _install(session, "bench")
-    _asv_current_commit(session, list(session.posargs))
+    _exit_with(session, "harness.suite.run", *session.posargs)
 
 
 @nox.session(default=False, tags=["gpu"])
 def publish(session: nox.Session) -> None:
-    """CI on main: results from the asv-results branch, asv run of HEAD, push back, publish."""
+    """CI on main: measure every main commit after the newest stored one, push, publish."""
     _install(session, "bench")
-    py = _python(session)
-    results = str(ASV_DIR / "results")
-    session.run(py, "-m", "harness.results_branch", "checkout", results, external=True)
-    _asv_current_commit(session, list(session.posargs))
-    sha = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True)
-    session.run(
-        py,
-        "-m",
-        "harness.results_branch",
-        "push",
-        results,
-        "--message",
-        f"asv results for {sha.strip()}",
-        external=True,
-    )
+    _exit_with(session, "harness.suite.history", "publish", *session.posargs)
+
+
+@nox.session(default=False, tags=["gpu"])
+def backfill(session: nox.Session) -> None:
+    """Measure the commits of a range that have no stored results: `-- REV_RANGE [-b RE]`."""
+    _install(session, "bench")
+    _exit_with(session, "harness.suite.history", "backfill", *session.posargs)
+
+
+@nox.session(default=False, tags=["history"])
+def regressions(session: nox.Session) -> None:
+    """Steps in the stored history whose latest change is a slowdown (markdown + JSON)."""
+    _install(session, "bench")
+    _exit_with(session, "harness.suite.regressions", *session.posargs)
+
+
+@nox.session(default=False, tags=["gpu"])
+def bisect(session: nox.Session) -> None:
+    """First bad commit between two revisions with the gate's rule: `-- GOOD BAD [-b RE]`."""
+    _install(session, "bench")
+    _exit_with(session, "harness.gate.bisect", *session.posargs)
 
 
 @nox.session(default=False, tags=["gpu"])
 def gate(session: nox.Session) -> None:
     """PR gate: `nox -s gate -- BASE HEAD`; exit 1 on a regression, 2 on a failed benchmark."""
     _install(session, "bench")
-    if len(session.posargs) < 2:
-        session.error("usage: nox -s gate -- BASE HEAD [--rounds N] [--threshold F] [--bench RE]")
-    session.run(
-        _python(session),
-        "-m",
-        "harness.gate",
-        *session.posargs,
-        success_codes=[0, 1, 2],
-        external=True,
-    )
-    status = ROOT / ".gate" / "exit_code"
-    code = int(status.read_text()) if status.exists() else 2
-    if code:
-        # Keep the gate's own status (1 regression, 2 failure); nox would report 1 for both.
-        raise SystemExit(code)
+    _exit_with(session, "harness.gate", *session.posargs)
 
 
 @nox.session(default=False, tags=["gpu"])
 def calibrate(session: nox.Session) -> None:
     """Run-to-run spread per benchmark on this GPU -> calibration/<machine>.json for the gate."""
     _install(session, "bench")
-    session.run(_python(session), "-m", "harness.calibrate", *session.posargs, external=True)
+    session.run(_python(session), "-m", "harness.gate.calibrate", *session.posargs, external=True)
 
 
 @nox.session(default=False, tags=["gpu"])
 def gate_selftest(session: nox.Session) -> None:
     """The gate's false-alarm and detection rates (A/A, injected slowdown; --gpus, --json)."""
     _install(session, "bench")
-    session.run(_python(session), "-m", "harness.selftest", *session.posargs, external=True)
+    session.run(_python(session), "-m", "harness.gate.selftest", *session.posargs, external=True)

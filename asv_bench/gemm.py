@@ -8,7 +8,7 @@ imports torch and TileLang, creates the CUDA context and goes through every para
 combination, timing all of the family's tracks and printing a line per combination.
 asv still starts a process per track and combination, but those only hand back the
 cached samples: this module imports nothing heavy at the top, so they start fast. The
-family is also the unit ``python -m harness.shard`` spreads over GPUs.
+family is also the unit ``python -m harness.suite.shard`` spreads over GPUs.
 
 All tracks return ``{"samples": [...], "number": 1}``, so asv stores the samples and
 computes its CIs and Mann-Whitney test on them. asv reads lower as better, so latency and
@@ -32,26 +32,16 @@ from typing import TYPE_CHECKING
 
 # asv instantiates every public class in a benchmark module: import under private names.
 # Only light modules here; torch, TileLang and the timing path load where they are used.
-from harness import device as _device
+from harness.measure import device as _device
+from harness.suite.discovery import combination_name as _combination_name
+from kernels.gemm import SHORT_DTYPES as DTYPES
+from kernels.tuned import CASES as _TUNED_CASES
 
 if TYPE_CHECKING:
-    from harness.cases import Case as _Case
+    from harness.measure.cases import Case as _Case
     from kernels import GemmConfig as _Config
     from kernels import GemmShape as _Shape
 
-DTYPES = {"f16": "float16", "bf16": "bfloat16"}
-# The tuner's cases (kernels.tuned.CASES), by name; kept here so that importing this
-# module stays light. tests/test_asv_gemm.py checks the two lists agree.
-_TUNED_CASES = (
-    "square4096",
-    "square8192",
-    "mlp_up",
-    "mlp_down",
-    "decode16",
-    "decode64",
-    "attn_qk_t",
-    "attn_pv",
-)
 # Batches of 50 launches until the median's relative standard error is 0.5% (nvbench's
 # default target), at most 10 batches or 5 s; batches taken while NVML reports throttling
 # are re-taken.
@@ -70,7 +60,7 @@ _NVML: list = []  # one reader per process, opened on first use
 
 def _nvml():
     if not _NVML:
-        from harness.gpu_state import open_nvml
+        from harness.measure.gpu_state import open_nvml
 
         _NVML.append(open_nvml())
     return _NVML[0]
@@ -79,7 +69,7 @@ def _nvml():
 def _case(shape: _Shape) -> _Case:
     """The inputs of ``shape``, made once per process."""
     if shape not in _CASES:
-        from harness.cases import Case
+        from harness.measure.cases import Case
 
         _CASES[shape] = Case(shape)
     return _CASES[shape]
@@ -102,7 +92,7 @@ def config_of(spec: str | tuple[int, ...]) -> _Config:
 def _summary(samples: dict[str, list[float]]) -> str:
     parts = {
         "track_latency": lambda x: f"{x * 1e3:.3f} ms",
-        "track_vs_torch": lambda x: f"{x:.3f}x torch",
+        "track_vs_torch": lambda x: f"kernel/torch {x:.3f}",
         "track_launch": lambda x: f"launch {x * 1e6:.1f} us",
     }
     return ", ".join(parts[t](statistics.median(s)) for t, s in samples.items() if t in parts and s)
@@ -145,7 +135,7 @@ class _GpuGemm:
     def combination_name(self, params: tuple) -> str:
         """``gemm.Stage(4096x4096x4096, 128, 3, f16)``, as the gate names combinations."""
         module = type(self).__module__.rsplit(".", 1)[-1]
-        return f"{module}.{type(self).__name__}({', '.join(str(p) for p in params)})"
+        return _combination_name(f"{module}.{type(self).__name__}", params)
 
     # Measuring, on the GPU, in this process.
 
@@ -236,7 +226,8 @@ class _GpuGemm:
     def track_vs_torch(self, cache, *params):
         return self._cached(cache, "track_vs_torch", params)
 
-    track_vs_torch.unit = "ratio"
+    # Lower is better, as asv reads every track: kernel latency over torch.matmul's.
+    track_vs_torch.unit = "kernel/torch"
 
 
 class Stage(_GpuGemm):
@@ -291,7 +282,7 @@ class Tuned(_GpuGemm):
     """The tuned config of each case in ``kernels.tuned`` on this GPU (the heuristic where
     the table has none): a commit that loses the tuning shows here."""
 
-    params = (list(_TUNED_CASES), ["f16", "bf16"])
+    params = (list(_TUNED_CASES), list(DTYPES))
     param_names = ["case", "dtype"]
 
     def case(self, name, dtype):
@@ -329,7 +320,7 @@ class Launch(_GpuGemm):
         return _case(shape), None
 
     def _measure_launch(self, data: _Case, config: _Config | None) -> list[float]:
-        from harness.timing import measure_launch
+        from harness.measure.timing import measure_launch
 
         fn = data.torch_fn if config is None else data.tilelang_fn(config)
         return measure_launch(fn).samples_s

@@ -9,13 +9,15 @@ skipped (n/a) with the reason.
 import shutil
 from concurrent.futures import ThreadPoolExecutor as _ThreadPool
 
+from harness.measure.resources import cold_compile_seconds as _cold_compile_seconds
+from harness.measure.resources import sm90a_resources as _sm90a_resources
+
 # asv instantiates every public class in a benchmark module: import under private names.
-from harness.precompile import precompile as _precompile
-from harness.resources import cold_compile_seconds as _cold_compile_seconds
-from harness.resources import sm90a_resources as _sm90a_resources
+from harness.suite.precompile import precompile as _precompile
 from kernels import GemmConfig as _Config
 from kernels import GemmShape as _Shape
 from kernels import compile_gemm as _compile_gemm
+from kernels.gemm import SHORT_DTYPES as DTYPES
 
 SHAPE = _Shape(4096, 4096, 4096)
 CONFIGS = [
@@ -26,7 +28,6 @@ CONFIGS = [
     "b256x128x64_t256_s3",
     "b64x256x64_t128_s4",
 ]
-DTYPES = {"f16": "float16", "bf16": "bfloat16"}
 
 
 def _need_nvcc():

@@ -19,10 +19,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness import device, metrics
-from harness.argtypes import count, positive_int
-from harness.report import fmt_optional
-from harness.timing import BACKENDS, check_counts
+from harness.cli import count, positive_int
+from harness.measure import device, metrics
+from harness.measure.timing import BACKENDS, check_counts
+from harness.report.stage04 import fmt_optional
 from kernels import DTYPES, LAYOUTS, GemmConfig, GemmShape
 
 PROG = "python3 -m benchmarks.bench_gemm"
@@ -239,7 +239,7 @@ def run_meta(args, argv: list[str]) -> dict:
 
 def load_jsonl(path: Path) -> tuple[dict, list]:
     """The meta line and the rows of a recorded sweep."""
-    from harness.cases import CaseResult
+    from harness.measure.cases import CaseResult
 
     meta, records = _read_jsonl(path)
     # Launch-overhead lines have no latency row.
@@ -264,8 +264,14 @@ def _read_jsonl(path: Path) -> tuple[dict, list[dict]]:
 
 def tuned_section(report: Path, table_path: Path, log_path: Path | None, gpu: str) -> str:
     """The report's Tuned Configs section; its plots are written next to ``report``."""
-    from harness import plots
-    from harness.report import knob_effects, render_tuned, roofline_points, sweep_bars, tuned_rows
+    from harness.report import plots
+    from harness.report.stage04 import (
+        knob_effects,
+        render_tuned,
+        roofline_points,
+        sweep_bars,
+        tuned_rows,
+    )
     from kernels.tuned import case_shape
 
     rows = tuned_rows(json.loads(table_path.read_text()), gpu)
@@ -297,7 +303,7 @@ def tuned_section(report: Path, table_path: Path, log_path: Path | None, gpu: st
 
 def launch_row(case, config, console, jsonl) -> None:
     """Host launch overhead of torch.matmul (``config`` None) or one TileLang kernel."""
-    from harness.timing import measure_launch
+    from harness.measure.timing import measure_launch
 
     fn = case.torch_fn if config is None else case.tilelang_fn(config)
     samples = measure_launch(fn).samples_ms
@@ -314,7 +320,7 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
     """Measure the sweep; returns the finished rows and whether it was interrupted."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from harness.cases import Case, CaseResult
+    from harness.measure.cases import Case, CaseResult
 
     shapes, configs, skipped = plan(args)
     for line in skipped:
@@ -404,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     if results:
         print_table(results, console)
     if args.report and results:
-        from harness.report import render_stage04
+        from harness.report.stage04 import render_stage04
 
         args.report.parent.mkdir(parents=True, exist_ok=True)
         tuned = None

@@ -18,7 +18,7 @@ whole space again), and goes through step 3 the same way.
 Every candidate's brief timing goes to ``--jsonl`` as soon as it is measured, and each
 case's winner is written to ``--out`` (keyed by GPU name, then shape id) as soon as the
 case is done, so an interrupted run keeps everything it finished. All timing is
-``harness.timing.measure``, the project's one timing path.
+``harness.measure.timing.measure``, the project's one timing path.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness import device, metrics
-from harness.argtypes import count, positive_int
+from harness.cli import count, positive_int
+from harness.measure import device, metrics
 from kernels import GemmConfig, GemmShape
 from kernels.tuned import CASES, TUNED_FILE, candidates, case_shape
 
@@ -116,7 +116,7 @@ class Tuner:
                 }
             }
         )
-        from harness.gpu_state import open_nvml
+        from harness.measure.gpu_state import open_nvml
 
         self.nvml = open_nvml()  # throttled batches are re-taken; clocks are recorded
 
@@ -210,8 +210,8 @@ class Tuner:
             TimeElapsedColumn,
         )
 
-        from harness.cases import Case
-        from harness.precompile import precompile
+        from harness.measure.cases import Case
+        from harness.suite.precompile import precompile
 
         args = self.args
         done: list[tuple[GemmShape, dict]] = []

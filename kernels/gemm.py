@@ -21,6 +21,8 @@ from typing import Any
 
 # torch dtype names keyed by the TileLang dtype string; short names make the ids.
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+# The same, keyed by the short name (benchmark ids, command lines).
+SHORT_DTYPES = {short: name for name, short in DTYPES.items()}
 ACCUM_DTYPES = ("float32",)
 # NN: B is [K, N]. NT: B is [N, K] and the kernel computes A @ B.T (attention's QK^T).
 LAYOUTS = ("NN", "NT")

@@ -12,7 +12,7 @@ if _worker.startswith("gw") and os.environ.get("GEMM_TEST_GPUS"):
     _gpus = os.environ["GEMM_TEST_GPUS"].split(",")
     os.environ["CUDA_VISIBLE_DEVICES"] = _gpus[int(_worker[2:]) % len(_gpus)]
 
-from harness.device import no_gpu_reason  # noqa: E402
+from harness.measure.device import no_gpu_reason  # noqa: E402
 
 NO_GPU = no_gpu_reason()
 # Skip GPU tests where no CUDA device is visible; `nox -s gpu_tests` refuses to run there.
@@ -33,10 +33,11 @@ requires_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc to bu
 def pytest_collection_finish(session):
     """Compile the selected GPU tests' kernels in parallel before the first one runs: in
     series they take 3-5 s each, and the tests then load them from TileLang's disk cache."""
-    if NO_GPU is not None:
+    # nox -s gpu_tests compiles in a collect-only pass first; its workers skip this.
+    if NO_GPU is not None or os.environ.get("GEMM_TESTS_PRECOMPILED"):
         return
-    from harness.precompile import precompile
-    from kernels import GemmShape
+    from harness.suite.precompile import precompile
+    from kernels import GemmConfig, GemmShape
 
     pairs = []
     for item in session.items:
@@ -44,5 +45,9 @@ def pytest_collection_finish(session):
         if {"size", "dtype", "layout", "config"} <= params.keys():
             shape = GemmShape(*params["size"], params["dtype"], params["layout"])
             pairs.append((shape, params["config"]))
+        elif isinstance(params.get("shape"), GemmShape) and isinstance(
+            params.get("config"), GemmConfig
+        ):
+            pairs.append((params["shape"], params["config"]))
     if len(pairs) > 2:
         precompile(pairs, log=lambda line: None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import results_branch
+from harness.suite import results_branch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,19 +29,20 @@ def _run(*args):
         ),
         (["-m", "benchmarks.bench_gemm", "--config", "b100x128x32_t128_s3"], "block_m=100"),
         (
-            ["-m", "harness.precompile", "asv_bench.gemm", "--workers", "0"],
+            ["-m", "harness.suite.precompile", "asv_bench.gemm", "--workers", "0"],
             "--workers: 0 must be >= 1",
         ),
-        (["-m", "harness.calibrate", "--runs", "1"], "--runs=1: must be >= 2"),
-        (["-m", "harness.selftest", "--slowdown", "3"], "must be a fraction between 0 and 1"),
-        (["-m", "harness.selftest", "--n", "0"], "--n: 0 must be >= 1"),
+        (["-m", "harness.gate.calibrate", "--runs", "1"], "--runs=1: must be >= 2"),
+        (["-m", "harness.gate.selftest", "--slowdown", "3"], "must be a fraction between 0 and 1"),
+        (["-m", "harness.gate.selftest", "--n", "0"], "--n: 0 must be >= 1"),
         (["-m", "benchmarks.tune_gemm", "--case", "square"], "invalid choice: 'square'"),
         (["-m", "benchmarks.tune_gemm", "--top", "0"], "--top: 0 must be >= 1"),
         (["-m", "benchmarks.tune_gemm", "--bf16-from", "-1"], "--bf16-from: -1 must be >= 0"),
-        (["-m", "harness.asv_stats", "/nonexistent/results"], "no asv result files"),
-        (["-m", "harness.selftest", "--gpus", "0,x"], "must be 'all' or indices like 0,1"),
+        (["-m", "harness.suite.asv_stats", "/nonexistent/results"], "no asv result files"),
+        (["-m", "harness.gate.selftest", "--gpus", "0,x"], "must be 'all' or indices like 0,1"),
         (["-m", "harness.gate", "HEAD", "HEAD", "--gpus", "one"], "must be 'all' or indices"),
-        (["-m", "harness.shard", "--gpus", "-1"], "must be 'all' or indices like 0,1"),
+        (["-m", "harness.suite.run", "--gpus", "-1"], "must be 'all' or indices like 0,1"),
+        (["-m", "harness.suite.run", "-b", "("], "is not a valid regex"),
         (
             [*REPLAY, "--tuned", TABLE],
             "--tuned: adds a section to the report, so it needs --report",
@@ -62,7 +63,6 @@ def _run(*args):
             ],
             "--tune-log=/nonexistent.jsonl: no such file",
         ),
-        (["-m", "harness.shard", "--gpus", "all", "--", "-b"], "-b: needs a regex after it"),
     ],
 )
 def test_bad_option_names_the_field_and_rule(args, message):

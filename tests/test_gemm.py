@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from harness.correctness import check_kernel
+from harness.measure.correctness import check_kernel
 from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm, make_gemm
 from kernels.gemm import _compile_gemm
 from tests.conftest import requires_gpu, requires_nvcc
@@ -310,13 +310,6 @@ GPU_CASES = [
     for layout in ("NN", "NT")
     for config in configs
     if _supported(GemmShape(*size, dtype, layout), config)
-]
-# Everything the GPU tests build: `python -m harness.precompile tests.test_gemm:PRECOMPILE`
-# compiles it over all cores before pytest starts (nox -s gpu_tests does).
-PRECOMPILE = [
-    *GPU_CASES,
-    (GemmShape(256, 128, 64), GemmConfig()),
-    (GemmShape(128, 128, 32), GemmConfig()),
 ]
 
 

@@ -78,7 +78,7 @@ def test_committed_table_parses():
 
 def _tuned_here():
     """(shape, config) of every tuned row for the visible GPU; empty without one."""
-    from harness import device
+    from harness.measure import device
 
     if device.no_gpu_reason():
         return []
@@ -98,7 +98,7 @@ TUNED_HERE = _tuned_here()
 @pytest.mark.skipif(not TUNED_HERE, reason="needs a CUDA GPU with tuned configs in the table")
 @pytest.mark.parametrize("shape, config", TUNED_HERE, ids=[f"{s.id}-{c.id}" for s, c in TUNED_HERE])
 def test_tuned_config_matches_float64_reference(shape, config):
-    from harness.correctness import check_kernel
+    from harness.measure.correctness import check_kernel
 
     result = check_kernel(compile_gemm(shape, config), seed=21)
     assert result.unwritten == 0, f"{result.unwritten} outputs never written"

@@ -1,0 +1,99 @@
+"""What the command-line tools share: exit codes, and argparse types whose errors name
+the rule."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+# Exit codes of the gate, bisect, backfill and the self-test.
+EXIT_OK = 0  # nothing regressed; bisect: a culprit was found
+EXIT_REGRESSION = 1  # a confirmed regression; bisect: no regression between GOOD and BAD
+EXIT_FAILURE = 2  # a benchmark failed to build or run, bad input, or the tool failed
+EXIT_INTERRUPTED = 130  # Ctrl-C: what finished is kept
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def count(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
+    return value
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a fraction between 0 and 1 (0.05 = 5%)")
+    return value
+
+
+def gpu_list(text: str) -> str:
+    """``all`` or comma-separated GPU indices (``0,1``); checked against the GPUs that are
+    actually visible later, once CUDA is up."""
+    parts = [x.strip() for x in text.split(",")]
+    if text != "all" and not (parts and all(x.isdigit() for x in parts)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be 'all' or indices like 0,1")
+    return text
+
+
+def regex(text: str) -> str:
+    """A regular expression that compiles (``--bench``): an invalid one is refused as
+    invalid, not reported later as matching nothing."""
+    try:
+        re.compile(text)
+    except re.error as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid regex: {err}") from None
+    return text
+
+
+def output_file(text: str) -> Path:
+    """A file the command will write: its folder must exist (or be creatable) and be
+    writable, checked before any GPU work so that no measurement is lost at the end."""
+    path = Path(text)
+    if path.exists() and path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file")
+    _check_writable(path.parent if str(path.parent) else Path("."), text)
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """A folder the command will write into (created if missing), checked up front."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a folder")
+    _check_writable(path, text)
+    return path
+
+
+def _check_writable(folder: Path, text: str) -> None:
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: {existing} is not a writable folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: cannot write there ({err.strerror})") from None

@@ -1,0 +1,228 @@
+"""Revisions, measured: the seam the gate, calibration, the self-test, backfill and bisect
+share. Resolve revisions, give each a git worktree, run the worker on a worktree (one
+fresh process, that revision's own suite and kernels), interleave two revisions round by
+round, pick GPUs, and find the calibration file.
+
+    from harness.gate import revisions
+    sha = revisions.resolve("origin/main")
+    tree = revisions.worktree(out, "base", sha)
+    payload = revisions.run_worker(tree, bench_regex, out / "base-0.json")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from harness.measure.gpu_state import visible_entry
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+WORKER = Path(__file__).resolve().parent / "worker.py"
+SIDES = ("base", "head")
+
+
+class RevisionError(ValueError):
+    """A revision argument that names no commit, or a range that cannot be used."""
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    """``git ARGS`` in ``cwd``; its stdout, stripped. Raises CalledProcessError."""
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def resolve(rev: str, what: str = "revision", cwd: Path = ROOT) -> str:
+    """The full commit hash ``rev`` names; a RevisionError naming ``what`` otherwise."""
+    try:
+        return git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=cwd)
+    except subprocess.CalledProcessError:
+        raise RevisionError(f"{what}={rev!r}: names no commit in this repository") from None
+
+
+def is_ancestor(older: str, newer: str, cwd: Path = ROOT) -> bool:
+    return (
+        subprocess.run(
+            ["git", "merge-base", "--is-ancestor", older, newer], cwd=cwd, check=False
+        ).returncode
+        == 0
+    )
+
+
+def first_parent_range(good: str, bad: str, cwd: Path = ROOT) -> list[str]:
+    """Commits after ``good`` up to and including ``bad``, oldest first, along first
+    parents (the commits that landed on the branch, merges as one step)."""
+    out = git("rev-list", "--first-parent", "--reverse", f"{good}..{bad}", cwd=cwd)
+    return out.split() if out else []
+
+
+def worktree(out: Path, name: str, sha: str) -> Path:
+    """A detached worktree of ``sha`` at ``out/worktrees/name``, replacing one left there."""
+    path = out / "worktrees" / name
+    if path.exists():
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(path)],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+        )
+    git("worktree", "add", "--detach", "--force", str(path), sha)
+    return path
+
+
+def remove_worktree(path: Path) -> None:
+    subprocess.run(
+        ["git", "worktree", "remove", "--force", str(path)],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+    )
+
+
+def tree_env(tree: Path, gpu: int | None = None) -> dict[str, str]:
+    """The environment of a process that runs ``tree``'s code: the tree first on the path
+    (asv reads ASV_PYTHONPATH), pinned to ``gpu`` when given."""
+    env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_entry(gpu)
+    for var in ("PYTHONPATH", "ASV_PYTHONPATH"):
+        env[var] = os.pathsep.join([str(tree), env.get(var, "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_worker(
+    tree: Path,
+    bench: str,
+    out_file: Path,
+    inject: float = 0.0,
+    gpu: int | None = None,
+    only: Path | None = None,
+    listing: bool = False,
+) -> dict:
+    """Run the worker on ``tree`` in a fresh process; its payload (``{"results": ...}``,
+    ``{"names": [...]}`` with ``listing``, or ``{"fatal": why}``)."""
+    cmd = [sys.executable, str(WORKER), "--tree", str(tree), "--out", str(out_file)]
+    cmd += ["--bench", bench]
+    if listing:
+        cmd.append("--list")
+    if only is not None:
+        cmd += ["--only", str(only)]
+    if inject:
+        cmd += ["--inject-slowdown", repr(inject)]
+    out_file.unlink(missing_ok=True)  # nothing stale is read back
+    proc = subprocess.run(cmd, env=tree_env(tree, gpu), cwd=tree, check=False)
+    if proc.returncode or not out_file.exists():
+        return {"fatal": f"worker exited with status {proc.returncode}"}
+    return json.loads(out_file.read_text())
+
+
+def interleave(
+    trees: Mapping[str, Path],
+    bench: str,
+    rounds: int,
+    out: Path,
+    inject_head: float = 0.0,
+    log: Callable[[str], None] = print,
+    gpu: int | None = None,
+    only: Path | None = None,
+) -> list[dict]:
+    """Run both sides ``rounds`` times, alternating which goes first; one fresh worker
+    process per side per round, on ``gpu`` (all visible when None)."""
+    payloads = []
+    tag = "" if gpu is None else f"-gpu{gpu}"
+    for r in range(rounds):
+        order = SIDES if r % 2 == 0 else SIDES[::-1]
+        got = {}
+        for side in order:
+            log(f"gate{tag}: round {r + 1}/{rounds}: {side}")
+            inject = inject_head if side == "head" else 0.0
+            got[side] = run_worker(
+                trees[side], bench, out / f"{side}{tag}-{r}.json", inject, gpu, only
+            )
+        payloads.append(got)
+    return payloads
+
+
+def list_names(trees: Mapping[str, Path], bench: str, out: Path) -> list[str]:
+    """The combination names ``bench`` matches on any of ``trees`` (no GPU needed)."""
+    names: dict[str, None] = {}
+    for side, tree in trees.items():
+        payload = run_worker(tree, bench, out / f"{side}-names.json", listing=True)
+        names.update(dict.fromkeys(payload.get("names", [])))
+    return list(names)
+
+
+def interleave_gpus(
+    trees: Mapping[str, Path],
+    bench: str,
+    rounds: int,
+    out: Path,
+    gpus: list[int],
+    log: Callable[[str], None] = print,
+) -> list[dict]:
+    """Shard the benchmarks over ``gpus`` (the suite's stable plan over the union of both
+    sides' names), run each shard's interleaved rounds on its own GPU at once, and merge
+    the rounds. Base and head of one benchmark always share a GPU."""
+    from harness.suite.shard import plan
+
+    # Per combination: the worker measures each one on its own, at about equal cost.
+    shards = plan(dict.fromkeys(list_names(trees, bench, out), 1.0), gpus)
+    files = {}
+    for gpu, shard in shards.items():
+        files[gpu] = out / f"shard-gpu{gpu}.json"
+        files[gpu].write_text(json.dumps(shard))
+    with ThreadPoolExecutor(len(gpus)) as pool:
+        parts = list(
+            pool.map(
+                lambda g: interleave(trees, bench, rounds, out, log=log, gpu=g, only=files[g]),
+                gpus,
+            )
+        )
+    return [
+        {side: merge([part[r][side] for part in parts]) for side in SIDES} for r in range(rounds)
+    ]
+
+
+def merge(payloads: list[dict]) -> dict:
+    """One payload from several GPUs' shards of one side and round."""
+    fatal = [p["fatal"] for p in payloads if "fatal" in p]
+    if fatal:
+        return {"fatal": "; ".join(fatal)}
+    results: dict = {}
+    for p in payloads:
+        results.update(p.get("results", {}))
+    return {"results": results}
+
+
+def select_gpus(spec: str) -> list[int]:
+    """``all`` or ``0,1`` checked against the GPUs this process sees (ValueError)."""
+    import torch
+
+    from harness.suite.shard import parse_gpus
+
+    return parse_gpus(spec, torch.cuda.device_count())
+
+
+def calibration_path(machine: str | None = None) -> Path:
+    """Where ``nox -s calibrate`` writes, and the gate reads, per-benchmark thresholds."""
+    if machine is None:
+        from harness.measure import device
+
+        machine = device.machine_name()
+    return ROOT / "calibration" / f"{machine}.json"
+
+
+def default_bench() -> str:
+    """The gate's default subset, as the suite declares it (``GATE_SUBSET`` in the suite
+    package), so nothing here names the suite's classes."""
+    from harness.suite import discovery
+
+    subset = discovery.suite_attribute(ROOT, "GATE_SUBSET")
+    if not subset:
+        raise RuntimeError(f"{discovery.benchmark_dir(ROOT)}/__init__.py: no GATE_SUBSET regex")
+    return subset

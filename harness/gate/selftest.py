@@ -1,0 +1,373 @@
+"""Measure the gate itself: N A/A comparisons of one commit against itself (every
+regression is a false alarm) and N comparisons against an injected slowdown of a chosen
+size (every regression on the slowed benchmarks is a detection).
+
+    nox -s gate_selftest -- [--n 10] [--slowdown 0.03] [--rounds 1] [--bench REGEX]
+                            [--gpus all] [--json selftest.json]
+
+Each iteration runs the gate's worker three times on HEAD, each in a fresh process:
+``base``, ``head`` and ``injected``. It compares base against head (A/A) and base against
+injected (detection), so the base run is shared by the two comparisons of one iteration,
+while comparisons of one kind are independent across iterations: three runs per
+iteration where two separate comparisons would take four. The order of the three runs
+cycles through all six permutations across iterations (and rounds), so drift in clocks
+or temperature reaches every side alike. With ``--rounds R`` each comparison pools R
+rounds, as the gate does. ``--gpus`` splits the benchmarks over GPUs with the plan the
+gate uses; a benchmark's three runs always share one GPU.
+
+The injection is test-only: the gate worker's ``--inject-slowdown`` makes each timed
+kernel launch also spin the GPU (``torch.cuda._sleep``) for that fraction of the
+kernel's own median latency, calibrated against CUDA events at start. The suite and the
+kernels are untouched, and nothing on the normal gate path passes the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, fraction, gpu_list, positive_int, regex
+from harness.gate import decide as gd
+from harness.gate import revisions
+from harness.gate import run as gate
+
+SIDES = ("base", "head", "injected")
+_ORDERS = list(itertools.permutations(SIDES))
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What every iteration shares: the worktree of HEAD, the benchmark regex, how many
+    iterations and gate rounds, the injected slowdown, the gate's floor, the work folder
+    and per-benchmark thresholds (calibration) when there are any."""
+
+    tree: Path
+    bench: str
+    n: int
+    rounds: int
+    slowdown: float
+    threshold: float
+    work: Path
+    thresholds: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    comparisons: int
+    false_alarm_runs: int  # A/A comparisons with at least one regression
+    false_alarms: dict[str, int]  # per benchmark
+    detections: dict[str, int]  # per benchmark, out of `comparisons`
+
+    @property
+    def false_alarm_rate(self) -> float:
+        return self.false_alarm_runs / self.comparisons if self.comparisons else 0.0
+
+
+def tally(aa: Sequence[Sequence[gd.Verdict]], injected: Sequence[Sequence[gd.Verdict]]) -> Tally:
+    """Count false alarms over the A/A comparisons and detections over the injected ones."""
+    if len(aa) != len(injected):
+        raise ValueError(f"aa/injected: {len(aa)} and {len(injected)} comparisons differ")
+    names = sorted({v.name for run in [*aa, *injected] for v in run})
+    false_alarms = dict.fromkeys(names, 0)
+    detections = dict.fromkeys(names, 0)
+    runs_with_alarm = 0
+    for run in aa:
+        hits = [v.name for v in run if v.status == gd.REGRESSION]
+        runs_with_alarm += bool(hits)
+        for name in hits:
+            false_alarms[name] += 1
+    for run in injected:
+        for v in run:
+            if v.status == gd.REGRESSION:
+                detections[v.name] += 1
+    return Tally(len(aa), runs_with_alarm, false_alarms, detections)
+
+
+def render(t: Tally, slowdown: float) -> str:
+    lines = [
+        f"gate self-test: {t.comparisons} A/A and {t.comparisons} injected comparisons, "
+        f"injected slowdown {slowdown:.1%}",
+        f"false alarms: {t.false_alarm_runs}/{t.comparisons} comparisons "
+        f"({t.false_alarm_rate:.0%})",
+        "",
+        f"{'benchmark':<70} {'false alarms':>12} {'detected':>9}",
+    ]
+    for name in t.detections:
+        lines.append(
+            f"{name:<70} {t.false_alarms[name]:>12} {t.detections[name]:>5}/{t.comparisons}"
+        )
+    return "\n".join(lines)
+
+
+def to_json(
+    t: Tally,
+    slowdown: float,
+    threshold: float,
+    rounds: int,
+    bench: str,
+    gpus: list[int] | None = None,
+) -> dict:
+    """The tally for the record: settings, rates, and counts per benchmark. The overall
+    detection rate is over all (comparison, benchmark) pairs."""
+    n = t.comparisons
+
+    def rate(k: int, out_of: int) -> float:
+        return k / out_of if out_of else 0.0
+
+    return {
+        "n": n,
+        "slowdown": slowdown,
+        "threshold": threshold,
+        "rounds": rounds,
+        "bench": bench,
+        "gpus": gpus,
+        "false_alarm_runs": t.false_alarm_runs,
+        "false_alarm_rate": t.false_alarm_rate,
+        "detection_rate": rate(sum(t.detections.values()), n * len(t.detections)),
+        "benchmarks": {
+            name: {
+                "false_alarms": t.false_alarms[name],
+                "false_alarm_rate": rate(t.false_alarms[name], n),
+                "detections": t.detections[name],
+                "detection_rate": rate(t.detections[name], n),
+            }
+            for name in t.detections
+        },
+    }
+
+
+def order(i: int) -> tuple[str, ...]:
+    """The order of the three runs in block ``i``: all six permutations in turn, so each
+    side takes each position, and each pair each relative order, equally often."""
+    return _ORDERS[i % len(_ORDERS)]
+
+
+def compare(
+    runs: Sequence[dict[str, dict]],
+    threshold: float,
+    thresholds: Mapping[str, float] | None = None,
+) -> tuple[list[gd.Verdict], list[gd.Verdict]]:
+    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``;
+    ``thresholds`` are per-benchmark overrides (calibration), as the gate applies them."""
+    aa = gate.pool([{"base": r["base"], "head": r["head"]} for r in runs])
+    injected = gate.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
+    return (
+        gd.decide_all(aa, threshold=threshold, thresholds=thresholds),
+        gd.decide_all(injected, threshold=threshold, thresholds=thresholds),
+    )
+
+
+def iterate(
+    setup: Setup,
+    gpu: int | None = None,
+    only: Path | None = None,
+    log: Callable[[str], None] = print,
+    out: list | None = None,
+) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
+    """``setup.n`` iterations on one GPU (all visible when None): per iteration and round,
+    the three worker runs in that block's order; returns each iteration's verdicts,
+    appended to ``out`` as each finishes (so an interrupted run keeps the finished ones)."""
+    tag = "" if gpu is None else f"-gpu{gpu}"
+    out = [] if out is None else out
+    n, rounds = setup.n, setup.rounds
+    for i in range(n):
+        start = time.perf_counter()
+        runs = []
+        for r in range(rounds):
+            block = i * rounds + r
+            got = {}
+            for side in order(block):
+                inject = setup.slowdown if side == "injected" else 0.0
+                out_file = setup.work / f"{side}{tag}-{i}-{r}.json"
+                got[side] = revisions.run_worker(
+                    setup.tree, setup.bench, out_file, inject, gpu, only
+                )
+            runs.append(got)
+        aa, injected = compare(runs, setup.threshold, setup.thresholds)
+        out.append((aa, injected))
+        alarms = sum(v.status == gd.REGRESSION for v in aa)
+        detected = sum(v.status == gd.REGRESSION for v in injected)
+        failed = sum(v.status == gd.FAILED for v in [*aa, *injected])
+        log(
+            f"gate_selftest{tag}: iteration {i + 1}/{n}: A/A {alarms} false alarm(s), "
+            f"detected {detected}/{len(injected)}"
+            + (f", {failed} failed" if failed else "")
+            + f" ({time.perf_counter() - start:.0f} s)"
+            + describe(aa, injected)
+        )
+    return out
+
+
+def describe(aa: Sequence[gd.Verdict], injected: Sequence[gd.Verdict]) -> str:
+    """The benchmarks behind an iteration's counts: each false alarm and each miss, with
+    the change the gate saw."""
+
+    def seen(v: gd.Verdict) -> str:
+        return "-" if v.ratio is None else f"{v.ratio:.3f}x"
+
+    parts = [f"\n  false alarm: {v.name} {seen(v)}" for v in aa if v.status == gd.REGRESSION]
+    parts += [
+        f"\n  missed: {v.name} {seen(v)}"
+        for v in injected
+        if v.status not in (gd.REGRESSION, gd.FAILED)
+    ]
+    return "".join(parts)
+
+
+def split_iterate(
+    setup: Setup,
+    gpus: list[int],
+    log: Callable[[str], None] = print,
+    out: dict | None = None,
+) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
+    """``iterate`` on every GPU at once, each over its share of the benchmarks (the
+    gate's plan), then each iteration's verdicts joined across GPUs. ``out`` collects
+    each GPU's finished iterations as they come."""
+    from harness.suite.shard import plan
+
+    names = revisions.run_worker(setup.tree, setup.bench, setup.work / "names.json", listing=True)
+    if "fatal" in names:
+        raise RuntimeError(f"listing the benchmarks failed: {names['fatal']}")
+    shards = {g: s for g, s in plan(dict.fromkeys(names["names"], 1.0), gpus).items() if s}
+    files = {}
+    for gpu, shard in shards.items():
+        files[gpu] = setup.work / f"shard-gpu{gpu}.json"
+        files[gpu].write_text(json.dumps(shard))
+
+    out = {} if out is None else out
+    errors: list[BaseException] = []
+
+    def one(gpu):
+        try:
+            iterate(setup, gpu=gpu, only=files[gpu], log=log, out=out.setdefault(gpu, []))
+        except Exception as err:  # re-raised in the caller's thread
+            errors.append(err)
+
+    # Daemon threads joined with a timeout, so Ctrl-C reaches this thread at once and the
+    # iterations finished so far stay in ``out``.
+    threads = [threading.Thread(target=one, args=(g,), daemon=True) for g in shards]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(timeout=0.5)
+    if errors:
+        raise errors[0]
+    return join_shards(out)
+
+
+def join_shards(parts: dict) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
+    """Each iteration's verdicts joined across GPUs, for the iterations every GPU
+    finished."""
+    done = min((len(p) for p in parts.values()), default=0)
+    return [
+        (
+            [v for p in parts.values() for v in p[i][0]],
+            [v for p in parts.values() for v in p[i][1]],
+        )
+        for i in range(done)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.measure import device
+
+    p = argparse.ArgumentParser(
+        prog="nox -s gate_selftest --",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--n", type=positive_int, default=10, help="comparisons of each kind")
+    p.add_argument("--slowdown", type=fraction, default=0.03, help="0.03 = 3%%")
+    p.add_argument("--rounds", type=positive_int, default=1, help="gate rounds per comparison")
+    p.add_argument(
+        "--threshold",
+        type=fraction,
+        default=gd.DEFAULT_THRESHOLD,
+        help="the gate's floor for this test (the gate's own default); it must sit below "
+        "--slowdown to detect it",
+    )
+    p.add_argument(
+        "--bench",
+        type=regex,
+        default=None,
+        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
+    )
+    p.add_argument(
+        "--gpus",
+        type=gpu_list,
+        default=None,
+        help="'all' or indices like 0,1: split the benchmarks over these GPUs",
+    )
+    p.add_argument("--json", type=Path, default=None, help="also write the tally here")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        help="per-benchmark thresholds, as the gate applies them "
+        "(default: calibration/<machine>.json when present; --threshold stays the floor)",
+    )
+    args = p.parse_args(argv)
+    args.bench = args.bench or revisions.default_bench()
+    if args.calibration is not None and not args.calibration.is_file():
+        p.error(f"--calibration={args.calibration}: no such file")
+    reason = device.no_gpu_reason()
+    if reason:
+        print(f"gate_selftest: error: needs a CUDA GPU: {reason}", file=sys.stderr)
+        return EXIT_FAILURE
+    gpus = None
+    if args.gpus is not None:
+        try:
+            gpus = revisions.select_gpus(args.gpus)
+        except ValueError as err:
+            print(f"gate_selftest: error: {err}", file=sys.stderr)
+            return EXIT_FAILURE
+    work = revisions.ROOT / ".gate" / "selftest"
+    work.mkdir(parents=True, exist_ok=True)
+    sha = revisions.resolve("HEAD")
+    tree = revisions.worktree(work, "tree", sha)
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    calibration = args.calibration or revisions.calibration_path()
+    thresholds = gate.load_calibration(calibration)
+    setup = Setup(
+        tree, args.bench, args.n, args.rounds, args.slowdown, args.threshold, work, thresholds
+    )
+    log(
+        f"gate_selftest: thresholds per benchmark from {calibration.name}, floor "
+        f"{args.threshold:.0%}"
+        if thresholds
+        else f"gate_selftest: threshold {args.threshold:.0%} for all (no calibration file)"
+    )
+    finished: dict = {}
+    interrupted = False
+    try:
+        if gpus is None:
+            iterate(setup, log=log, out=finished.setdefault(None, []))
+        else:
+            split_iterate(setup, gpus, log=log, out=finished)
+    except KeyboardInterrupt:
+        interrupted = True
+    results = join_shards(finished)
+    if interrupted:
+        log(f"gate_selftest: interrupted; tallying the {len(results)} finished iterations")
+    if not results:
+        return EXIT_INTERRUPTED if interrupted else EXIT_FAILURE
+    t = tally([aa for aa, _ in results], [inj for _, inj in results])
+    print(render(t, args.slowdown))
+    if args.json is not None:
+        record = to_json(t, args.slowdown, args.threshold, args.rounds, args.bench, gpus)
+        record["interrupted"] = interrupted
+        record["calibration"] = calibration.name if thresholds else None
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+    return EXIT_INTERRUPTED if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

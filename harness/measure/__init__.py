@@ -1,0 +1,1 @@
+"""Measuring one GEMM: timing, GPU state, correctness, inputs, compiled resources, metrics."""

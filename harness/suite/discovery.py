@@ -1,0 +1,132 @@
+"""The one walker over the asv suite: its families (benchmark classes) and their
+parameter combinations, read from the benchmark directory that ``asv.conf.json`` names.
+
+Stdlib only, and importable by file path: the gate's worker loads this module from the
+gate's own checkout while the suite it walks comes from an older revision's worktree.
+
+    from harness.suite import discovery
+    for family in discovery.families(root):
+        print(family.full, family.is_gpu, len(family.combinations()))
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_COMMENT = re.compile(r'^((?:[^"/]|"(?:[^"\\]|\\.)*")*)//.*$')
+BENCH_PREFIXES = ("track_", "time_", "mem_", "peakmem_", "timeraw_")
+
+
+def conf_path(root: Path) -> Path:
+    """``root/asv.conf.json``, or ``root`` itself when it names a configuration file."""
+    root = Path(root)
+    return root if root.suffix == ".json" else root / "asv.conf.json"
+
+
+def read_asv_conf(root: Path) -> dict:
+    """The asv configuration of ``root`` (a checkout, or a configuration file); asv
+    allows ``//`` line comments in it."""
+    path = conf_path(root)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise FileNotFoundError(f"{path}: cannot read the asv configuration ({err})") from None
+    # A // that starts a line's remainder outside a string: asv's own rule is the same
+    # (comments are whole-line or trailing, never inside values in this file).
+    lines = [
+        re.sub(r'^((?:[^"/]|"(?:[^"\\]|\\.)*")*)//.*$', r"\1", line) for line in text.splitlines()
+    ]
+    try:
+        return json.loads("\n".join(lines))
+    except ValueError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+def benchmark_dir(root: Path) -> Path:
+    """The suite's folder, ``benchmark_dir`` of ``root/asv.conf.json``."""
+    conf = read_asv_conf(root)
+    return (conf_path(root).parent / conf.get("benchmark_dir", "benchmarks")).resolve()
+
+
+def combination_name(family: str, params: tuple) -> str:
+    """Same form as asv's parameterised names: ``gemm.Stage(4096x4096x4096, 128, 3, f16)``."""
+    return f"{family}({', '.join(str(p) for p in params)})"
+
+
+@dataclass(frozen=True)
+class Family:
+    """One benchmark class of the suite: ``gemm.Stage``."""
+
+    module: str  # the module's short name, as asv names it: "gemm"
+    name: str  # the class name: "Stage"
+    cls: type
+
+    @property
+    def full(self) -> str:
+        return f"{self.module}.{self.name}"
+
+    @property
+    def is_gpu(self) -> bool:
+        """A GPU family maps its params to a (shape, config) through ``case``."""
+        return callable(getattr(self.cls, "case", None))
+
+    def has_tracks(self, tracks: tuple[str, ...]) -> bool:
+        return all(callable(getattr(self.cls, t, None)) for t in tracks)
+
+    def combinations(self) -> list[tuple]:
+        params = getattr(self.cls, "params", None) or []
+        return list(itertools.product(*params)) if params else [()]
+
+    def combination_name(self, params: tuple) -> str:
+        return combination_name(self.full, params)
+
+    def benchmark_names(self) -> list[str]:
+        """asv's names of the family's benchmarks, one per method and combination, as
+        ``-b`` matches them: ``gemm.Stage.track_latency('4096x4096x4096', 128, 1, 'f16')``."""
+        methods = sorted(
+            n for n in dir(self.cls) if n.startswith(BENCH_PREFIXES) and getattr(self.cls, n)
+        )
+        return [
+            f"{self.full}.{m}({', '.join(repr(p) for p in c)})" if c else f"{self.full}.{m}"
+            for m in methods
+            for c in self.combinations()
+        ]
+
+
+def families(root: Path, modules: tuple[str, ...] | None = None) -> list[Family]:
+    """Every public class with ``params`` in the suite of ``root`` (or in the named
+    modules of it, by short name), in file and definition order. The suite is imported
+    as a package named after its folder, from ``root``."""
+    folder = benchmark_dir(root)
+    parent = str(folder.parent)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    out = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_") or (modules is not None and path.stem not in modules):
+            continue
+        module = importlib.import_module(f"{folder.name}.{path.stem}")
+        for cls_name, cls in vars(module).items():
+            if cls_name.startswith("_") or not inspect.isclass(cls):
+                continue
+            if cls.__module__ != module.__name__ or not hasattr(cls, "params"):
+                continue
+            out.append(Family(path.stem, cls_name, cls))
+    return out
+
+
+def suite_attribute(root: Path, name: str, default=None):
+    """A constant the suite package declares in its ``__init__`` (the gate's default
+    subset, say), so callers read it from the suite instead of naming its classes."""
+    folder = benchmark_dir(root)
+    parent = str(folder.parent)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    return getattr(importlib.import_module(folder.name), name, default)

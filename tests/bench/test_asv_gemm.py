@@ -1,0 +1,203 @@
+"""The asv suite's structure on the CPU: each family measured once in setup_cache, the
+tracks reading the cache back, skips and failures per combination, light imports."""
+
+import itertools
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from asv_runner.benchmarks._base import get_setup_cache_key
+
+from asv_bench import gemm
+from harness.measure.timing import Timing
+from kernels import GemmShape
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+FAMILIES = [gemm.Stage, gemm.Stage128, gemm.Tiles, gemm.Attention, gemm.Tuned, gemm.Launch]
+
+
+class FakeCase:
+    """Stands in for harness.measure.cases.Case: fixed timings, no GPU."""
+
+    def __init__(self, shape, kernel_ms=0.5, torch_ms=0.4):
+        self.shape = shape
+        self.kernel_ms = kernel_ms
+        self.torch_ms = torch_ms
+        self.compiled = []
+
+    def tilelang_fn(self, config):
+        self.compiled.append(config)
+        return lambda: None
+
+    def time_tilelang(self, config, **timing):
+        return Timing((self.kernel_ms,) * timing.get("repeat", 1), "event", 0)
+
+    def time_torch(self, **timing):
+        return Timing((self.torch_ms,) * timing.get("repeat", 1), "event", 0)
+
+
+class Fake(gemm._GpuGemm):
+    """A family of three: one valid, one invalid (the config's rule), one that fails."""
+
+    params = (["ok", "invalid", "broken"], ["f16"])
+    param_names = ["what", "dtype"]
+
+    def case(self, what, dtype):
+        if what == "invalid":
+            raise ValueError("block_m=100: must be a multiple of 16")
+        if what == "broken":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return gemm.shape_of("256x256x256", dtype), gemm.config_of("b128x128x32_t128_s3")
+
+
+@pytest.fixture
+def gpu_here(monkeypatch):
+    """A GPU as far as the suite can tell, and a fake case per shape in place of inputs."""
+    monkeypatch.setattr(gemm._device, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(gemm, "_NVML", [None])
+    shape = GemmShape(256, 256, 256, "float16")
+    monkeypatch.setattr(gemm, "_CASES", {shape: FakeCase(shape)})
+
+
+def test_without_a_gpu_every_combination_is_skipped_with_the_reason(monkeypatch):
+    monkeypatch.setattr(gemm._device, "no_gpu_reason", lambda: "no CUDA device visible (test)")
+    for family in FAMILIES:
+        bench = family()
+        cache = bench.setup_cache()
+        assert cache == {"no_gpu": "GPU track skipped: no CUDA device visible (test)"}
+        for params in itertools.product(*family.params):
+            with pytest.raises(NotImplementedError, match="no CUDA device visible"):
+                bench.setup(cache, *params)
+
+
+def test_setup_cache_measures_every_combination_once(gpu_here, capsys):
+    cache = Fake().setup_cache()
+    entries = cache["combinations"]
+    assert list(entries) == [("ok", "f16"), ("invalid", "f16"), ("broken", "f16")]
+    ok = entries[("ok", "f16")]
+    assert set(ok) == {"track_latency", "track_vs_torch"}
+    assert ok["track_vs_torch"] == pytest.approx([0.5 / 0.4] * gemm.RATIO_ROUNDS)
+    assert ok["track_latency"] == pytest.approx([0.5e-3] * gemm.TIMING["repeat"])
+    assert entries[("invalid", "f16")] == {"skipped": "block_m=100: must be a multiple of 16"}
+    assert "illegal memory access" in entries[("broken", "f16")]["error"]
+    assert "Traceback" in entries[("broken", "f16")]["error"]
+    # Plain values only: a track's process unpickles it without torch or the kernels.
+    assert pickle.loads(pickle.dumps(cache)) == cache
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("[1/3] test_asv_gemm.Fake(ok, f16): 0.500 ms, kernel/torch 1.250 (")
+    assert lines[1].startswith("[2/3] test_asv_gemm.Fake(invalid, f16): skipped: block_m=100")
+    assert lines[2].startswith("[3/3] test_asv_gemm.Fake(broken, f16): error: RuntimeError")
+
+
+def test_tracks_read_the_cache_and_fail_or_skip_per_combination(gpu_here):
+    bench = Fake()
+    cache = bench.setup_cache()
+    bench.setup(cache, "ok", "f16")
+    got = bench.track_latency(cache, "ok", "f16")
+    assert got == {"samples": cache["combinations"][("ok", "f16")]["track_latency"], "number": 1}
+    assert bench.track_vs_torch(cache, "ok", "f16")["number"] == 1
+    with pytest.raises(NotImplementedError, match="block_m=100"):
+        bench.setup(cache, "invalid", "f16")
+    bench.setup(cache, "broken", "f16")  # setup passes; the track fails with the error
+    with pytest.raises(RuntimeError, match=r"(?s)Fake\(broken, f16\) failed:\n.*illegal memory"):
+        bench.track_latency(cache, "broken", "f16")
+
+
+def test_tracks_with_a_fabricated_cache():
+    cache = {
+        "combinations": {
+            ("4096x4096x4096", 128, 3, "f16"): {
+                "track_latency": [3.6e-4, 3.7e-4],
+                "track_vs_torch": [1.1, 1.12],
+            },
+            ("128x128x128", "b128x128x32_t128_s3"): {"track_launch": [8e-6, 9e-6]},
+        }
+    }
+    stage = gemm.Stage()
+    stage.setup(cache, "4096x4096x4096", 128, 3, "f16")
+    assert stage.track_latency(cache, "4096x4096x4096", 128, 3, "f16") == {
+        "samples": [3.6e-4, 3.7e-4],
+        "number": 1,
+    }
+    assert stage.track_vs_torch(cache, "4096x4096x4096", 128, 3, "f16")["samples"] == [1.1, 1.12]
+    launch = gemm.Launch()
+    assert launch.track_launch(cache, "128x128x128", "b128x128x32_t128_s3")["samples"][0] == 8e-6
+
+
+def test_launch_measures_only_its_launch_track(gpu_here, monkeypatch):
+    import harness.measure.timing
+
+    shape = GemmShape(128, 128, 128, "float16")
+    gemm._CASES[shape] = FakeCase(shape)
+    launches = Timing((0.008, 0.009), "wall", 10)
+    monkeypatch.setattr(harness.measure.timing, "measure_launch", lambda fn: launches)
+    got = gemm.Launch().measure("128x128x128", "b128x128x32_t128_s3")
+    assert got == {"track_launch": pytest.approx([8e-6, 9e-6])}
+
+
+def test_launch_times_torch_matmul_too(gpu_here, monkeypatch):
+    import harness.measure.timing
+
+    shape = GemmShape(128, 128, 128, "float16")
+    case = FakeCase(shape)
+    case.torch_fn = object()
+    gemm._CASES[shape] = case
+    seen = []
+    launches = Timing((0.011,), "wall", 10)
+    monkeypatch.setattr(
+        harness.measure.timing, "measure_launch", lambda fn: seen.append(fn) or launches
+    )
+    got = gemm.Launch().measure("128x128x128", gemm.TORCH)
+    assert got == {"track_launch": pytest.approx([1.1e-5])}
+    assert seen == [case.torch_fn] and case.compiled == []  # nothing of TileLang built
+
+
+def test_tuned_family_covers_the_tuner_cases_and_picks_the_table(monkeypatch):
+    from kernels import tuned
+
+    assert list(gemm.Tuned.params[0]) == list(tuned.CASES)
+    monkeypatch.setattr(gemm._device, "gpu_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(tuned, "lookup", lambda shape, gpu, path=None: None)
+    shape, config = gemm.Tuned().case("decode16", "bf16")
+    assert (shape.m, shape.n, shape.k, shape.dtype) == (16, 8192, 8192, "bfloat16")
+    assert config == tuned.heuristic(shape)  # no row for it: the heuristic
+
+
+def test_family_tracks_and_shapes():
+    assert gemm.Launch.tracks() == ["track_launch"]
+    for family in (gemm.Stage, gemm.Stage128, gemm.Tiles, gemm.Attention, gemm.Tuned):
+        assert family.tracks() == ["track_latency", "track_vs_torch"]
+    assert gemm.Stage.params[0] == ["4096x4096x4096"] and gemm.Stage128.params[0] == ["128x128x128"]
+    for family in (gemm.Stage, gemm.Stage128):
+        assert len(list(itertools.product(*family.params))) == 16
+    name = gemm.Stage().combination_name(("4096x4096x4096", 128, 3, "f16"))
+    assert name == "gemm.Stage(4096x4096x4096, 128, 3, f16)"
+
+
+def test_each_family_has_its_own_setup_cache_and_a_long_timeout():
+    # asv keys setup_cache by module and source line; a shared key would hand one
+    # family's cache to all of them.
+    keys = [get_setup_cache_key(family().setup_cache) for family in FAMILIES]
+    assert len(set(keys)) == len(keys) and all(k.startswith("gemm:") for k in keys)
+    for family in FAMILIES:
+        assert family().setup_cache.timeout == gemm.SETUP_CACHE_TIMEOUT >= 1200
+        assert family.timeout < gemm.SETUP_CACHE_TIMEOUT
+
+
+def test_module_imports_light_and_exposes_only_the_families():
+    code = (
+        "import sys, inspect, asv_bench.gemm as g\n"
+        "heavy = ['torch', 'tilelang', 'harness.measure.cases', 'harness.measure.timing',"
+        " 'harness.measure.gpu_state']\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "print(sorted(n for n, v in vars(g).items()"
+        " if inspect.isclass(v) and not n.startswith('_')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    heavy, classes = out.stdout.splitlines()
+    assert heavy == "[]"
+    assert classes == str(sorted(f.__name__ for f in FAMILIES))

@@ -1,0 +1,81 @@
+"""Calibration math, per-benchmark thresholds and the self-test's bookkeeping, on the CPU."""
+
+import json
+import random
+
+import pytest
+
+from harness.gate import decide as gd
+from harness.gate import run as gate
+from harness.gate.calibrate import spread_and_mde, summarise
+from harness.gate.selftest import render, tally
+
+
+def test_spread_and_mde_from_run_medians():
+    rng = random.Random(9)
+    medians = [rng.gauss(1.0, 0.01) for _ in range(400)]
+    spread, mde = spread_and_mde(medians)
+    assert spread == pytest.approx(0.01, rel=0.15)
+    assert mde == pytest.approx((3.09 + 1.28) * 2**0.5 * spread)
+    with pytest.raises(ValueError, match="at least 2"):
+        spread_and_mde([1.0])
+
+
+def _run(rng, noise):
+    return {
+        "results": {
+            "gemm.Quiet(a)": {"track_latency": [rng.gauss(1e-3, 1e-3 * 0.001) for _ in range(50)]},
+            "gemm.Noisy(b)": {"track_latency": [rng.gauss(1e-3, 1e-3 * noise) for _ in range(3)]},
+            "gemm.Broken(c)": {"error": "boom"},
+        }
+    }
+
+
+def test_summarise_gives_noisy_benchmarks_a_higher_threshold():
+    rng = random.Random(10)
+    out = summarise([_run(rng, 0.08) for _ in range(6)], floor=0.05)
+    assert set(out) == {"gemm.Quiet(a)", "gemm.Noisy(b)"}
+    assert out["gemm.Quiet(a)"]["threshold"] == 0.05  # never below the floor
+    assert out["gemm.Noisy(b)"]["threshold"] > 0.05
+    assert out["gemm.Noisy(b)"]["mde"] > out["gemm.Quiet(a)"]["mde"]
+
+
+def test_gate_reads_calibration_thresholds(tmp_path):
+    path = tmp_path / "h200.json"
+    path.write_text(json.dumps({"benchmarks": {"gemm.X(a)": {"threshold": 0.08}}}))
+    assert gate.load_calibration(path) == {"gemm.X(a)": 0.08}
+    assert gate.load_calibration(tmp_path / "missing.json") == {}
+
+
+def _verdict(name, status):
+    return gd.Verdict(name, status, 1.0, 1.0, 1.0, 1.0, 0.5, 0.9, 1.1, 0.05, "")
+
+
+def test_tally_counts_false_alarms_and_detections():
+    aa = [[_verdict("a", gd.UNCHANGED), _verdict("b", gd.UNCHANGED)] for _ in range(9)]
+    aa.append([_verdict("a", gd.REGRESSION), _verdict("b", gd.UNCHANGED)])
+    inj = [
+        [_verdict("a", gd.REGRESSION), _verdict("b", gd.REGRESSION if i < 7 else gd.UNCHANGED)]
+        for i in range(10)
+    ]
+    t = tally(aa, inj)
+    assert t.comparisons == 10 and t.false_alarm_runs == 1 and t.false_alarm_rate == 0.1
+    assert t.false_alarms == {"a": 1, "b": 0} and t.detections == {"a": 10, "b": 7}
+    text = render(t, 0.03)
+    assert "false alarms: 1/10" in text and "7/10" in text and "3.0%" in text
+    with pytest.raises(ValueError, match="differ"):
+        tally(aa, inj[:3])
+
+
+def test_gpu_summary_reports_clocks_and_throttling():
+    rounds = [
+        {
+            "base": {"results": {"x": {"gpu": {"sm_mhz": 1980, "throttle": None}}}},
+            "head": {"results": {"x": {"gpu": {"sm_mhz": 1755, "throttle": "power cap"}}}},
+        }
+    ]
+    text = gate.gpu_summary(rounds)
+    assert "1755-1980 MHz" in text and "1 of 2 (power cap)" in text
+    assert (
+        gate.gpu_summary([{"base": {"results": {}}, "head": {"results": {}}}]) == "no NVML readings"
+    )

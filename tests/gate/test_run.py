@@ -1,0 +1,268 @@
+"""The gate runner's bookkeeping on the CPU: pooling rounds, discovery, no-GPU exit."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from asv_bench import gemm
+from harness.gate import revisions
+from harness.gate import run as gate
+from harness.gate import worker as gate_worker
+from harness.gate.render import render_markdown
+from harness.gate.worker import discover
+from harness.measure.timing import Timing
+from tests.conftest import NO_GPU
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _round(rng, base_ms, head_ms, error=None):
+    def payload(ms):
+        return {
+            "results": {
+                "gemm.X(a)": {
+                    "track_latency": [rng.gauss(ms, ms * 0.01) for _ in range(20)],
+                    "track_vs_torch": [rng.gauss(1.1, 0.01) for _ in range(5)],
+                },
+                "gemm.X(bad)": {"skipped": "invalid combination"},
+            }
+        }
+
+    head = {"fatal": error} if error else payload(head_ms)
+    return {"base": payload(base_ms), "head": head}
+
+
+def test_pool_concatenates_rounds_and_drops_skipped():
+    rng = random.Random(5)
+    samples = gate.pool([_round(rng, 1e-3, 1e-3) for _ in range(3)])
+    assert [s.name for s in samples] == ["gemm.X(a)"]
+    s = samples[0]
+    assert len(s.base) == len(s.head) == 60 and len(s.base_rel) == 15 and s.error is None
+
+
+def test_pool_marks_a_fatal_side_as_failed():
+    rng = random.Random(6)
+    samples = gate.pool([_round(rng, 1e-3, 1e-3), _round(rng, 1e-3, 1e-3, error="ImportError")])
+    assert samples[0].error == "head: ImportError"
+
+
+def test_a_benchmark_added_or_removed_by_the_change_is_reported_not_failed():
+    from harness.gate import decide as gd
+
+    rng = random.Random(6)
+    rounds = [_round(rng, 1e-3, 1e-3) for _ in range(2)]
+    for r in rounds:  # head adds gemm.X(new), base alone has gemm.X(old)
+        r["head"]["results"]["gemm.X(new)"] = r["head"]["results"]["gemm.X(a)"]
+        r["base"]["results"]["gemm.X(old)"] = r["base"]["results"]["gemm.X(a)"]
+    by_name = {s.name: s for s in gate.pool(rounds)}
+    assert by_name["gemm.X(new)"].missing == "base" and by_name["gemm.X(new)"].error is None
+    assert by_name["gemm.X(old)"].missing == "head"
+    verdicts = {v.name: v for v in gd.decide_all(by_name.values())}
+    assert verdicts["gemm.X(new)"].status == gd.NEW
+    assert verdicts["gemm.X(old)"].status == gd.REMOVED
+    assert gd.exit_code(verdicts.values()) == 0
+    text = render_markdown(verdicts.values(), base_label="main", head_label="pr")
+    assert "PASS" in text and "1 new, 1 removed" in text
+
+
+def test_a_benchmark_missing_from_some_rounds_of_a_side_fails():
+    rng = random.Random(7)
+    rounds = [_round(rng, 1e-3, 1e-3) for _ in range(2)]
+    del rounds[1]["head"]["results"]["gemm.X(a)"]
+    (s,) = gate.pool(rounds)
+    assert s.missing is None and "missing from 1 of 2 rounds" in s.error
+
+
+def test_discover_finds_the_gpu_suite():
+    names = [name for name, _, _ in discover(ROOT, revisions.default_bench())]
+    assert len(names) >= 12
+    assert "gemm.Stage(4096x4096x4096, 128, 3, f16)" in names
+    assert "gemm.Stage128(128x128x128, 256, 4, f16)" in names
+    assert not any(n.startswith("gemm.Launch") for n in names)  # not a gate track
+    assert any("qk_t" in n for n in names) and any("8192" in n for n in names)
+
+
+@pytest.mark.skipif(NO_GPU is None, reason="checks the no-GPU exit; a GPU is present")
+def test_gate_without_gpu_exits_2(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.gate", "HEAD", "HEAD", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert "needs a CUDA GPU" in out.stderr
+    # The status is the process's own: no file is left for anyone to read back.
+    assert out.returncode == 2 and not (tmp_path / "exit_code").exists()
+
+
+def test_multi_gpu_gate_keeps_base_and_head_of_a_benchmark_on_one_gpu(monkeypatch, tmp_path):
+    names = [f"gemm.S({i})" for i in range(14)]
+    calls = []
+
+    def fake_side(tree, bench, out_file, inject=0.0, gpu=None, only=None, listing=False):
+        if listing:
+            return {"names": names}
+        shard = json.loads(only.read_text())
+        calls.append((tree, gpu, tuple(shard)))
+        rng = random.Random(hash((tree, gpu)))
+        return {
+            "results": {
+                n: {
+                    "track_latency": [rng.gauss(1e-3, 1e-5) for _ in range(5)],
+                    "track_vs_torch": [1.0],
+                    "gpu_seen": gpu,
+                }
+                for n in shard
+            }
+        }
+
+    monkeypatch.setattr(revisions, "run_worker", fake_side)
+    trees = {"base": "B", "head": "H"}
+    rounds = revisions.interleave_gpus(trees, ".", 2, tmp_path, [0, 1], log=lambda line: None)
+    assert len(rounds) == 2
+    for r in rounds:
+        assert sorted(r["base"]["results"]) == sorted(r["head"]["results"]) == sorted(names)
+        for n in names:
+            assert r["base"]["results"][n]["gpu_seen"] == r["head"]["results"][n]["gpu_seen"]
+    shards = {gpu: set(shard) for _, gpu, shard in calls}
+    assert shards[0].isdisjoint(shards[1]) and len(shards[0]) == len(shards[1]) == 7
+    assert len(calls) == 2 * 2 * 2  # sides x rounds x GPUs
+    samples = gate.pool(rounds)
+    assert len(samples) == 14 and all(len(s.base) == 10 for s in samples)
+
+
+def test_merge_keeps_a_fatal_shard_visible():
+    merged = revisions.merge([{"results": {"a": {}}}, {"fatal": "ImportError"}])
+    assert merged == {"fatal": "ImportError"}
+
+
+def test_missing_calibration_file_is_refused_before_measuring(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.gate",
+            "HEAD",
+            "HEAD",
+            "--out",
+            str(tmp_path),
+            "--calibration",
+            str(tmp_path / "nope.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 2 and "--calibration=" in out.stderr and "no such file" in out.stderr
+
+
+def test_bad_rounds_and_threshold_name_the_rule():
+    for args, message in (
+        (["--rounds", "0"], "0 must be >= 1"),
+        (["--threshold", "5"], "must be a fraction between 0 and 1"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "harness.gate", "HEAD", "HEAD", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert out.returncode == 2 and message in out.stderr
+
+
+def test_run_side_passes_the_worker_its_options(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_run(cmd, env, cwd, check):
+        calls.append((cmd, env))
+        Path(cmd[cmd.index("--out") + 1]).write_text('{"results": {}}')
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(revisions.subprocess, "run", fake_run)
+    only = tmp_path / "shard.json"
+    revisions.run_worker(tmp_path, "Stage", tmp_path / "a.json", inject=0.03, gpu=1, only=only)
+    revisions.run_worker(tmp_path, "Stage", tmp_path / "b.json", listing=True)
+    revisions.run_worker(tmp_path, "Stage", tmp_path / "c.json")
+    (slowed, env), (listing, _), (plain, _) = calls
+    assert slowed[slowed.index("--inject-slowdown") + 1] == "0.03"
+    assert slowed[slowed.index("--only") + 1] == str(only) and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert "--list" in listing and "--inject-slowdown" not in listing
+    assert not {"--list", "--only", "--inject-slowdown"} & set(plain)
+
+
+def test_worker_measures_each_combination_with_the_suite(monkeypatch):
+    def fake_measure(self, *params):
+        if params[2] == 4:
+            raise NotImplementedError("num_stages=4: too much shared memory")
+        if params[1] == 256 and params[2] == 1:
+            raise RuntimeError("boom")
+        return {"track_latency": (1e-3, 1.1e-3), "track_vs_torch": (1.0,)}
+
+    monkeypatch.setattr(gemm._GpuGemm, "measure", fake_measure)
+    results = gate_worker.run(ROOT, r"gemm\.Stage128\(")
+    assert len(results) == 16
+    ok = results["gemm.Stage128(128x128x128, 128, 3, f16)"]
+    assert ok["track_latency"] == [1e-3, 1.1e-3] and ok["track_vs_torch"] == [1.0]
+    assert results["gemm.Stage128(128x128x128, 128, 4, bf16)"]["skipped"].startswith("num_stages")
+    assert results["gemm.Stage128(128x128x128, 256, 1, f16)"]["error"] == "RuntimeError: boom"
+
+
+def test_worker_runs_a_suite_from_before_setup_cache():
+    class Old:  # a base revision's class: setup(*params), then each track(*params)
+        def setup(self, *params):
+            self.params = params
+
+        def track_latency(self, *params):
+            return {"samples": [2e-3], "number": 1}
+
+        def track_vs_torch(self, *params):
+            return {"samples": [1.2], "number": 1}
+
+    got = gate_worker.measure(Old(), ("x",))
+    assert got == {"track_latency": [2e-3], "track_vs_torch": [1.2]}
+
+
+class _FakeCase:
+    def __init__(self):
+        self.launches = 0
+
+    def tilelang_fn(self, config):
+        def launch():
+            self.launches += 1
+
+        return launch
+
+    def time_tilelang(self, config, **timing):
+        self.tilelang_fn(config)()
+        return Timing((0.5,), "event", 0)
+
+
+class _Bench:
+    def __init__(self, data):
+        self.data = data
+
+    def prepare(self, *params):
+        return self.data, "cfg"
+
+
+def test_injection_slows_a_copy_of_the_kernel_launch_only(monkeypatch):
+    import torch
+
+    sleeps = []
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append(cycles))
+    shared = _FakeCase()
+    bench = _Bench(shared)
+    entry = {}
+    gate_worker.inject_slowdown(bench, 0.1, cycles_per_ms=1000.0, entry=entry)
+    for _ in range(2):  # a second combination on the same inputs: not slowed twice
+        data, config = bench.prepare("a")
+        assert data is not shared and "tilelang_fn" not in vars(shared)
+        data.time_tilelang(config)
+    assert entry["injected_ms"] == pytest.approx(0.05)
+    assert sleeps == [50, 50]
+    shared.time_tilelang("cfg")  # the shared inputs' own launch path is untouched
+    assert sleeps == [50, 50]

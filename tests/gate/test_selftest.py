@@ -1,0 +1,188 @@
+"""The gate self-test's bookkeeping on the CPU: three runs per iteration with the base
+shared, run orders, the split over GPUs and the JSON record, with a fake worker."""
+
+import itertools
+import json
+import random
+
+import pytest
+
+from harness.cli import EXIT_INTERRUPTED
+from harness.gate import decide as gd
+from harness.gate import revisions, selftest
+
+NAMES = [f"gemm.S({i})" for i in range(6)]
+
+
+def _payload(rng, names, slowdown=0.0):
+    def entry():
+        scale = 1.0 + slowdown
+        return {
+            "track_latency": [rng.gauss(1e-3 * scale, 1e-6) for _ in range(30)],
+            "track_vs_torch": [rng.gauss(1.1 * scale, 1e-3) for _ in range(10)],
+        }
+
+    return {"results": {n: entry() for n in names}}
+
+
+class FakeWorker:
+    """Stands in for revisions.run_worker: records every call; the injected side is slower."""
+
+    def __init__(self, names=NAMES):
+        self.names = names
+        self.calls = []
+        self.rng = random.Random(3)
+
+    def __call__(self, tree, bench, out_file, inject=0.0, gpu=None, only=None, listing=False):
+        if listing:
+            return {"names": self.names}
+        shard = self.names if only is None else json.loads(only.read_text())
+        self.calls.append({"file": out_file.name, "inject": inject, "gpu": gpu, "shard": shard})
+        return _payload(self.rng, shard, slowdown=inject)
+
+
+def test_orders_cycle_through_every_permutation():
+    orders = [selftest.order(i) for i in range(6)]
+    assert sorted(orders) == sorted(itertools.permutations(selftest.SIDES))
+    for side in selftest.SIDES:  # each side in each position twice over six blocks
+        assert sorted(o.index(side) for o in orders) == [0, 0, 1, 1, 2, 2]
+    assert selftest.order(6) == selftest.order(0)
+
+
+def _setup(tmp_path, n, rounds=1, thresholds=None):
+    """n iterations of a 10% injected slowdown against a 2% floor."""
+    return selftest.Setup(tmp_path, ".", n, rounds, 0.1, 0.02, tmp_path, thresholds)
+
+
+def test_three_runs_per_iteration_with_the_base_shared(monkeypatch, tmp_path):
+    worker = FakeWorker()
+    monkeypatch.setattr(revisions, "run_worker", worker)
+    lines = []
+    results = selftest.iterate(_setup(tmp_path, 4), log=lines.append)
+    assert len(worker.calls) == 3 * 4
+    assert [c["inject"] for c in worker.calls].count(0.1) == 4
+    first = [c["file"].split("-")[0] for c in worker.calls[:3]]
+    assert tuple(first) == selftest.order(0)
+    assert len(results) == 4 and len(lines) == 4 and "iteration 4/4" in lines[-1]
+    for aa, injected in results:
+        assert {v.status for v in aa} <= {gd.UNCHANGED, gd.IMPROVEMENT}
+        assert {v.status for v in injected} == {gd.REGRESSION}
+    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
+    assert t.false_alarm_runs == 0 and set(t.detections.values()) == {4}
+
+
+def test_rounds_pool_into_one_comparison(monkeypatch, tmp_path):
+    worker = FakeWorker()
+    monkeypatch.setattr(revisions, "run_worker", worker)
+    results = selftest.iterate(_setup(tmp_path, 2, rounds=3), log=lambda line: None)
+    assert len(worker.calls) == 2 * 3 * 3 and len(results) == 2
+    assert all(len(aa) == len(NAMES) for aa, _ in results)
+
+
+def test_split_keeps_a_benchmarks_three_runs_on_one_gpu(monkeypatch, tmp_path):
+    worker = FakeWorker()
+    monkeypatch.setattr(revisions, "run_worker", worker)
+    results = selftest.split_iterate(_setup(tmp_path, 3), [0, 1], log=lambda line: None)
+    gpu_of = {}
+    for call in worker.calls:
+        for name in call["shard"]:
+            assert gpu_of.setdefault(name, call["gpu"]) == call["gpu"]
+    assert set(gpu_of) == set(NAMES) and set(gpu_of.values()) == {0, 1}
+    assert len(worker.calls) == 3 * 3 * 2  # sides x iterations x GPUs
+    for aa, injected in results:  # every benchmark once per comparison, joined over GPUs
+        assert sorted(v.name for v in aa) == sorted(v.name for v in injected) == sorted(NAMES)
+
+
+def _verdict(name, status):
+    return gd.Verdict(name, status, 1.0, 1.0, 1.0, 1.0, 0.5, 0.9, 1.1, 0.05, "")
+
+
+def test_json_record_of_the_tally():
+    aa = [[_verdict("a", gd.UNCHANGED), _verdict("b", gd.UNCHANGED)] for _ in range(3)]
+    aa.append([_verdict("a", gd.REGRESSION), _verdict("b", gd.UNCHANGED)])
+    inj = [[_verdict("a", gd.REGRESSION), _verdict("b", gd.UNCHANGED)] for _ in range(4)]
+    record = selftest.to_json(selftest.tally(aa, inj), 0.03, 0.02, 1, ".", [0, 1])
+    assert json.loads(json.dumps(record)) == record
+    assert record["n"] == 4 and record["slowdown"] == 0.03 and record["threshold"] == 0.02
+    assert record["false_alarm_runs"] == 1 and record["false_alarm_rate"] == 0.25
+    assert record["detection_rate"] == pytest.approx(0.5)
+    assert record["benchmarks"]["a"] == {
+        "false_alarms": 1,
+        "false_alarm_rate": 0.25,
+        "detections": 4,
+        "detection_rate": 1.0,
+    }
+    assert record["benchmarks"]["b"]["detections"] == 0
+
+
+class InterruptingWorker(FakeWorker):
+    """A worker that is interrupted (Ctrl-C) at its ``stop_at``-th call."""
+
+    def __init__(self, stop_at):
+        super().__init__()
+        self.stop_at = stop_at
+
+    def __call__(self, *args, **kwargs):
+        if not kwargs.get("listing") and len(self.calls) + 1 == self.stop_at:
+            raise KeyboardInterrupt
+        return super().__call__(*args, **kwargs)
+
+
+def test_an_interrupted_self_test_tallies_the_finished_iterations(monkeypatch, tmp_path, capsys):
+    # Two full iterations (three runs each), then Ctrl-C in the third.
+    monkeypatch.setattr(revisions, "run_worker", InterruptingWorker(stop_at=8))
+    monkeypatch.setattr(revisions, "worktree", lambda work, side, sha: tmp_path)
+    monkeypatch.setattr(revisions, "resolve", lambda *args, **kw: "0" * 40)
+    monkeypatch.setattr(revisions, "ROOT", tmp_path)
+    monkeypatch.setattr(revisions, "default_bench", lambda: ".")
+    monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
+    monkeypatch.setattr("harness.measure.device.no_gpu_reason", lambda: None)
+    out = tmp_path / "tally.json"
+    code = selftest.main(["--n", "5", "--slowdown", "0.1", "--json", str(out)])
+    assert code == EXIT_INTERRUPTED
+    record = json.loads(out.read_text())
+    assert record["n"] == 2 and record["interrupted"] is True
+    assert "2 A/A and 2 injected comparisons" in capsys.readouterr().out
+
+
+def test_iteration_lines_name_false_alarms_and_misses():
+    aa = [_verdict("gemm.S(1)", gd.REGRESSION), _verdict("gemm.S(2)", gd.UNCHANGED)]
+    injected = [_verdict("gemm.S(1)", gd.REGRESSION), _verdict("gemm.S(2)", gd.UNCHANGED)]
+    text = selftest.describe(aa, injected)
+    assert "false alarm: gemm.S(1)" in text and "missed: gemm.S(2)" in text
+    assert "gemm.S(2)" not in text.split("missed")[0]
+
+
+def test_join_shards_keeps_only_iterations_every_gpu_finished():
+    v = _verdict("gemm.S(0)", gd.UNCHANGED)
+    parts = {0: [([v], [v]), ([v], [v])], 1: [([v], [v])]}
+    assert len(selftest.join_shards(parts)) == 1
+    assert selftest.join_shards({}) == []
+
+
+def test_calibrated_thresholds_apply_per_benchmark(monkeypatch, tmp_path):
+    monkeypatch.setattr(revisions, "run_worker", FakeWorker())
+    # gemm.S(0) is calibrated as too noisy for a 10% change; the rest keep the floor.
+    setup = _setup(tmp_path, 2, thresholds={"gemm.S(0)": 0.5})
+    results = selftest.iterate(setup, log=lambda line: None)
+    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
+    assert t.detections["gemm.S(0)"] == 0
+    assert all(t.detections[n] == 2 for n in NAMES[1:])
+
+
+def test_missing_calibration_file_is_refused_before_measuring(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.gate.selftest",
+            "--calibration",
+            str(tmp_path / "nope.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "--calibration" in out.stderr and "no such file" in out.stderr

@@ -1,0 +1,188 @@
+"""The multi-GPU sharding plan, on the CPU: stable, balanced, every class once."""
+
+import random
+import re
+
+import pytest
+
+from harness.suite.shard import (
+    asv_regex,
+    combination_weight,
+    family_weights,
+    parse_gpus,
+    plan,
+    suite_units,
+)
+
+
+def _weights(n, seed=0, low=0.5, high=20.0):
+    rng = random.Random(seed)
+    return {f"gemm.Family{i}": rng.uniform(low, high) for i in range(n)}
+
+
+def _load(shards, weights):
+    return {g: sum(weights[u] for u in units) for g, units in shards.items()}
+
+
+@pytest.mark.parametrize(
+    "n_units, gpus, low, high",
+    [
+        (5, [0, 1], 0.5, 20.0),
+        (12, [0, 1, 2], 0.5, 20.0),
+        (3, [0, 1, 2, 3], 0.5, 20.0),
+        (0, [0, 1], 0.5, 20.0),
+        (40, [0, 1], 0.5, 20.0),
+        (200, [0, 1, 2], 0.01, 0.02),  # many small units: the slack is capped at one
+    ],
+)
+def test_every_unit_exactly_once_and_balanced(n_units, gpus, low, high):
+    weights = _weights(n_units, n_units, low, high)
+    shards = plan(weights, gpus)
+    assigned = [u for units in shards.values() for u in units]
+    assert sorted(assigned) == sorted(weights)
+    share = sum(weights.values()) / len(gpus)
+    largest = max(weights.values(), default=0.0)
+    assert max(_load(shards, weights).values()) <= share + largest + 1e-9
+
+
+def test_equal_weights_fill_every_gpu_to_its_share():
+    shards = plan(dict.fromkeys((f"gemm.S({i})" for i in range(14)), 1.0), [0, 1])
+    assert [len(s) for s in shards.values()] == [7, 7]
+
+
+def test_plan_is_stable_across_runs_and_input_order():
+    weights = _weights(9)
+    again = plan(dict(reversed(list(weights.items()))), [0, 1, 2])
+    assert plan(weights, [0, 1, 2]) == again == plan(dict(sorted(weights.items())), [0, 1, 2])
+
+
+def _moved(weights, added, gpus):
+    before = plan(weights, gpus)
+    after = plan({**weights, **added}, gpus)
+    where = {u: g for g, units in before.items() for u in units}
+    return [u for g, units in after.items() for u in units if u in where and where[u] != g]
+
+
+@pytest.mark.parametrize("gpus", [[0, 1], [0, 1, 2], [0, 1, 2, 3]])
+@pytest.mark.parametrize("weight", [4.0, 8.0, 12.0, 16.0, 20.0])
+def test_adding_a_family_to_the_suite_moves_few_others(gpus, weight):
+    # Coarse units (a family is measured whole) on few GPUs: at most half of them move.
+    existing = family_weights()
+    assert len(_moved(existing, {"gemm.NewFamily": weight}, gpus)) <= len(existing) // 2
+
+
+def test_adding_a_unit_moves_few_others_on_average():
+    moved = []
+    for seed in range(50):
+        weights = _weights(12, seed)
+        moved.append(len(_moved(weights, {"gemm.NewFamily": 10.0}, [0, 1, 2])))
+    assert sum(moved) / len(moved) <= 3
+
+
+def test_plan_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least one"):
+        plan({"a": 1.0}, [])
+    with pytest.raises(ValueError, match="distinct"):
+        plan({"a": 1.0}, [0, 0])
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        plan({"a": -1.0}, [0])
+
+
+GPU_CLASSES = ["Attention", "Launch", "Stage", "Stage128", "Tiles", "Tuned"]
+
+
+def test_weights_of_the_suite_classes():
+    weights = {u: w for u, w in family_weights().items() if u.startswith("gemm.")}
+    assert sorted(weights) == [f"gemm.{c}" for c in GPU_CLASSES]
+    # 16 combinations each; 4096^3 costs more than 128^3, and 8192^3 weighs Tiles up.
+    assert 16 < weights["gemm.Stage128"] < weights["gemm.Stage"] < weights["gemm.Tiles"]
+    assert combination_weight(None) == 0.0
+    assert combination_weight(2 * 8192**3) == pytest.approx(2.0995, abs=1e-3)
+
+
+def test_the_cpu_classes_are_one_unit_and_the_plan_covers_the_whole_suite():
+    units = suite_units()
+    assert [f.full for f in units["static"]] == ["static.Sm90aResources", "static.CompileTime"]
+    weights = family_weights()
+    assert set(weights) == {f"gemm.{c}" for c in GPU_CLASSES} | {"static"}
+    every = [f.full for families in units.values() for f in families]
+    assert len(every) == len(set(every)) == 8
+
+
+def _all_names():
+    return {
+        unit: [n for family in families for n in family.benchmark_names()]
+        for unit, families in suite_units().items()
+    }
+
+
+def test_regex_selects_exactly_its_own_unit():
+    every = _all_names()
+    assert len(every["gemm.Stage"]) == len(every["gemm.Stage128"]) == 2 * 16
+    assert len(every["static"]) == 4 * 12 + 6
+    for unit in every:
+        picked = {n for names in every.values() for n in names if re.search(asv_regex(unit), n)}
+        assert picked == set(every[unit]), unit
+
+
+@pytest.mark.parametrize("user", [["bf16"], ["Stage128", "compile"], ["^gemm\\.Launch"]])
+def test_a_user_regex_narrows_each_unit_to_the_intersection(user):
+    from harness.suite import run as suite_run
+
+    every = _all_names()
+    chosen = suite_run.select(suite_units(), user)
+    for unit, names in every.items():
+        want = {n for n in names if any(re.search(u, n) for u in user)}
+        assert set(chosen.get(unit, [])) == want, unit
+        if not want:
+            continue
+        patterns = suite_run.selectors(unit, chosen[unit], len(names))[1::2]
+        everything = [n for ns in every.values() for n in ns]
+        # exactly those, and never a benchmark of another unit
+        assert {n for n in everything if any(re.search(p, n) for p in patterns)} == want
+
+
+@pytest.mark.parametrize(
+    "text, visible, expected", [("all", 2, [0, 1]), ("1", 2, [1]), ("0,1", 4, [0, 1])]
+)
+def test_parse_gpus(text, visible, expected):
+    assert parse_gpus(text, visible) == expected
+
+
+@pytest.mark.parametrize(
+    "text, visible, message",
+    [("all", 0, "no CUDA device"), ("2", 2, "0..1"), ("x", 2, "indices like"), ("", 2, "0..1")],
+)
+def test_parse_gpus_rejects(text, visible, message):
+    with pytest.raises(ValueError, match=message):
+        parse_gpus(text, visible)
+
+
+def test_probe_gpus_names_the_pins_or_the_reason(monkeypatch):
+    import torch
+
+    from harness.measure import device
+    from harness.suite import shard
+
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert shard.probe_gpus("all") == "ok:4,6"
+    assert shard.probe_gpus("1") == "ok:6"
+    assert shard.probe_gpus("2").startswith("error: --gpus='2': indices must be in 0..1")
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: "no CUDA device visible")
+    assert (
+        shard.probe_gpus("all") == "error: needs a CUDA GPU and found none: no CUDA device visible"
+    )
+
+
+def test_solo_units_run_first_each_alone_and_once():
+    from harness.suite import shard
+
+    weights = family_weights()
+    steps = shard.phases(weights, [0, 1], {"gemm.Launch"})
+    assert len(steps) == 2 and list(steps[0].values()) == [["gemm.Launch"]]
+    placed = [u for step in steps for units in step.values() for u in units]
+    assert sorted(placed) == sorted(weights)
+    # Stable: the solo unit keeps its GPU run after run.
+    assert shard.phases(weights, [0, 1], {"gemm.Launch"})[0] == steps[0]
