@@ -130,3 +130,43 @@ def suite_attribute(root: Path, name: str, default=None):
     if parent not in sys.path:
         sys.path.insert(0, parent)
     return getattr(importlib.import_module(folder.name), name, default)
+
+
+def unit_of(family: Family) -> str:
+    """The unit a family runs in: a GPU family alone (``gemm.Stage``); a module's CPU
+    families together (``static``): they compile with every core, and two at once would
+    slow each other's timed compiles."""
+    return family.full if family.is_gpu else family.module
+
+
+def listing(root: Path) -> dict[str, dict]:
+    """``{unit: {"solo": bool, "names": {asv name: [asv name, gate name]}}}`` of the
+    suite in ``root``: what a runner needs to select, skip and order its units, as plain
+    data (``python discovery.py --list ROOT`` prints it for another revision's tree)."""
+    out: dict[str, dict] = {}
+    for family in families(root):
+        entry = out.setdefault(unit_of(family), {"solo": False, "names": {}})
+        entry["solo"] = entry["solo"] or bool(getattr(family.cls, "solo", False))
+        methods = sorted(
+            n for n in dir(family.cls) if n.startswith(BENCH_PREFIXES) and getattr(family.cls, n)
+        )
+        for combo in family.combinations():
+            gate_name = family.combination_name(combo) if combo else family.full
+            for m in methods:
+                name = f"{family.full}.{m}"
+                if combo:
+                    name += f"({', '.join(repr(p) for p in combo)})"
+                entry["names"][name] = [name, gate_name]
+    return out
+
+
+if __name__ == "__main__":
+    # Run as a script by path, with another revision's tree first on sys.path.
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Print the suite's units as JSON.")
+    parser.add_argument("--list", type=Path, required=True, metavar="ROOT")
+    args = parser.parse_args()
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
+    print(json.dumps(listing(args.list.resolve())))

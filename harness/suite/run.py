@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -64,34 +65,32 @@ class Target:
         return (path.parent / conf.get("results_dir", "results")).resolve()
 
 
-def combination_names(family: discovery.Family) -> dict[str, list[str]]:
-    """``{asv benchmark name with params: [names a -b may match]}`` of one family: asv's
-    own name and the gate's combination name."""
-    methods = sorted(
-        n
-        for n in dir(family.cls)
-        if n.startswith(discovery.BENCH_PREFIXES) and getattr(family.cls, n)
+def suite_listing(target: Target) -> dict[str, dict]:
+    """``discovery.listing`` of the target's suite: in this process for this checkout;
+    for another revision's tree in a child process with that tree on the path, since its
+    suite imports that revision's harness and kernels."""
+    if target.tree.resolve() == ROOT:
+        return discovery.listing(ROOT)
+    script = Path(discovery.__file__).resolve()
+    out = subprocess.run(
+        [target.python, str(script), "--list", str(target.tree)],
+        cwd=target.tree,
+        env=_env(target, None),
+        check=True,
+        capture_output=True,
+        text=True,
     )
-    out = {}
-    for combo in family.combinations():
-        gate_name = family.combination_name(combo) if combo else family.full
-        for m in methods:
-            asv_name = f"{family.full}.{m}"
-            if combo:
-                asv_name += f"({', '.join(repr(p) for p in combo)})"
-            out[asv_name] = [asv_name, gate_name]
-    return out
+    return json.loads(out.stdout)
 
 
-def select(units: Mapping[str, list[discovery.Family]], user: list[str]) -> dict[str, list[str]]:
+def select(listed: Mapping[str, dict], user: list[str]) -> dict[str, list[str]]:
     """``{unit: asv names selected}`` for every unit with at least one; all of a unit's
-    names without ``user`` regexes."""
+    names without ``user`` regexes. A regex may match asv's name or the gate's."""
     out = {}
-    for unit, families in units.items():
-        names = {k: v for f in families for k, v in combination_names(f).items()}
+    for unit, entry in listed.items():
         chosen = [
             name
-            for name, aliases in names.items()
+            for name, aliases in entry["names"].items()
             if not user or any(re.search(r, a) for r in user for a in aliases)
         ]
         if chosen:
@@ -143,18 +142,18 @@ class UnitRun:
 
 
 def plan_units(
-    target: Target, user: list[str], gpus: list[int] | None, root: Path | None = None
+    target: Target, user: list[str], gpus: list[int] | None
 ) -> tuple[list[dict], dict[str, list[str]]]:
     """The steps of the run (``[{gpu: [unit, ...]}]``, solo units first, one after
     another) and each selected unit's ``-b`` arguments, minus units already stored."""
-    units = shard.suite_units(root or target.tree)
-    chosen = select(units, user)
-    every = {u: len(names) for u, names in select(units, []).items()}
-    solo = {u for u, fs in units.items() if any(getattr(f.cls, "solo", False) for f in fs)}
-    if gpus:
-        steps = shard.phases(shard.unit_weights(units), gpus, solo)
+    listed = suite_listing(target)
+    chosen = select(listed, user)
+    every = {u: len(entry["names"]) for u, entry in listed.items()}
+    solo = {u for u, entry in listed.items() if entry["solo"]}
+    if gpus:  # weights need the kernels' shapes: this checkout's suite only
+        steps = shard.phases(shard.family_weights(target.tree), gpus, solo)
     else:  # one device: the solo units first as well, then the rest in suite order
-        steps = [{None: sorted(units, key=lambda u: u not in solo)}]
+        steps = [{None: sorted(listed, key=lambda u: u not in solo)}]
     results_dir = target.results_dir()
     done_by_machine: dict[str, set[str]] = {}
     out_steps = []

@@ -90,7 +90,7 @@ def suite_units(root: Path = ROOT) -> dict[str, list[discovery.Family]]:
     once would slow each other's timed compiles."""
     out: dict[str, list[discovery.Family]] = {}
     for family in discovery.families(root):
-        out.setdefault(family.full if family.is_gpu else family.module, []).append(family)
+        out.setdefault(discovery.unit_of(family), []).append(family)
     return out
 
 

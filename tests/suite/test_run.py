@@ -124,7 +124,7 @@ def test_an_interrupted_run_keeps_the_finished_units_and_resumes(repo, monkeypat
 
 
 def test_selection_by_asv_name_or_gate_name(repo):
-    units = shard.suite_units(repo.tree)
+    units = suite_run.suite_listing(repo)
     by_gate = suite_run.select(units, [r"cpu\.Good\(2\)"])
     by_asv = suite_run.select(units, [r"cpu\.Good\.track_value\(2\)"])
     assert by_gate == by_asv == {"cpu": ["cpu.Good.track_value(2)"]}
@@ -175,7 +175,8 @@ def test_a_whole_unit_is_selected_by_its_prefix():
 def test_the_host_timed_unit_runs_first_alone_and_pins_follow_the_visible_list(
     fake_asv, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(suite_run, "ROOT", tmp_path)
+    listed = suite_run.discovery.listing(ROOT)
+    monkeypatch.setattr(suite_run, "suite_listing", lambda target: listed)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
     target = suite_run.Target(ROOT, "abc", "h200")
     monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)

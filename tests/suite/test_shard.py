@@ -2,9 +2,11 @@
 
 import random
 import re
+from pathlib import Path
 
 import pytest
 
+from harness.suite import discovery
 from harness.suite.shard import (
     asv_regex,
     combination_weight,
@@ -88,6 +90,7 @@ def test_plan_rejects_bad_input():
         plan({"a": -1.0}, [0])
 
 
+ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_CLASSES = ["Attention", "Launch", "Stage", "Stage128", "Tiles", "Tuned"]
 
 
@@ -130,7 +133,7 @@ def test_a_user_regex_narrows_each_unit_to_the_intersection(user):
     from harness.suite import run as suite_run
 
     every = _all_names()
-    chosen = suite_run.select(suite_units(), user)
+    chosen = suite_run.select(discovery.listing(ROOT), user)
     for unit, names in every.items():
         want = {n for n in names if any(re.search(u, n) for u in user)}
         assert set(chosen.get(unit, [])) == want, unit
