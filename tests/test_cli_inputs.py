@@ -76,7 +76,7 @@ def test_results_folder_that_is_not_a_worktree_is_refused(tmp_path, monkeypatch)
     folder.mkdir()
     (folder / "old.json").write_text("{}")
     monkeypatch.setattr(results_branch, "_remote_has", lambda branch, remote: False)
-    with pytest.raises(SystemExit, match="exists and is not a worktree"):
+    with pytest.raises(results_branch.ResultsBranchError, match="exists and is not a worktree"):
         results_branch.checkout(folder)
 
 

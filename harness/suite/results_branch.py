@@ -4,31 +4,63 @@ re-images: the folder is a worktree of that branch, filled by ``asv run`` and pu
     python -m harness.suite.results_branch checkout .asv/results   # before asv run
     python -m harness.suite.results_branch push .asv/results       # after it
 
-On GitHub Actions the checkout keeps no credentials; ``$GITHUB_TOKEN`` is passed to git as
-an HTTP header for these two commands only.
+On GitHub Actions the checkout keeps no credentials; ``$GITHUB_TOKEN`` reaches git through
+``GIT_ASKPASS`` and the environment, for these two commands only: never on a command line,
+in a file or in an error message.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import os
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 BRANCH = "asv-results"
+PUSH_ATTEMPTS = 3
+# Answers git's HTTPS prompts from the environment: the token never reaches an argument
+# list (visible in ps and in error messages) or a file.
+_ASKPASS = """#!/bin/sh
+case "$1" in
+  Username*) echo x-access-token ;;
+  *) printf '%s\\n' "$GITHUB_TOKEN" ;;
+esac
+"""
 
 
-def _git(*args: str, cwd: Path | str = ".", auth: bool = False) -> str:
-    cmd = ["git"]
+class ResultsBranchError(RuntimeError):
+    """A git step on the results branch failed; the message never holds the token."""
+
+
+def _scrub(text: str) -> str:
     token = os.environ.get("GITHUB_TOKEN")
-    if auth and token:
-        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        cmd += ["-c", f"http.https://github.com/.extraheader=AUTHORIZATION: basic {basic}"]
-    return subprocess.run(
-        [*cmd, *args], cwd=cwd, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    return text.replace(token, "***") if token else text
+
+
+def _askpass() -> str:
+    folder = Path(tempfile.gettempdir()) / f"results-branch-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / "askpass.sh"
+    if not path.exists() or path.read_text() != _ASKPASS:
+        path.write_text(_ASKPASS)
+        path.chmod(stat.S_IRWXU)
+    return str(path)
+
+
+def _git(*args: str, cwd: Path | str = ".", auth: bool = False, check: bool = True) -> str:
+    env = dict(os.environ)
+    if auth and env.get("GITHUB_TOKEN"):
+        env.update(GIT_ASKPASS=_askpass(), GIT_TERMINAL_PROMPT="0")
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if check and proc.returncode:
+        raise ResultsBranchError(
+            f"git {' '.join(args[:2])} failed (exit {proc.returncode}): "
+            + _scrub(proc.stderr.strip() or proc.stdout.strip())
+        )
+    return proc.stdout.strip()
 
 
 def _remote_has(branch: str, remote: str) -> bool:
@@ -38,12 +70,16 @@ def _remote_has(branch: str, remote: str) -> bool:
 
 def checkout(folder: Path, branch: str = BRANCH, remote: str = "origin") -> str:
     """Make ``folder`` a worktree of ``branch``: fetched from ``remote`` when it exists
-    there, else a new orphan branch. Returns what it did."""
+    there (an existing worktree is brought up to date), else a new orphan branch.
+    Returns what it did."""
     folder = folder.resolve()
     if (folder / ".git").exists():
+        if _remote_has(branch, remote):
+            _sync(folder, branch, remote)
+            return f"{folder} is already a worktree; rebased on {remote}/{branch}"
         return f"{folder} is already a worktree"
     if folder.exists() and any(folder.iterdir()):
-        raise SystemExit(f"results_branch: {folder} exists and is not a worktree; move it away")
+        raise ResultsBranchError(f"{folder} exists and is not a worktree; move it away")
     if _remote_has(branch, remote):
         _git("fetch", remote, f"+{branch}:{branch}", auth=True)
         _git("worktree", "add", "--force", str(folder), branch)
@@ -54,16 +90,45 @@ def checkout(folder: Path, branch: str = BRANCH, remote: str = "origin") -> str:
     return f"started a new branch {branch} in {folder}"
 
 
+_IDENT = ("-c", "user.name=asv-results", "-c", "user.email=asv-results@localhost")
+
+
+def _sync(folder: Path, branch: str, remote: str) -> None:
+    """Fetch ``remote``'s branch and rebase the local commits onto it (each commit's
+    results are files of their own, so a rebase never has to merge one file)."""
+    _git("fetch", remote, branch, cwd=folder, auth=True)
+    try:
+        _git(*_IDENT, "rebase", "FETCH_HEAD", cwd=folder)
+    except ResultsBranchError:
+        _git("rebase", "--abort", cwd=folder, check=False)
+        raise
+
+
 def push(folder: Path, branch: str = BRANCH, remote: str = "origin", message: str = "") -> str:
-    """Commit everything in ``folder`` and push it to ``remote``'s ``branch``."""
+    """Commit everything in ``folder`` and push it to ``remote``'s ``branch``. When the
+    branch moved meanwhile (another runner pushed), fetch, rebase and retry; never
+    force-push."""
     folder = folder.resolve()
     _git("add", "-A", cwd=folder)
-    if not _git("status", "--porcelain", cwd=folder):
-        return "no new results to push"
-    ident = ["-c", "user.name=asv-results", "-c", "user.email=asv-results@localhost"]
-    _git(*ident, "commit", "-q", "-m", message or "asv results", cwd=folder)
-    _git("push", remote, f"HEAD:refs/heads/{branch}", cwd=folder, auth=True)
-    return f"pushed results to {remote}/{branch}"
+    if _git("status", "--porcelain", cwd=folder):
+        _git(*_IDENT, "commit", "-q", "-m", message or "asv results", cwd=folder)
+    else:
+        heads = _git("ls-remote", "--heads", remote, branch, cwd=folder, auth=True)
+        if heads.split()[:1] == [_git("rev-parse", "HEAD", cwd=folder)]:
+            return "no new results to push"
+    for attempt in range(1, PUSH_ATTEMPTS + 1):
+        try:
+            _git("push", remote, f"HEAD:refs/heads/{branch}", cwd=folder, auth=True)
+            return f"pushed results to {remote}/{branch}"
+        except ResultsBranchError as err:
+            if (
+                attempt == PUSH_ATTEMPTS
+                or "rejected" not in str(err)
+                and "fetch first" not in str(err)
+            ):
+                raise
+            _sync(folder, branch, remote)
+    raise AssertionError("unreachable")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,11 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             print(checkout(args.folder, args.branch, args.remote))
         else:
             print(push(args.folder, args.branch, args.remote, args.message))
-    except subprocess.CalledProcessError as err:
-        print(
-            f"results_branch: git {' '.join(err.cmd[1:3])} failed: {err.stderr.strip()}",
-            file=sys.stderr,
-        )
+    except ResultsBranchError as err:
+        print(f"results_branch: error: {err}", file=sys.stderr)
         return 1
     return 0
 
