@@ -177,17 +177,19 @@ def run_target(
     asv_args: list[str] | None = None,
     gpus: list[int] | None = None,
     log: Callable[[str], None] = print,
+    none_ok: bool = False,
 ) -> int:
     """Measure every selected unit of ``target`` not stored yet, one ``asv run`` each
     (per GPU in parallel under ``gpus``); the worst exit status, EXIT_INTERRUPTED on
-    Ctrl-C (finished units stay stored)."""
+    Ctrl-C (finished units stay stored). A selection that matches nothing is bad input,
+    unless ``none_ok`` (an older commit that predates the selected benchmarks)."""
     user, asv_args = list(user or []), list(asv_args or [])
     steps, args = plan_units(target, user, gpus)
     selected = len(args)
     pending = sum(len(us) for s in steps for us in s.values())
     if not args:
         log(f"run: no benchmark matches -b {' -b '.join(user)}" if user else "run: empty suite")
-        return EXIT_FAILURE
+        return EXIT_OK if none_ok else EXIT_FAILURE
     if not pending:
         log(f"run {target.sha[:10]}: all {selected} units already stored; nothing to run")
         return EXIT_OK
