@@ -130,7 +130,9 @@ def _exit_with(session: nox.Session, *args: str) -> None:
         py = os.path.join(session.bin, "python")
     else:
         py = sys.executable
-    code = subprocess.call([py, "-m", *args], cwd=ROOT, env={**os.environ, **session.env})
+    # nox marks a variable to unset with None.
+    env = {k: v for k, v in {**os.environ, **session.env}.items() if v is not None}
+    code = subprocess.call([py, "-m", *args], cwd=ROOT, env=env)
     if code:
         raise SystemExit(code)
 
