@@ -49,10 +49,7 @@ def read_jsonl(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as err:
-            notes.append(
-                f"{path}:{number}: torn line skipped (not complete JSON: {err.msg} at "
-                f"column {err.colno})"
-            )
+            notes.append(f"{path}:{number}: torn line skipped (not complete JSON: {err})")
             continue
         if not isinstance(record, dict):
             raise RecordError(f"{path}:{number}: must be a JSON object, got {text[:60]!r}")
