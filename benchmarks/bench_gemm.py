@@ -5,30 +5,60 @@
         --num-stages 2 3 4 --run-tilelang --report reports/stage04_gemm.md
 
 Every list option sweeps: the run covers the product of all values. Each finished row is
-appended to ``--jsonl`` at once, so an interrupted sweep keeps what it measured; Ctrl-C
-prints and reports the rows done so far.
+appended to ``--jsonl`` at once, tagged with the run's id (its meta line says GPU, start
+time and command), so an interrupted sweep keeps what it measured; Ctrl-C prints and
+reports the rows done so far. ``--report`` and ``--jsonl`` are checked for being writable
+before anything is measured.
+
+A config that fails to compile or run becomes a failed row that carries its error (in the
+table, the report and the JSON lines) and the sweep goes on. So does a combination of the
+list options that the config validator rejects (block sizes that are not multiples of 16,
+a tile over the shared-memory budget...): it is a failed row with the validator's message,
+and no GPU time is spent on it. A config named with ``--config`` is checked as it is
+parsed instead, and a sweep in which no combination is valid is refused (status 2).
+
+``--replay FILE`` re-renders a recorded sweep without a GPU. A file that holds several
+runs needs ``--run ID`` (the error lists them); rows from before run ids are one legacy
+run per meta line. A torn line is skipped with a note; a row that does not match the
+schema, or has a negative or NaN timing, is refused with its line number.
+
+Exit status: 0 every row measured and correct; 2 bad input (nothing measured); 3 no GPU;
+4 a kernel gave a wrong result; 5 a config failed to build or run, or was rejected
+(the rest are measured and reported); 130 interrupted (what finished is kept).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import itertools
 import json
+import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cli import count, positive_int
+from harness.cli import count, output_file, positive_int
 from harness.measure import device, metrics
 from harness.measure.timing import BACKENDS, check_counts
-from harness.report.stage04 import fmt_optional
+from harness.report.stage04 import (
+    config_cells,
+    config_label,
+    fmt_optional,
+    requested_id,
+    short_error,
+)
 from kernels import DTYPES, LAYOUTS, GemmConfig, GemmShape
 
 PROG = "python3 -m benchmarks.bench_gemm"
 EXIT_NO_GPU = 3
 EXIT_INCORRECT = 4
+EXIT_FAILED = 5
 EXIT_INTERRUPTED = 130
+# The GemmConfig fields the list options sweep, in the order of their product.
+SWEPT = ("block_m", "block_n", "block_k", "threads", "num_stages", "swizzle")
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -55,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
             "medians of per-launch samples with the L2 flushed before each launch; "
             "TFLOPS = 2*M*N*K / seconds / 1e12."
         ),
-        epilog="Needs a CUDA GPU; without one it says so and exits with status 3.",
+        epilog="Needs a CUDA GPU; without one it says so and exits with status 3. Exit status: "
+        "0 all rows measured and correct, 2 bad input, 4 a wrong result, 5 a config failed "
+        "to build or run or was rejected (the other rows are kept), 130 interrupted.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("problem (each takes one or more values)")
@@ -120,8 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also time the host launch overhead (wall time of one call, device work not "
         "waited for) of torch.matmul and, with --run-tilelang, of each TileLang kernel",
     )
-    o.add_argument("--report", type=Path, help="write the stage-04 markdown report here")
-    o.add_argument("--jsonl", type=Path, help="append one JSON line per finished row here")
+    o.add_argument(
+        "--report", type=output_file, help="write the stage-04 markdown report (and its plots) here"
+    )
+    o.add_argument(
+        "--jsonl",
+        type=output_file,
+        help="append one JSON line per finished row here, tagged with the run's id",
+    )
     o.add_argument(
         "--tuned",
         type=Path,
@@ -133,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tune-log",
         type=Path,
         metavar="JSONL",
-        help="with --tuned: the tuner's log, for the TFLOP/s-per-config plot at 4096^3",
+        help="with --tuned: the tuner's log, for the knob comparisons and the TFLOP/s-per-config "
+        "plot of square4096",
     )
     o.add_argument(
         "--replay",
@@ -141,30 +180,55 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JSONL",
         help="no measuring: print the table (and --report) from a recorded --jsonl file",
     )
+    o.add_argument(
+        "--run",
+        metavar="ID",
+        help="with --replay: the run to render (an id or a unique prefix), for a file that "
+        "holds several",
+    )
     o.add_argument("--title", default="Stage 04: TileLang GEMM", help="report title")
     return p
 
 
-def plan(args) -> tuple[list[GemmShape], list[GemmConfig], list[str]]:
-    """Shapes and valid configs of the sweep, and one line per config skipped and why.
-    Raises ValueError when nothing valid remains."""
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A combination of the list options that the config validator refused: a failed
+    row, with no GPU time spent on it."""
+
+    requested: dict[str, int]
+    error: str
+
+    @property
+    def label(self) -> str:
+        return requested_id(self.requested)
+
+
+def plan(args) -> tuple[list[GemmShape], list[GemmConfig | Rejected]]:
+    """Shapes of the sweep, and its configs in the order of the product: each a valid
+    GemmConfig, or Rejected with the validator's message. Raises ValueError when no
+    valid config remains."""
     sizes = args.shape or list(itertools.product(args.m, args.n, args.k))
     shapes = [
         GemmShape(m, n, k, dtype, layout)
         for (m, n, k), dtype, layout in itertools.product(sizes, args.dtype, args.layout)
     ]
-    configs, skipped = [], []
-    for bm, bn, bk, th, st, sw in itertools.product(
+    entries: list[GemmConfig | Rejected] = []
+    for values in itertools.product(
         args.block_m, args.block_n, args.block_k, args.threads, args.num_stages, args.swizzle
     ):
+        fields = dict(zip(SWEPT, values, strict=True))
         try:
-            configs.append(GemmConfig(bm, bn, bk, th, st, sw))
+            config = GemmConfig(**fields)
         except ValueError as err:
-            skipped.append(f"skipped b{bm}x{bn}x{bk}_t{th}_s{st}: {err}")
-    configs += [c for c in args.config if c not in configs]
-    if not configs:
-        raise ValueError("no valid kernel config in the sweep:\n  " + "\n  ".join(skipped))
-    return shapes, configs, skipped
+            entries.append(Rejected(fields, str(err)))
+        else:
+            if config not in entries:
+                entries.append(config)
+    entries += [c for c in args.config if c not in entries]
+    if not any(isinstance(e, GemmConfig) for e in entries):
+        lines = [f"{e.label}: {e.error}" for e in entries]
+        raise ValueError("no valid kernel config in the sweep:\n  " + "\n  ".join(lines))
+    return shapes, entries
 
 
 TABLE_COLUMNS = (
@@ -181,55 +245,63 @@ TABLE_COLUMNS = (
     "torch ms",
     "tilelang ms",
     "TFLOPS",
-    "x torch",
+    "speedup",
     "correct",
 )
 
 
 def table_row(r) -> list[str]:
-    cfg = r.config
+    if r.failed:
+        correct = "FAILED"
+    elif r.check is None:
+        correct = "-"
+    else:
+        correct = f"{'ok' if r.check.ok else 'FAIL'} {r.check.rel_error:.1e}"
     return [
         str(r.shape.m),
         str(r.shape.n),
         str(r.shape.k),
         r.shape.dtype,
         r.shape.layout,
-        *(
-            ["-"] * 5
-            if cfg is None
-            else [
-                str(cfg.block_m),
-                str(cfg.block_n),
-                str(cfg.block_k),
-                str(cfg.threads),
-                str(cfg.num_stages),
-            ]
-        ),
+        *config_cells(r),
         f"{r.torch_ms:.4f}",
         fmt_optional(r.tilelang_ms, ".4f"),
-        f"{r.tflops:.1f}",
+        fmt_optional(r.tflops, ".1f"),
         fmt_optional(r.speedup, ".2f"),
-        "-" if r.check is None else f"{'ok' if r.check.ok else 'FAIL'} {r.check.rel_error:.1e}",
+        correct,
     ]
 
 
 def print_table(results, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="GEMM latency (median); x torch = torch ms / tilelang ms", show_lines=False)
+    table = Table(title="GEMM latency (median); speedup = torch ms / tilelang ms", show_lines=False)
     for col in TABLE_COLUMNS:
         table.add_column(col, justify="left" if col in ("dtype", "layout", "correct") else "right")
     for r in results:
         table.add_row(*table_row(r))
     console.print(table)
+    for r in results:
+        if r.failed:
+            what = f"{config_label(r)} at {r.shape.id}: {short_error(r.error)}"
+            console.print(f"[red]FAILED[/] {escape(what)}", highlight=False)
 
 
 def run_meta(args, argv: list[str]) -> dict:
-    """What the numbers depend on: GPU, versions, date, command and timing settings."""
+    """What the numbers depend on: GPU, versions, start time, command and timing settings,
+    and the run's id, which every row of the run carries."""
+    now = dt.datetime.now(dt.timezone.utc)
+    gpu = device.gpu_name()
+    command = shlex.join([*PROG.split(), *argv])
+    # Two runs that append to one file from one host differ in pid or start time.
+    digest = hashlib.sha1(f"{gpu}|{command}|{os.getpid()}|{now.isoformat()}".encode())
     return {
-        "gpu": device.gpu_name(),
-        "date": dt.date.today().isoformat(),
-        "command": shlex.join([*PROG.split(), *argv]),
+        "run": f"{now:%Y%m%d-%H%M%S}-{digest.hexdigest()[:6]}",
+        "gpu": gpu,
+        "date": now.date().isoformat(),
+        "started": now.isoformat(timespec="seconds"),
+        "command": command,
         "warmup": args.warmup,
         "repeat": args.repeat,
         "backend": args.backend,
@@ -237,58 +309,44 @@ def run_meta(args, argv: list[str]) -> dict:
     }
 
 
-def load_jsonl(path: Path) -> tuple[dict, list]:
-    """The meta line and the rows of a recorded sweep."""
-    from harness.measure.cases import CaseResult
+def load_run(path: Path, run: str | None = None):
+    """The recorded run to replay (``harness.report.records.Run``) and notes on what was
+    skipped. Raises RecordError (a ValueError) naming the line or listing the runs."""
+    from harness.report.records import pick_run, read_runs
 
-    meta, records = _read_jsonl(path)
-    # Launch-overhead lines have no latency row.
-    rows = [CaseResult.from_dict(r) for r in records if "launch_us" not in r]
-    if not rows:
-        raise ValueError(f"--replay {path}: holds no measured rows")
-    return meta, rows
+    runs, notes = read_runs(path)
+    return pick_run(path, runs, run), notes
 
 
-def _read_jsonl(path: Path) -> tuple[dict, list[dict]]:
-    """The meta line and the other records of a JSONL file (this CLI's or the tuner's)."""
-    meta, rows = {}, []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            if "meta" in record:
-                meta = record["meta"]
-            else:
-                rows.append(record)
-    return meta, rows
-
-
-def tuned_section(report: Path, table_path: Path, log_path: Path | None, gpu: str) -> str:
-    """The report's Tuned Configs section; its plots are written next to ``report``."""
+def tuned_data(report: Path, table_path: Path, log_path: Path | None, gpu: str, warn):
+    """What the report's Tuned Configs section is drawn from (``stage04.Tuned``); its
+    plots are written next to ``report``."""
     from harness.report import plots
-    from harness.report.stage04 import (
-        knob_effects,
-        render_tuned,
-        roofline_points,
-        sweep_bars,
-        tuned_rows,
-    )
+    from harness.report.records import read_jsonl
+    from harness.report.stage04 import KNOB_CASE, Tuned, roofline_points, sweep_bars, tuned_rows
     from kernels.tuned import case_shape
 
     rows = tuned_rows(json.loads(table_path.read_text()), gpu)
     if not rows:
         raise ValueError(f"{table_path} has no tuned configs for {gpu!r}")
-    drawn, meta, effects = {}, {}, []
+    drawn, meta, log = {}, {}, []
     stem = report.with_suffix("")
     path = plots.roofline(
         roofline_points(rows), Path(f"{stem}_roofline.png"), f"Tuned GEMMs on the {gpu}"
     )
     drawn["roofline"] = path.name
     if log_path is not None:
-        meta, log = _read_jsonl(log_path)
-        effects = knob_effects(log, case_shape("square4096", "float16"))
+        records, notes = read_jsonl(log_path)
+        for note in notes:
+            warn(f"--tune-log: {note}")
+        for _, record in records:
+            if "meta" in record:
+                meta = record["meta"]
+            else:
+                log.append(record)
         panels = []
         for dtype in ("float16", "bfloat16"):
-            shape = case_shape("square4096", dtype)
+            shape = case_shape(KNOB_CASE, dtype)
             bars = sweep_bars(log, shape)
             torch = next((r.torch_tflops for r in rows if r.shape == shape), None)
             if bars:
@@ -298,10 +356,10 @@ def tuned_section(report: Path, table_path: Path, log_path: Path | None, gpu: st
                 panels, Path(f"{stem}_tflops_4096.png"), f"TFLOP/s per config, {gpu}"
             )
             drawn["sweep"] = path.name
-    return render_tuned(rows, gpu, meta, drawn, effects)
+    return Tuned(rows, gpu, meta, log, drawn)
 
 
-def launch_row(case, config, console, jsonl) -> None:
+def launch_row(case, config, console, write) -> None:
     """Host launch overhead of torch.matmul (``config`` None) or one TileLang kernel."""
     from harness.measure.timing import measure_launch
 
@@ -310,25 +368,50 @@ def launch_row(case, config, console, jsonl) -> None:
     us = metrics.median(samples) * 1e3
     what = "torch.matmul" if config is None else config.id
     console.print(f"launch overhead {case.shape.id} {what}: {us:.1f} us (median of {len(samples)})")
-    if jsonl:
-        record = {"shape": case.shape.id, "config": what, "launch_us": us}
-        jsonl.write(json.dumps(record | {"samples_ms": list(samples)}) + "\n")
-        jsonl.flush()
+    write({"shape": case.shape.id, "config": what, "launch_us": us, "samples_ms": list(samples)})
+
+
+def _open_jsonl(path: Path):
+    """Append to ``path``; a line torn by an interrupted run before gets its line end, so
+    this run's meta line stays a line of its own."""
+    torn = False
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+    out = path.open("a")
+    if torn:
+        out.write("\n")
+    return out
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
 
 
 def run(args, console, meta: dict) -> tuple[list, bool]:
-    """Measure the sweep; returns the finished rows and whether it was interrupted."""
+    """Measure the sweep; returns the finished rows and whether it was interrupted. A
+    config that fails to build or run is a failed row, and the sweep goes on."""
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from harness.measure.cases import Case, CaseResult
 
-    shapes, configs, skipped = plan(args)
-    for line in skipped:
-        console.print(f"[yellow]{line}[/]")
+    shapes, entries = plan(args)
+    if args.run_tilelang:
+        for e in entries:
+            if isinstance(e, Rejected):
+                console.print(f"[yellow]{escape(e.label)}: {escape(e.error)} (a failed row)[/]")
     timing = {"warmup": args.warmup, "repeat": args.repeat, "backend": args.backend}
-    per_shape = len(configs) if args.run_tilelang else 1
+    todo = entries if args.run_tilelang else [None]
     results: list[CaseResult] = []
-    jsonl = args.jsonl.open("a") if args.jsonl else None
+    jsonl = _open_jsonl(args.jsonl) if args.jsonl else None
+
+    def write(record: dict) -> None:
+        if jsonl:
+            jsonl.write(json.dumps({"run": meta["run"], **record}) + "\n")
+            jsonl.flush()
+
     if jsonl:
         jsonl.write(json.dumps({"meta": meta}) + "\n")
     progress = Progress(
@@ -341,29 +424,25 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
     )
     try:
         with progress:
-            task = progress.add_task("sweep", total=len(shapes) * per_shape)
+            task = progress.add_task("sweep", total=len(shapes) * len(todo))
             for shape in shapes:
                 progress.update(task, description=f"{shape.id}: torch.matmul")
                 case = Case(shape, seed=args.seed)
                 torch_timing = case.time_torch(**timing)
                 if args.launch:
-                    launch_row(case, None, console, jsonl)
-                todo = configs if args.run_tilelang else [None]
+                    launch_row(case, None, console, write)
                 for cfg in todo:
                     if cfg is None:
                         row = CaseResult(shape, None, torch_timing)
+                    elif isinstance(cfg, Rejected):
+                        row = CaseResult(
+                            shape, None, torch_timing, error=cfg.error, requested=cfg.requested
+                        )
                     else:
                         progress.update(task, description=f"{shape.id} {cfg.id}")
-                        check = case.check(cfg, seed=args.seed + 1)
-                        row = CaseResult(
-                            shape, cfg, torch_timing, case.time_tilelang(cfg, **timing), check
-                        )
-                        if args.launch:
-                            launch_row(case, cfg, console, jsonl)
+                        row = _measure(case, cfg, torch_timing, timing, args, console, write)
                     results.append(row)
-                    if jsonl:
-                        jsonl.write(json.dumps(row.to_dict()) + "\n")
-                        jsonl.flush()
+                    write(row.to_dict())
                     progress.advance(task)
     except KeyboardInterrupt:
         console.print(f"[red]interrupted[/]: keeping the {len(results)} rows measured so far")
@@ -374,6 +453,35 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
     return results, False
 
 
+def _measure(case, cfg: GemmConfig, torch_timing, timing: dict, args, console, write):
+    """One config's row: checked, timed and (with --launch) its launch overhead; or, when
+    it fails to build or run, a row with the error."""
+    from rich.markup import escape
+
+    from harness.measure.cases import CaseResult
+
+    try:
+        check = case.check(cfg, seed=args.seed + 1)
+        row = CaseResult(case.shape, cfg, torch_timing, case.time_tilelang(cfg, **timing), check)
+        if args.launch:
+            launch_row(case, cfg, console, write)
+    except Exception as err:  # a config that fails to build or launch is a row, not the end
+        error = _error_text(err)
+        console.print(f"[red]{case.shape.id} {cfg.id} failed:[/] {escape(short_error(error))}")
+        return CaseResult(case.shape, cfg, torch_timing, error=error)
+    return row
+
+
+def exit_status(results, interrupted: bool) -> int:
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if any(r.check is not None and not r.check.ok for r in results):
+        return EXIT_INCORRECT
+    if any(r.failed for r in results):
+        return EXIT_FAILED
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -381,31 +489,43 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_counts(args.warmup, args.repeat)
-        plan(args)
+        if not args.replay:
+            plan(args)
     except ValueError as err:
         parser.error(str(err))
     if args.tuned and not args.report:
         parser.error("--tuned: adds a section to the report, so it needs --report")
     if args.tune_log and not args.tuned:
         parser.error("--tune-log: feeds the Tuned Configs section, so it needs --tuned")
+    if args.run and not args.replay:
+        parser.error("--run: picks a recorded run, so it needs --replay")
     for name, path in (("--tuned", args.tuned), ("--tune-log", args.tune_log)):
         if path is not None and not path.is_file():
             parser.error(f"{name}={path}: no such file")
     # Wide when piped or logged: rich would otherwise squeeze the table into 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 200)
+
+    def warn(line: str) -> None:
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
+
     argv = sys.argv[1:] if argv is None else argv
     interrupted = False
     if args.replay:
         try:
-            meta, results = load_jsonl(args.replay)
-        except (OSError, ValueError, KeyError) as err:
+            recorded, notes = load_run(args.replay, args.run)
+        except (OSError, ValueError) as err:
             parser.error(f"--replay: {err}")
+        for note in notes:
+            warn(f"--replay: {note}")
+        meta, results = dict(recorded.meta), list(recorded.rows)
+        meta.setdefault("run", None if recorded.id.startswith("legacy") else recorded.id)
     else:
         reason = device.no_gpu_reason()
         if reason:
             print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
             return EXIT_NO_GPU
         meta = run_meta(args, argv)
+        console.print(f"run {meta['run']} on {meta['gpu']}")
         results, interrupted = run(args, console, meta)
     if results:
         print_table(results, console)
@@ -416,17 +536,19 @@ def main(argv: list[str] | None = None) -> int:
         tuned = None
         if args.tuned:
             try:
-                tuned = tuned_section(args.report, args.tuned, args.tune_log, str(meta.get("gpu")))
+                gpu = str(meta.get("gpu"))
+                tuned = tuned_data(args.report, args.tuned, args.tune_log, gpu, warn)
             except (OSError, ValueError, KeyError) as err:
                 parser.error(f"--tuned: {err}")
         args.report.write_text(render_stage04(results, meta, title=args.title, tuned=tuned))
         console.print(f"report written to {args.report}")
-    if interrupted:
-        return EXIT_INTERRUPTED
-    if any(r.check is not None and not r.check.ok for r in results):
+    status = exit_status(results, interrupted)
+    if status == EXIT_INCORRECT:
         console.print("[red]at least one kernel gave a wrong result[/]")
-        return EXIT_INCORRECT
-    return 0
+    elif status == EXIT_FAILED:
+        failed = sum(r.failed for r in results)
+        console.print(f"[red]{failed} config(s) failed to build or run (rows marked FAILED)[/]")
+    return status
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ whole space again), and goes through step 3 the same way.
 
 Every candidate's brief timing goes to ``--jsonl`` as soon as it is measured, and each
 case's winner is written to ``--out`` (keyed by GPU name, then shape id) as soon as the
-case is done, so an interrupted run keeps everything it finished. All timing is
+case is done, so an interrupted run keeps everything it finished; both are checked for
+being writable before anything is measured. ``speedup`` (the log, the table, the output)
+is torch.matmul latency over TileLang latency: above 1.00 beats cuBLAS. All timing is
 ``harness.measure.timing.measure``, the project's one timing path.
 """
 
@@ -32,7 +34,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.cli import count, positive_int
+from harness.cli import count, output_file, positive_int
 from harness.measure import device, metrics
 from kernels import GemmConfig, GemmShape
 from kernels.tuned import CASES, TUNED_FILE, candidates, case_shape
@@ -79,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick-repeat", type=positive_int, default=10, help="launches per brief timing"
     )
     p.add_argument("--workers", type=positive_int, default=None, help="compile processes")
-    p.add_argument("--out", type=Path, default=TUNED_FILE, help="tuned-config table (JSON)")
-    p.add_argument("--jsonl", type=Path, default=None, help="append every timing here")
+    p.add_argument("--out", type=output_file, default=TUNED_FILE, help="tuned-config table (JSON)")
+    p.add_argument("--jsonl", type=output_file, default=None, help="append every timing here")
     p.add_argument(
         "--async-mma",
         action="store_true",
@@ -112,6 +114,11 @@ class Tuner:
                     "gpu": gpu,
                     "date": dt.date.today().isoformat(),
                     "command": shlex.join([*PROG.split(), *sys.argv[1:]]),
+                    # How the winners were picked, for the report's account of it.
+                    "top": args.top,
+                    "quick_repeat": args.quick_repeat,
+                    "rounds": ROUNDS,
+                    "round_launches": ROUND["repeat"],
                     **device.versions(),
                 }
             }
@@ -260,7 +267,7 @@ class Tuner:
                         done.append((shape, row))
                         self.console.print(
                             f"{shape.id}: {row['config']} {row['tilelang_ms']:.4f} ms, "
-                            f"torch {row['torch_ms']:.4f} ms, {row['speedup']:.3f}x torch "
+                            f"torch {row['torch_ms']:.4f} ms, speedup {row['speedup']:.3f} "
                             f"({len(ranked)} configs ranked)"
                         )
         except KeyboardInterrupt:
@@ -272,10 +279,22 @@ class Tuner:
         return done, False
 
 
+def summary(done: list[tuple[GemmShape, dict]]) -> list[str]:
+    """The run's winners as a table; speedup = torch ms / TileLang ms."""
+    lines = [f"{'shape':<28} {'config':<26} {'TileLang ms':>11} {'torch ms':>11} {'speedup':>8}"]
+    for shape, row in done:
+        lines.append(
+            f"{shape.id:<28} {row['config']:<26} {row['tilelang_ms']:11.4f} "
+            f"{row['torch_ms']:11.4f} {row['speedup']:8.3f}"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.list:
         for name in args.case:
@@ -285,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name}: {shape.m}x{shape.n}x{shape.k} {shape.layout}, {len(space)} configs"
             )
         return 0
+    if args.out == TUNED_FILE:  # the default is not parsed, so not checked by output_file
+        try:
+            output_file(str(args.out))
+        except argparse.ArgumentTypeError as err:
+            parser.error(f"argument --out: {err}")
     reason = device.no_gpu_reason()
     if reason:
         print(f"{PROG}: error: {reason}; tuning times kernels on a GPU", file=sys.stderr)
@@ -292,11 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu = device.gpu_name()
     console.print(f"tuning on {gpu} ({device.versions()}); table: {args.out}")
     done, interrupted = Tuner(args, console, gpu).run()
-    for shape, row in done:
-        console.print(
-            f"{shape.id:<28} {row['config']:<26} {row['tilelang_ms']:9.4f} ms "
-            f"{row['torch_ms']:9.4f} ms {row['speedup']:6.3f}x"
-        )
+    if done:
+        console.print("\n".join(summary(done)), highlight=False)
     if interrupted:
         return EXIT_INTERRUPTED
     return 0 if len(done) == len(args.case) * len(args.dtype) else EXIT_INCORRECT

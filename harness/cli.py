@@ -71,6 +71,8 @@ def output_file(text: str) -> Path:
     path = Path(text)
     if path.exists() and path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not writable")
     _check_writable(path.parent if str(path.parent) else Path("."), text)
     return path
 

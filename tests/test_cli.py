@@ -1,5 +1,9 @@
-"""The training-stage CLI: argument checks and the no-GPU path, on the CPU."""
+"""The training-stage CLIs (bench_gemm, tune_gemm) on the CPU: argument checks, the
+no-GPU path, sweeps with fake cases (a failing config, run ids) and replay of recorded
+runs."""
 
+import json
+import math
 import subprocess
 import sys
 
@@ -7,6 +11,7 @@ import pytest
 
 from benchmarks import bench_gemm
 from tests.conftest import NO_GPU
+from tests.fakes import FakeCase
 
 
 def _run(*args):
@@ -40,7 +45,7 @@ def test_bad_input_names_the_field(args, message):
     assert "Traceback" not in out.stderr
 
 
-def test_sweep_plan_skips_invalid_configs_with_reason():
+def test_sweep_plan_keeps_rejected_combinations_with_reason():
     args = bench_gemm.build_parser().parse_args(
         [
             "--m",
@@ -57,18 +62,22 @@ def test_sweep_plan_skips_invalid_configs_with_reason():
             "32",
         ]
     )
-    shapes, configs, skipped = bench_gemm.plan(args)
+    shapes, entries = bench_gemm.plan(args)
     assert [s.m for s in shapes] == [128, 256]
+    configs = [e for e in entries if isinstance(e, bench_gemm.GemmConfig)]
+    rejected = [e for e in entries if isinstance(e, bench_gemm.Rejected)]
     assert {(c.threads, c.num_stages) for c in configs} == {
         (t, s) for t in (128, 256) for s in (2, 3)
     }
     assert {c.block_k for c in configs} == {32}
-    assert len(skipped) == 4 and all("block_k=8: must be >= 16" in line for line in skipped)
+    assert len(rejected) == 4 and all("block_k=8: must be >= 16" in e.error for e in rejected)
+    assert {e.requested["block_k"] for e in rejected} == {8}
+    assert rejected[0].label == "b128x128x8_t128_s2"
 
 
 def test_explicit_shapes_replace_the_product():
     args = bench_gemm.build_parser().parse_args(["--shape", "128x128x128", "4096x4096x4096"])
-    shapes, _, _ = bench_gemm.plan(args)
+    shapes, _ = bench_gemm.plan(args)
     assert [(s.m, s.n, s.k) for s in shapes] == [(128, 128, 128), (4096, 4096, 4096)]
 
 
@@ -90,10 +99,11 @@ def test_replay_renders_a_recorded_sweep_without_a_gpu(tmp_path):
 
 
 def test_replay_round_trips_rows():
-    meta, rows = bench_gemm.load_jsonl(bench_gemm.Path("reports/stage04_gemm.jsonl"))
-    assert meta["gpu"] == "NVIDIA H200" and len(rows) >= 3
-    again = type(rows[0]).from_dict(rows[0].to_dict())
-    assert again.to_dict() == rows[0].to_dict()
+    run, notes = bench_gemm.load_run(bench_gemm.Path("reports/stage04_gemm.jsonl"))
+    assert run.meta["gpu"] == "NVIDIA H200" and len(run.rows) >= 3 and notes == []
+    assert run.id == "legacy"  # recorded before rows carried a run id
+    again = type(run.rows[0]).from_dict(run.rows[0].to_dict())
+    assert again.to_dict() == run.rows[0].to_dict()
 
 
 def test_replay_of_empty_file_is_a_clear_error(tmp_path):
@@ -134,3 +144,195 @@ def test_tuned_table_without_this_gpu_is_a_clear_error(tmp_path):
         str(table),
     )
     assert out.returncode == 2 and "--tuned" in out.stderr and "NVIDIA H200" in out.stderr
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A GPU as far as the CLI can tell, and a fake case per shape in place of inputs and
+    kernels: a config with 384 threads fails to build. Returns the cases made."""
+    from harness.measure import cases, device
+
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(device, "gpu_name", lambda index=0: "Fake GPU")
+    monkeypatch.setattr(device, "versions", lambda: {"tilelang": "t", "torch": "p", "cuda": "c"})
+    made = []
+
+    def case(shape, seed=0):
+        made.append(FakeCase(shape, broken=lambda config: config.threads == 384))
+        return made[-1]
+
+    monkeypatch.setattr(cases, "Case", case)
+    return made
+
+
+SWEEP = ["--m", "128", "--n", "128", "--k", "128", "--warmup", "1", "--repeat", "3"]
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_config_that_fails_to_build_is_a_failed_row_and_the_sweep_goes_on(
+    fake_gpu, tmp_path, capsys
+):
+    report, rows = tmp_path / "r.md", tmp_path / "rows.jsonl"
+    argv = [*SWEEP, "--threads", "128", "256", "384", "--run-tilelang"]
+    code = bench_gemm.main([*argv, "--report", str(report), "--jsonl", str(rows)])
+    assert code == bench_gemm.EXIT_FAILED
+    out = capsys.readouterr().out
+    assert "FAILED b128x128x32_t384_s3 at m128_n128_k128_f16: RuntimeError: fake compile" in out
+    meta, *recorded = _records(rows)
+    assert [r["config"] for r in recorded] == [f"b128x128x32_t{t}_s3" for t in (128, 256, 384)]
+    assert recorded[2]["error"].startswith("RuntimeError: fake compile error")
+    assert "(the rest of a long log)" in recorded[2]["error"]  # the JSON keeps all of it
+    assert recorded[2]["tilelang_ms"] is None and recorded[2]["tflops"] is None
+    text = report.read_text()
+    assert text.count("**FAILED**") == 1 and "| 384 | 3 |" in text
+    assert "- `b128x128x32_t384_s3` at `m128_n128_k128_f16`: RuntimeError: fake compile" in text
+    assert "1 config failed to build or run" in text
+
+
+def test_a_combination_the_validator_rejects_is_a_failed_row_without_gpu_work(
+    fake_gpu, tmp_path, capsys
+):
+    report, rows = tmp_path / "r.md", tmp_path / "rows.jsonl"
+    argv = [*SWEEP, "--block-m", "100", "128", "--run-tilelang"]
+    code = bench_gemm.main([*argv, "--report", str(report), "--jsonl", str(rows)])
+    assert code == bench_gemm.EXIT_FAILED
+    assert [c.block_m for c in fake_gpu[0].compiled] == [128, 128]  # check, then time
+    _, bad, good = _records(rows)
+    assert bad["config"] is None and bad["requested"]["block_m"] == 100
+    assert bad["error"] == "GemmConfig.block_m=100: must be a multiple of 16"
+    assert good["config"] == "b128x128x32_t128_s3" and good["error"] is None
+    text = report.read_text()
+    assert "| 100 | 128 | 32 | 128 | 3 |" in text and "**FAILED**" in text
+    assert "- `b100x128x32_t128_s3` at `m128_n128_k128_f16`: GemmConfig.block_m=100" in text
+    assert "multiple of 16" in capsys.readouterr().out
+
+
+def test_exit_status_ranks_interrupted_then_wrong_then_failed():
+    from harness.measure.cases import CaseResult
+    from harness.measure.correctness import Check
+    from harness.measure.timing import Timing
+    from kernels import GemmConfig, GemmShape
+
+    shape, t = GemmShape(128, 128, 128), Timing((0.01,), "event", 0)
+    ok = CaseResult(shape, GemmConfig(), t, t, Check(shape, 1e-4, 0, 2e-3))
+    wrong = CaseResult(shape, GemmConfig(), t, t, Check(shape, 0.5, 0, 2e-3))
+    failed = CaseResult(shape, GemmConfig(), t, error="RuntimeError: boom")
+    assert bench_gemm.exit_status([ok], False) == 0
+    assert bench_gemm.exit_status([ok, failed], False) == bench_gemm.EXIT_FAILED
+    assert bench_gemm.exit_status([failed, wrong], False) == bench_gemm.EXIT_INCORRECT
+    assert bench_gemm.exit_status([failed, wrong], True) == bench_gemm.EXIT_INTERRUPTED
+
+
+def test_rows_carry_the_run_id_of_their_meta_line(fake_gpu, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    assert bench_gemm.main([*SWEEP, "--run-tilelang", "--jsonl", str(rows)]) == 0
+    (meta,), recorded = [r["meta"] for r in _records(rows) if "meta" in r], _records(rows)[1:]
+    assert meta["gpu"] == "Fake GPU" and meta["started"].startswith(meta["date"])
+    assert meta["command"].startswith("python3 -m benchmarks.bench_gemm --m 128")
+    assert recorded and all(r["run"] == meta["run"] for r in recorded)
+
+
+def _two_runs(path):
+    """A legacy run (rows without ids) and two fresh runs of the fake sweep in one file."""
+    legacy = [
+        line
+        for line in bench_gemm.Path("reports/stage04_gemm.jsonl").read_text().splitlines()
+        if "b128x128x32_t128_s3" in line or '"meta"' in line
+    ]
+    path.write_text("\n".join(legacy) + "\n")
+    ids = []
+    for threads in ("128", "256"):
+        assert (
+            bench_gemm.main([*SWEEP, "--threads", threads, "--run-tilelang", "--jsonl", str(path)])
+            == 0
+        )
+        ids.append([r for r in _records(path) if "meta" in r][-1]["meta"]["run"])
+    return ids
+
+
+def test_replay_of_several_runs_lists_them_and_run_picks_one(fake_gpu, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    first, second = _two_runs(rows)
+    assert first != second
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        bench_gemm.main(["--replay", str(rows)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "holds 3 runs; choose one with --run ID" in err
+    for run_id in ("legacy", first, second):
+        assert f"  {run_id}  " in err
+    report = tmp_path / "r.md"
+    assert bench_gemm.main(["--replay", str(rows), "--run", second, "--report", str(report)]) == 0
+    text = report.read_text()
+    assert f"- Run: `{second}`" in text and "- GPU: Fake GPU" in text
+    assert "| 256 | 3 |" in text and "| 128 | 3 |" not in text  # the other runs stay out
+    assert bench_gemm.main(["--replay", str(rows), "--run", "legacy", "--report", str(report)]) == 0
+    assert "NVIDIA H200" in report.read_text() and "- Run:" not in report.read_text()
+    with pytest.raises(SystemExit):
+        bench_gemm.main(["--replay", str(rows), "--run", "nope"])
+    assert "--run 'nope' matches no run" in capsys.readouterr().err
+
+
+def _recorded(tmp_path, mutate=None, tail=""):
+    """The committed recording's first run, one row changed by ``mutate``, plus ``tail``."""
+    lines = bench_gemm.Path("reports/stage04_gemm.jsonl").read_text().splitlines()[:4]
+    if mutate:
+        row = json.loads(lines[2])
+        mutate(row)
+        lines[2] = json.dumps(row)
+    path = tmp_path / "rec.jsonl"
+    path.write_text("\n".join(lines) + "\n" + tail)
+    return path
+
+
+def test_a_torn_line_is_reported_by_number_and_skipped(tmp_path):
+    torn = '{"shape": "m128_n128_k128_f16", "m": 128, "n": 1'
+    path = _recorded(tmp_path, tail=torn)
+    out = _run("--replay", str(path), "--report", str(tmp_path / "r.md"))
+    assert out.returncode == 0, out.stderr
+    assert f"{path}:5: torn line skipped" in out.stderr and "Traceback" not in out.stderr
+    assert (tmp_path / "r.md").read_text().count("| 128 | 128 | 128 |") == 3
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda r: r["torch_samples_ms"].__setitem__(0, -0.005), "torch_samples_ms[0]=-0.005"),
+        (lambda r: r["tilelang_samples_ms"].__setitem__(3, math.nan), "tilelang_samples_ms[3]=nan"),
+        (lambda r: r.pop("m"), "missing 'm'"),
+        (lambda r: r.__setitem__("torch_samples_ms", []), "must be a non-empty list"),
+        (lambda r: r.__setitem__("config", "b100x128x32_t128_s3"), "block_m=100"),
+    ],
+)
+def test_a_row_off_the_schema_is_refused_with_its_line(tmp_path, mutate, message):
+    path = _recorded(tmp_path, mutate)
+    out = _run("--replay", str(path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"--replay: {path}:3: " in out.stderr and message in out.stderr
+
+
+def test_run_needs_replay():
+    out = _run("--run", "x")
+    assert out.returncode == 2 and "--run: picks a recorded run, so it needs --replay" in out.stderr
+
+
+def test_tables_name_the_ratio_speedup():
+    from benchmarks import tune_gemm
+    from kernels import GemmShape
+
+    assert "speedup" in bench_gemm.TABLE_COLUMNS and "x torch" not in bench_gemm.TABLE_COLUMNS
+    row = {"config": "b128x256x64_t256_s3", "tilelang_ms": 0.2, "torch_ms": 0.18, "speedup": 0.9}
+    head, line = tune_gemm.summary([(GemmShape(4096, 4096, 4096), row)])
+    assert head.split()[-1] == "speedup" and line.split()[-1] == "0.900"
+
+
+def test_a_run_appended_after_a_torn_line_keeps_its_meta_line(fake_gpu, tmp_path, capsys):
+    rows = _recorded(tmp_path, tail='{"shape": "m128_n128_k128_f16", "m": 1')  # no line end
+    assert bench_gemm.main([*SWEEP, "--run-tilelang", "--jsonl", str(rows)]) == 0
+    run_id = json.loads(rows.read_text().splitlines()[5])["meta"]["run"]
+    capsys.readouterr()
+    assert bench_gemm.main(["--replay", str(rows), "--run", run_id]) == 0
+    assert f"{rows}:5: torn line skipped" in capsys.readouterr().err

@@ -1,11 +1,14 @@
 """Bad input to the helper commands: each names the option and the rule, on the CPU."""
 
+import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from harness import cli
 from harness.suite import results_branch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +72,54 @@ def test_bad_option_names_the_field_and_rule(args, message):
     out = _run(*args)
     assert out.returncode == 2, out.stderr
     assert message in out.stderr and "Traceback" not in out.stderr
+
+
+# Output paths are checked as the options are parsed: before the GPU check (this machine
+# has none, which would otherwise answer first) and before anything is measured.
+BENCH = ["-m", "benchmarks.bench_gemm", "--m", "128", "--run-tilelang"]
+TUNE = ["-m", "benchmarks.tune_gemm", "--case", "decode16"]
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        ([*BENCH, "--report", "/proc/x.md"], "--report"),
+        ([*BENCH, "--jsonl", "/proc/x.jsonl"], "--jsonl"),
+        ([*BENCH, "--report", "README.md/x.md"], "--report"),  # a folder that is a file
+        ([*BENCH, "--jsonl", "kernels"], "--jsonl"),  # a folder, not a file
+        ([*REPLAY, "--report", "/proc/x.md"], "--report"),
+        ([*TUNE, "--out", "/proc/t.json"], "--out"),
+        ([*TUNE, "--jsonl", "/proc/t.jsonl"], "--jsonl"),
+    ],
+)
+def test_unwritable_output_is_refused_before_any_gpu_work(args, option):
+    out = _run(*args)
+    assert out.returncode == 2, out.stderr
+    assert f"argument {option}: " in out.stderr and "Traceback" not in out.stderr
+    assert "GPU" not in out.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder anyway")
+def test_output_under_a_read_only_folder_is_refused(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        out = _run(*BENCH, "--report", str(folder / "r.md"))
+    finally:
+        folder.chmod(0o755)
+    assert out.returncode == 2 and "argument --report: " in out.stderr
+    assert "is not a writable folder" in out.stderr
+
+
+def test_an_existing_read_only_file_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("")
+    real = os.access
+    # Simulated: root (as in CI containers) may write a read-only file anyway.
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: False if p == path else real(p, mode))
+    with pytest.raises(argparse.ArgumentTypeError, match="exists and is not writable"):
+        cli.output_file(str(path))
 
 
 def test_results_folder_that_is_not_a_worktree_is_refused(tmp_path, monkeypatch):

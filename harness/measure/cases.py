@@ -3,6 +3,8 @@ timed through the one timing path. Shared by the CLI, the asv suite and the gate
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.measure import metrics
@@ -19,11 +21,23 @@ from kernels import GemmConfig, GemmShape, compile_gemm
 
 @dataclass(frozen=True, slots=True)
 class CaseResult:
+    """One row of a sweep: torch.matmul's timing and, when a kernel ran, TileLang's with
+    its check; a row whose kernel could not be built or run keeps the error instead."""
+
     shape: GemmShape
     config: GemmConfig | None
     torch: Timing
     tilelang: Timing | None = None
     check: Check | None = None
+    # Why the kernel has no timing: the config validator's rule, or the compile or launch
+    # error. None for a row that measured what it asked for.
+    error: str | None = None
+    # The config's fields as asked for, when the validator rejected them (config is None).
+    requested: Mapping[str, int] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
 
     @property
     def torch_ms(self) -> float:
@@ -35,20 +49,14 @@ class CaseResult:
 
     @property
     def tflops(self) -> float | None:
-        """TileLang throughput from the median latency (torch's when no kernel ran)."""
-        ms = self.tilelang_ms if self.tilelang is not None else self.torch_ms
-        return metrics.tflops(self.shape.flops, ms * 1e-3)
+        """TileLang throughput from the median latency; None when no kernel ran."""
+        if self.tilelang is None:
+            return None
+        return metrics.tflops(self.shape.flops, self.tilelang.median_ms * 1e-3)
 
     @property
     def torch_tflops(self) -> float:
         return metrics.tflops(self.shape.flops, self.torch_ms * 1e-3)
-
-    @property
-    def vs_torch(self) -> float | None:
-        """TileLang latency over torch latency: below 1.0 is faster than cuBLAS."""
-        if self.tilelang is None:
-            return None
-        return metrics.ratio(self.tilelang.median_ms, self.torch.median_ms)
 
     @property
     def speedup(self) -> float | None:
@@ -69,9 +77,11 @@ class CaseResult:
             "torch_ms": self.torch_ms,
             "tilelang_ms": self.tilelang_ms,
             "tflops": self.tflops,
-            "vs_torch": self.vs_torch,
+            "speedup": self.speedup,
             "rel_error": None if self.check is None else self.check.rel_error,
             "correct": None if self.check is None else self.check.ok,
+            "error": self.error,
+            "requested": None if self.requested is None else dict(self.requested),
             "backend": self.torch.backend,
             "torch_samples_ms": list(self.torch.samples_ms),
             "tilelang_samples_ms": None
@@ -80,21 +90,54 @@ class CaseResult:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> CaseResult:
-        """Inverse of ``to_dict``, for re-rendering a recorded sweep without a GPU."""
+    def from_dict(cls, d: Mapping) -> CaseResult:
+        """Inverse of ``to_dict``, for re-rendering a recorded sweep without a GPU. A
+        record that does not match the schema, or holds a timing that is not a positive
+        finite number of milliseconds, raises ValueError naming the field."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a row must be a JSON object, got {type(d).__name__}")
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ValueError(f"not a sweep row: missing {', '.join(map(repr, missing))}")
         shape = GemmShape(d["m"], d["n"], d["k"], d["dtype"], d["layout"])
-        config = None if d["config"] is None else GemmConfig.from_id(d["config"])
+        config = None
+        if d["config"] is not None:
+            if not isinstance(d["config"], str):
+                raise ValueError(f"config={d['config']!r}: must be a config id or null")
+            config = GemmConfig.from_id(d["config"])
         backend = d.get("backend", "event")
-        torch_t = Timing(tuple(d["torch_samples_ms"]), backend, 0)
+        torch_t = Timing(_samples(d, "torch_samples_ms"), backend, 0)
         samples = d.get("tilelang_samples_ms")
-        tl_t = None if samples is None else Timing(tuple(samples), backend, 0)
+        tl_t = None if samples is None else Timing(_samples(d, "tilelang_samples_ms"), backend, 0)
         check = None
         if d.get("rel_error") is not None:
+            if isinstance(d["rel_error"], bool) or not isinstance(d["rel_error"], int | float):
+                raise ValueError(f"rel_error={d['rel_error']!r}: must be a number")
             # The record keeps the verdict, not the unwritten count: a recorded failure
             # stays one (unwritten=1) whatever its error.
-            unwritten = 0 if d["correct"] else 1
+            unwritten = 0 if d.get("correct") else 1
             check = Check(shape, d["rel_error"], unwritten, TOLERANCE[shape.dtype])
-        return cls(shape, config, torch_t, tl_t, check)
+        error = d.get("error")
+        if error is not None and not isinstance(error, str):
+            raise ValueError(f"error={error!r}: must be a string or null")
+        requested = d.get("requested")
+        if requested is not None and not isinstance(requested, Mapping):
+            raise ValueError(f"requested={requested!r}: must be an object or null")
+        return cls(shape, config, torch_t, tl_t, check, error, requested)
+
+
+_REQUIRED = ("m", "n", "k", "dtype", "layout", "config", "torch_samples_ms")
+
+
+def _samples(d: Mapping, key: str) -> tuple[float, ...]:
+    """A recorded list of per-launch latencies: non-empty, each positive and finite."""
+    samples = d[key]
+    if not isinstance(samples, list) or not samples:
+        raise ValueError(f"{key}: must be a non-empty list of milliseconds")
+    for i, x in enumerate(samples):
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= 0:
+            raise ValueError(f"{key}[{i}]={x!r}: must be a positive finite number of ms")
+    return tuple(float(x) for x in samples)
 
 
 class Case:

@@ -1,23 +1,75 @@
-"""The stage-04 markdown report, rendered from measured rows. Pure: no GPU, no IO (the
-plots it embeds are drawn by ``harness.report.plots`` from the same rows)."""
+"""The stage-04 markdown report: the prose is ``templates/stage04.md``, every figure comes
+from the data (the sweep's rows, the tuned-config table, the tuner's log). Pure: no GPU,
+no IO apart from reading the template (the plots it embeds are drawn by
+``harness.report.plots`` from the same data)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from harness.measure import metrics
+from harness.measure.correctness import TOLERANCE
+from harness.report import template
 from harness.report.plots import Bar, Point
 from kernels import GemmConfig, GemmShape
-from kernels.tuned import CASES, case_shape
+from kernels.gemm import ELEMENT_BYTES, MMA_ALIGN, SM90_SMEM_LIMIT, WARPGROUP
+from kernels.tuned import CASES, H200_SMS, case_shape
 
-BASELINE = GemmConfig()  # 128x128x32, 128 threads, 3 stages
+BASELINE = GemmConfig()
+# The case whose tuner log the knob comparisons and the per-config plot are drawn from.
+KNOB_CASE = "square4096"
+TABLE_HEAD = (
+    "M",
+    "N",
+    "K",
+    "dtype",
+    "layout",
+    "block_M",
+    "block_N",
+    "block_K",
+    "threads",
+    "stages",
+    "torch ms",
+    "tilelang ms",
+    "TFLOPS",
+    "speedup",
+    "correct",
+)
 
 
 def fmt_optional(x, spec: str) -> str:
     """``format(x, spec)``, or ``-`` for a missing value."""
     return "-" if x is None else format(x, spec)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def _sci(x: float) -> str:
+    """``2e-3`` rather than ``2e-03``."""
+    mantissa, exponent = f"{x:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _pieces() -> Mapping[str, str]:
+    return template.load("stage04")
+
+
+def _fill(name: str, **values) -> str:
+    # A piece ends where its text ends: a conditional part at its end keeps its line break.
+    return template.fill(_pieces()[name], values).rstrip("\n")
+
+
+def _lines(name: str, items: Sequence[Mapping]) -> str:
+    return "\n".join(_fill(name, **item) for item in items)
 
 
 def _best(rows):
@@ -32,28 +84,75 @@ def _by_shape(results) -> dict:
     return groups
 
 
+def _tile(c: GemmConfig) -> str:
+    return f"{c.block_m}x{c.block_n}x{c.block_k}"
+
+
+def _grid(shape: GemmShape, c: GemmConfig) -> int:
+    """Output tiles the config launches for (times its K splits)."""
+    return math.ceil(shape.m / c.block_m) * math.ceil(shape.n / c.block_n) * c.split_k
+
+
+def _reuse(c: GemmConfig) -> float:
+    """FLOPs per byte a block loads per K step: 2*bm*bn*bk / ((bm + bn) * bk * 2 B)."""
+    return 2 * c.block_m * c.block_n / ((c.block_m + c.block_n) * ELEMENT_BYTES)
+
+
+def _warpgroups(c: GemmConfig) -> str:
+    return _plural(c.threads // WARPGROUP, "consumer warpgroup")
+
+
+def config_cells(r) -> list[str]:
+    """block_M, block_N, block_K, threads and stages of a row: its config's, the fields
+    asked for when the validator rejected them, or dashes."""
+    c = r.config
+    if c is not None:
+        return [str(x) for x in (c.block_m, c.block_n, c.block_k, c.threads, c.num_stages)]
+    asked = r.requested or {}
+    names = ("block_m", "block_n", "block_k", "threads", "num_stages")
+    return [str(asked.get(name, "-")) for name in names]
+
+
+def requested_id(asked: Mapping[str, object]) -> str:
+    """A config id (``b128x128x32_t128_s3``, ``_w8`` for a swizzle) of fields that the
+    validator may have rejected; ``?`` for a field not given."""
+    get = {k: asked.get(k, "?") for k in ("block_m", "block_n", "block_k", "threads")}
+    text = "b{block_m}x{block_n}x{block_k}_t{threads}".format_map(get)
+    text += f"_s{asked.get('num_stages', '?')}"
+    return text + (f"_w{asked['swizzle']}" if asked.get("swizzle") else "")
+
+
+def config_label(r) -> str:
+    """The config's id, or the fields asked for when the validator rejected them."""
+    return r.config.id if r.config is not None else requested_id(r.requested or {})
+
+
+def short_error(error: str, width: int = 160) -> str:
+    """The first line of an error, cut to ``width`` characters: a compile error runs to
+    pages; the JSON lines keep all of it."""
+    first = error.strip().splitlines()[0] if error.strip() else "error"
+    return first if len(first) <= width else first[: width - 3] + "..."
+
+
 def benchmark_table(results: Sequence) -> str:
-    head = (
-        "| M | N | K | dtype | layout | block_M | block_N | block_K | threads | stages "
-        "| torch ms | tilelang ms | TFLOPS | x torch | correct |"
-    )
-    lines = [head, "|" + "---|" * 15]
+    lines = ["| " + " | ".join(TABLE_HEAD) + " |", "|" + "---|" * len(TABLE_HEAD)]
     best = {shape: _best(rows) for shape, rows in _by_shape(results).items()}
     for r in results:
-        c = r.config
-        cfg = ["-"] * 5 if c is None else [c.block_m, c.block_n, c.block_k, c.threads, c.num_stages]
-        mark = " **best**" if r is best.get(r.shape) and c is not None else ""
-        correct = "-" if r.check is None else ("yes" if r.check.ok else "**NO**")
+        mark = " **best**" if r is best.get(r.shape) and r.config is not None else ""
+        if r.failed:
+            correct = "**FAILED**"
+        else:
+            correct = "-" if r.check is None else ("yes" if r.check.ok else "**NO**")
         cells = [
             r.shape.m,
             r.shape.n,
             r.shape.k,
             r.shape.dtype,
             r.shape.layout,
-            *cfg,
+            *config_cells(r),
             f"{r.torch_ms:.4f}",
             fmt_optional(r.tilelang_ms, ".4f") + mark,
-            f"{r.tflops:.1f}",
+            fmt_optional(r.tflops, ".1f"),
             fmt_optional(r.speedup, ".2f"),
             correct,
         ]
@@ -61,123 +160,171 @@ def benchmark_table(results: Sequence) -> str:
     return "\n".join(lines)
 
 
+def _row_values(r) -> dict:
+    return {
+        "shape": r.shape.id,
+        "config": config_label(r),
+        "tilelang_ms": fmt_optional(r.tilelang_ms, ".4f"),
+        "torch_ms": f"{r.torch_ms:.4f}",
+        "tflops": fmt_optional(r.tflops, ".1f"),
+        "speedup": fmt_optional(r.speedup, ".2f"),
+        "correct": "-" if r.check is None else ("yes" if r.check.ok else "NO"),
+        "check": "-" if r.check is None else str(r.check),
+        "error": None if r.error is None else short_error(r.error),
+    }
+
+
 def _correctness(results) -> str:
     checked = [r for r in results if r.check is not None]
+    count = sum(r.failed for r in results)
+    failed = _plural(count, "config") if count else None
     if not checked:
-        return "No TileLang kernel ran (the sweep was run without `--run-tilelang`)."
-    ok = sum(r.check.ok for r in checked)
+        return _fill("correctness_all_failed" if failed else "correctness_none_ran", failed=failed)
     worst: dict[str, float] = {}
     for r in checked:
         worst[r.shape.dtype] = max(worst.get(r.shape.dtype, 0.0), r.check.rel_error)
-    worst_txt = ", ".join(f"{d}: {e:.1e}" for d, e in sorted(worst.items()))
-    return (
-        f"{ok} of {len(checked)} kernels matched the reference. Each kernel ran once on fresh "
-        "normal(0, 1) inputs into an output filled with NaN; the result was compared with "
-        "the float64 product of the same inputs by relative Frobenius error, and every "
-        "output element had to be written. The bound is 2e-3 for fp16 and 1e-2 for bf16: "
-        "accumulation is fp32, so the error is the rounding of C to the 16-bit output type. "
-        f"Largest relative error per dtype: {worst_txt}."
+    return _fill(
+        "correctness_checked",
+        ok=sum(r.check.ok for r in checked),
+        checked=len(checked),
+        failed=failed,
+        tol_float16=_sci(TOLERANCE["float16"]),
+        tol_bfloat16=_sci(TOLERANCE["bfloat16"]),
+        worst=", ".join(f"{d}: {e:.1e}" for d, e in sorted(worst.items())),
     )
 
 
-def _bottleneck(results) -> str:
-    out = []
+def _roof(shape: GemmShape) -> tuple[float, float, float, float]:
+    """Intensity, ridge, peak and roof (TFLOP/s) of ``shape`` on the H200's datasheet."""
+    peak = metrics.H200_PEAK_TFLOPS[shape.dtype]
+    ai = metrics.arithmetic_intensity(shape.flops, shape.min_bytes)
+    return (
+        ai,
+        peak / metrics.H200_HBM_TBPS,
+        peak,
+        metrics.roofline_tflops(ai, peak, metrics.H200_HBM_TBPS),
+    )
+
+
+def _bottleneck(results) -> dict:
+    lines, guesses = [], []
     for shape, rows in _by_shape(results).items():
         best = _best(rows)
         ms = best.tilelang_ms if best else rows[0].torch_ms
-        peak = metrics.H200_PEAK_TFLOPS[shape.dtype]
-        ai = metrics.arithmetic_intensity(shape.flops, shape.min_bytes)
-        ridge = peak / metrics.H200_HBM_TBPS
-        roof = metrics.roofline_tflops(ai, peak, metrics.H200_HBM_TBPS)
+        ai, ridge, peak, roof = _roof(shape)
         achieved = metrics.tflops(shape.flops, ms * 1e-3)
-        bound = "compute-bound" if ai >= ridge else "memory-bound"
-        who = f"best TileLang config {best.config.id}" if best else "torch.matmul"
-        torch_tf = rows[0].torch_tflops
-        out.append(
-            f"- **{shape.id}**: arithmetic intensity {ai:.0f} FLOP/B (A and B read once, C "
-            f"written once) against a ridge of {ridge:.0f} FLOP/B ({peak:.0f} TFLOP/s dense "
-            f"over {metrics.H200_HBM_TBPS} TB/s): {bound}, roof {roof:.0f} TFLOP/s. "
-            f"The {who} reaches {achieved:.1f} TFLOP/s = {100 * achieved / roof:.1f}% of the "
-            f"roof; torch.matmul reaches {torch_tf:.1f} TFLOP/s."
+        percent = f"{100 * achieved / roof:.1f}"
+        lines.append(
+            {
+                "shape": shape.id,
+                "intensity": f"{ai:.0f}",
+                "ridge": f"{ridge:.0f}",
+                "peak": f"{peak:.0f}",
+                "bandwidth": metrics.H200_HBM_TBPS,
+                "bound": "compute-bound" if ai >= ridge else "memory-bound",
+                "roof": f"{roof:.0f}",
+                "best": None if best is None else best.config.id,
+                "achieved": f"{achieved:.1f}",
+                "percent": percent,
+                "torch_tflops": f"{rows[0].torch_tflops:.1f}",
+            }
         )
-    out.append("")
-    out.append(
-        "Guess: at 128^3 the grid is a single 128x128 tile on one of 132 SMs, so the run "
-        "is launch latency and one block's short K loop; neither roof applies, and only "
-        "batching or fusing more work into the launch helps. At 4096^3 the problem is far "
-        "right of the ridge, so the kernel should be tensor-core bound; the gap to cuBLAS is "
-        "in feeding the tensor cores. The baseline's 128x128x32 tile has one consumer "
-        "warpgroup and only two 16-deep wgmma steps per pipeline stage, so barrier waits and "
-        "TMA issue are paid often per FLOP, and each loaded element feeds 64 FLOPs. A "
-        "128x256x64 tile with two consumer warpgroups does four times the math per stage and "
-        "85 FLOPs per loaded element; rows with larger tiles or deeper pipelines show how "
-        "much of the gap that closes."
+        if best is None:
+            continue
+        c = best.config
+        tiles = _grid(shape, c)
+        piece = (
+            "guess_underfilled"
+            if tiles < H200_SMS
+            else ("guess_compute" if ai >= ridge else "guess_memory")
+        )
+        guesses.append(
+            _fill(
+                piece,
+                shape=shape.id,
+                tiles=_plural(tiles, "tile"),
+                tile=_tile(c),
+                sms=H200_SMS,
+                waves=f"{tiles / H200_SMS:.1f}",
+                k_steps=math.ceil(shape.k / (c.block_k * c.split_k)),
+                block_k=c.block_k,
+                speedup=fmt_optional(best.speedup, ".2f"),
+                percent=percent,
+            )
+        )
+    return {
+        "bottleneck_lines": _lines("bottleneck_line", lines),
+        "guess_lines": "\n".join(guesses)
+        or "- no kernel was timed, so there is nothing to guess from",
+        "tiles_compared": _tiles_compared(results),
+    }
+
+
+def _tiles_compared(results) -> str | None:
+    """The baseline's tile against the best config of the largest shape, when both ran."""
+    groups = _by_shape(results)
+    if not groups:
+        return None
+    shape = max(groups, key=lambda s: s.flops)
+    best = _best(groups[shape])
+    if best is None or best.config == BASELINE or _tile(best.config) == _tile(BASELINE):
+        return None
+    c = best.config
+    math_ratio = (c.block_m * c.block_n * c.block_k) / (
+        BASELINE.block_m * BASELINE.block_n * BASELINE.block_k
     )
-    return "\n".join(out)
+    return _fill(
+        "tiles_compared",
+        base_tile=_tile(BASELINE),
+        base_warpgroups=_warpgroups(BASELINE),
+        base_steps=BASELINE.block_k // MMA_ALIGN,
+        mma_k=MMA_ALIGN,
+        base_reuse=f"{_reuse(BASELINE):.0f}",
+        shape=shape.id,
+        best=c.id,
+        best_tile=_tile(c),
+        best_warpgroups=_warpgroups(c),
+        math_ratio=f"{math_ratio:g}",
+        best_reuse=f"{_reuse(c):.0f}",
+    )
 
 
-DATA_FLOW = """\
-- **A** `[M, K]` and **B** (`[K, N]`, or `[N, K]` for NT) live in global memory (HBM).
-  **C** `[M, N]` is written to global memory once, at the end.
-- Each thread block owns one `block_M x block_N` tile of C (`bx` over N, `by` over M).
-- Each iteration `ko` of the `T.Pipelined` K loop moves one `block_M x block_K` slab of A
-  and one `block_K x block_N` slab of B (2 bytes per element) from global into
-  `A_shared`/`B_shared`: `(block_M + block_N) * block_K * 2` bytes per stage. On sm_90a the
-  copies are TMA bulk copies issued by a producer warpgroup, `num_stages` slots deep, so the
-  loads of later slabs overlap the math on the current one.
-- `T.gemm` multiplies the two shared tiles on the tensor cores (wgmma on Hopper) and adds the
-  product into `C_local`, a register **fragment** of fp32 accumulators spread over the
-  consumer threads. Nothing of C touches memory inside the loop.
-- After the last slab, `T.copy(C_local, C[...])` converts to the output dtype and stores
-  the tile to global memory (masked at the matrix edges).
-- **Why `T.clear` first:** `C_local` is registers, which hold whatever the last kernel
-  left there; the loop only ever does `C_local += A_tile @ B_tile`. Without zeroing it first
-  the result would be garbage plus the product, differently in every run.
-"""
-
-QUESTIONS = """\
-**Why is the work 2*M*N*K?** Each of the M*N outputs is a dot product of length K: K
-multiplies and K adds (a fused multiply-add counts as two floating-point operations). So
-TFLOPS = 2*M*N*K / seconds / 1e12.
-
-**Why can block_K be too large or too small?** Too small: each pipeline stage carries
-little math per synchronisation, the wgmma instructions are short (K=16 per instruction),
-and the fixed cost of each stage (barrier waits, TMA issue, loop overhead) is paid more
-often per FLOP. Too large: shared memory per stage is `(block_M + block_N) * block_K * 2`
-bytes, so fewer stages fit in 227 KiB (less latency hiding) and occupancy drops; the
-prologue that fills the pipeline gets longer; and with a small K the last slab is mostly
-padding. 32-64 is the sweet spot for 16-bit inputs on Hopper.
-
-**Where does shared-memory reuse show?** Each A element loaded into `A_shared` is used by
-all `block_N` columns of the tile, and each B element by all `block_M` rows. Global traffic
-per K step is `(block_M + block_N) * block_K` elements for `2 * block_M * block_N * block_K`
-FLOPs, so intensity per block grows with the tile: 128x128 gives 64 FLOP per loaded element,
-128x256 gives 85. The table shows it: the larger tiles run closer to cuBLAS at 4096^3,
-while at 128^3 (one tile, nothing to reuse across blocks) every config is launch-bound.
-
-**How are attention's QK^T and P@V this GEMM?** For one head, S = Q K^T with Q `[L, d]` and
-K `[L, d]`: that is this kernel with M = L, N = L, K = d and B = K given as `[N, K]`, the
-**NT** layout (`transpose_B=True`, both operands K-major). O = P V with P `[L, L]` and V
-`[L, d]` is the **NN** layout with M = L, N = d, K = L. FlashAttention fuses the two with a
-softmax in between, keeping S and P in registers, but each half is this tile loop.
-"""
-
-
-NEXT_EXPERIMENTS = """\
-- Done since the first sweep: larger tiles, block_K 64/128, rasterisation panels, warp
-  policies, a shared-memory (TMA-store) epilogue, a persistent grid, split-K and a
-  hand-written producer/consumer pipeline (`_a`), searched per case by
-  `python3 -m benchmarks.tune_gemm` (see Tuned Configs).
-- Make the hand-written pipeline win on the 128x256 tile, where it now trails its
-  automatic twin by 5-8% (it wins by 15% on 128x128): one elected producer arrival per
-  stage instead of 128, each consumer warpgroup releasing its stage on its own barrier,
-  and a read of the SASS for the consumer loop's barrier traffic.
-- Overlap the epilogue of one tile with the main loop of the next (a persistent kernel with
-  two consumer warpgroups in ping-pong), and try 2-CTA clusters with TMA multicast of the
-  shared operand (`T.Kernel(..., cluster_dims=2)`, `T.copy_cluster`), as cuBLAS does.
-- For bf16 decode (M = 16), a split-K whose reduction is not on the critical path (one
-  fp32 workspace, one cast), or a GEMV-style kernel that streams B with no wasted rows.
-"""
+def _question_values(results) -> dict:
+    groups = _by_shape(results)
+    configs = {r.config for r in results if r.config is not None} or {BASELINE}
+    tiles = sorted({(c.block_m, c.block_n): _reuse(c) for c in configs}.items())
+    evidence, block_k = [], None
+    for shape, rows in groups.items():
+        per_tile: dict[str, float] = {}
+        for r in rows:
+            if r.speedup is not None and (r.check is None or r.check.ok):
+                key = f"{r.config.block_m}x{r.config.block_n}"
+                per_tile[key] = max(per_tile.get(key, 0.0), r.speedup)
+        if per_tile:
+            cells = ", ".join(f"{t} {s:.2f}" for t, s in per_tile.items())
+            evidence.append(f"`{shape.id}`: {cells}")
+    if groups:
+        shape = max(groups, key=lambda s: s.flops)
+        per_k: dict[int, float] = {}
+        for r in groups[shape]:
+            if r.tflops is not None and (r.check is None or r.check.ok):
+                per_k[r.config.block_k] = max(per_k.get(r.config.block_k, 0.0), r.tflops)
+        if len(per_k) > 1:
+            cells = ", ".join(f"block_K {k} {t:.1f} TFLOP/s" for k, t in sorted(per_k.items()))
+            block_k = f"at `{shape.id}`, {cells}"
+    underfilled = []
+    for shape, rows in groups.items():
+        grids = [_grid(shape, r.config) for r in rows if r.config is not None]
+        if grids and max(grids) < H200_SMS:
+            underfilled.append(shape.id)
+    return {
+        "mma_k": MMA_ALIGN,
+        "smem_kib": SM90_SMEM_LIMIT // 1024,
+        "block_k_evidence": block_k,
+        "reuse_per_tile": ", ".join(f"{m}x{n} gives {x:.0f}" for (m, n), x in tiles),
+        "reuse_evidence": "; ".join(evidence) or None,
+        "underfilled": ", ".join(f"`{s}`" for s in underfilled) or None,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +338,8 @@ class TunedRow:
     torch_ms: float
     speedup: float  # median over rounds of torch ms / TileLang ms
     spread: tuple[float, float]  # lowest and highest round's ratio
+    sm_clock_mhz: tuple[int, int] | None = None  # lowest and highest during the rounds
+    throttled: bool | None = None  # NVML flagged a throttled batch; None: not recorded
 
     @property
     def tflops(self) -> float:
@@ -199,6 +348,10 @@ class TunedRow:
     @property
     def torch_tflops(self) -> float:
         return metrics.tflops(self.shape.flops, self.torch_ms * 1e-3)
+
+    @property
+    def name(self) -> str:
+        return f"{self.case} {self.shape.dtype}"
 
 
 def tuned_rows(table: Mapping[str, Mapping[str, dict]], gpu: str) -> list[TunedRow]:
@@ -212,6 +365,7 @@ def tuned_rows(table: Mapping[str, Mapping[str, dict]], gpu: str) -> list[TunedR
             if row is not None:
                 ratio = row.get("speedup", row["torch_ms"] / row["tilelang_ms"])
                 spread = tuple(row.get("ratio_spread", (ratio, ratio)))
+                clocks = row.get("sm_clock_mhz")
                 rows.append(
                     TunedRow(
                         name,
@@ -221,6 +375,8 @@ def tuned_rows(table: Mapping[str, Mapping[str, dict]], gpu: str) -> list[TunedR
                         row["torch_ms"],
                         ratio,
                         spread,
+                        None if not clocks else (min(clocks), max(clocks)),
+                        row.get("throttled"),
                     )
                 )
     return rows
@@ -253,16 +409,39 @@ KNOBS = {
     "split K (_k)": lambda c: replace(c, split_k=1),
     "hand-written async pipeline (_a)": lambda c: replace(c, async_mma=False),
 }
+ASYNC = "hand-written async pipeline (_a)"
+PERSISTENT = "persistent grid (_p)"
 
 
-def knob_effects(log: Sequence[dict], shape: GemmShape) -> list[str]:
-    """For each knob the tuner varied at ``shape``: brief timings of every config with it
-    against its twin without it, as the median change over the pairs and the best pair."""
-    timed = {
+@dataclass(frozen=True, slots=True)
+class KnobEffect:
+    """Brief timings of every config with a knob against its twin without it."""
+
+    knob: str
+    pairs: tuple[tuple[float, GemmConfig, float], ...]  # (relative change, config, ms)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(p[0] for p in self.pairs)
+
+    @property
+    def fastest(self) -> tuple[float, GemmConfig, float]:
+        return min(self.pairs, key=lambda p: p[2])
+
+
+def brief_timings(log: Sequence[dict], shape: GemmShape) -> dict[GemmConfig, float]:
+    """The tuner's brief timing (ms) of every config it ranked at ``shape``."""
+    return {
         GemmConfig.from_id(r["config"]): r["quick_ms"]
         for r in log
         if r.get("shape") == shape.id and "quick_ms" in r
     }
+
+
+def knob_effects(log: Sequence[dict], shape: GemmShape) -> list[KnobEffect]:
+    """For each knob the tuner varied at ``shape``: every config with it against its twin
+    without it."""
+    timed = brief_timings(log, shape)
     out = []
     for name, undo in KNOBS.items():
         pairs = []
@@ -274,165 +453,208 @@ def knob_effects(log: Sequence[dict], shape: GemmShape) -> list[str]:
             if twin != config and twin in timed:
                 pairs.append((ms / timed[twin] - 1, config, ms))
         if pairs:
-            change, best, ms = min(pairs, key=lambda p: p[2])
-            median = statistics.median(p[0] for p in pairs)
-            out.append(
-                f"- {name}: {100 * median:+.1f}% median over {len(pairs)} pairs; in the "
-                f"fastest such config (`{best.id}`, {ms:.4f} ms) {100 * change:+.1f}%"
-            )
+            out.append(KnobEffect(name, tuple(pairs)))
     return out
 
 
-LIMITS = """\
-**What holds the squares at 0.97-1.00x and the up-projection at 0.98x.** The knob
-comparisons above are brief timings from the tuner's ranking at 4096^3 fp16; 128x128 tiles
-(one consumer warpgroup) and block_K 128 ranked 12-22% behind the best. The tiles are right
-(two consumer warpgroups on 128x256, 168 registers a thread with `setmaxnreg` 240 for the
-consumers, no spills in the ptxas report) and the shared-memory epilogue is the largest
-single gain. What no config of the automatic pipeline changes is its inner loop: in the
-generated CUDA the consumer warpgroups issue a stage's wgmma batch, then wait for it to
-finish (`warpgroup_wait<0>`) before releasing the stage, so only one batch is ever in
-flight. TileLang 0.1.15's automatic warp specialisation declines a delayed wait ("delayed
-wgmma waits are not supported yet", `role_based_scheduler.cc`). The hand-written sibling
-(`_a`, kernels/gemm_async.py) keeps one batch in flight (`wait_wgmma<1>`) and releases each
-stage a step late. It passes the float64 checks and helps exactly where one consumer
-warpgroup waits alone: 128x128x64 with 5 stages runs 15% faster than its automatic twin.
-On the winning 128x256 tile it runs 5-8% slower than its twin, so the tuner still picks the
-automatic pipeline. Likely costs, not yet isolated: all 128 producer threads arrive on each
-stage's barrier, and the two consumer warpgroups release a stage together (256 arrivals)
-rather than each on its own. At 4096^3 the 512 tiles of 128x256 fill 132 SMs in 3.9 waves;
-the persistent grid does not help because `T.Persistent` runs a block's tiles back to back
-without overlapping one tile's epilogue with the next tile's loads. At 8192^3 and in the MLP
-projections both libraries run at the card's power cap (NVML reports "power cap", SM clock
-1.2-1.6 GHz of 1.98), so the rounds' ratios spread over several percent; the rounds
-alternate, so both libraries see the same clocks.
-"""
+def _range(changes: Sequence[float]) -> str:
+    lo, hi = min(changes), max(changes)
+    return _pct(lo) if f"{lo:.3f}" == f"{hi:.3f}" else f"{_pct(lo)} to {_pct(hi)}"
 
 
-def render_tuned(
-    rows: Sequence[TunedRow],
-    gpu: str,
-    meta: Mapping,
-    plots: Mapping[str, str],
-    effects: Sequence[str] = (),
-) -> str:
-    """Tuned Configs: the table of every case, which reach parity, and the plots."""
-    lines = [
-        "| case | M | N | K | dtype | layout | best config | TileLang ms | torch ms | x torch "
-        "| rounds' range | TFLOPS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+@dataclass(frozen=True, slots=True)
+class Tuned:
+    """What the Tuned Configs section is drawn from: the table's rows for the GPU, the
+    tuner's log (its meta line and records; may be empty) and the plots' file names."""
+
+    rows: Sequence[TunedRow]
+    gpu: str
+    meta: Mapping = field(default_factory=dict)
+    log: Sequence[dict] = ()
+    plots: Mapping[str, str] = field(default_factory=dict)
+
+    def row(self, case: str, dtype: str = "float16") -> TunedRow | None:
+        shape = case_shape(case, dtype)
+        return next((r for r in self.rows if r.shape == shape), None)
+
+
+def _async_values(tuned: Tuned | None) -> dict:
+    """The hand-written pipeline against its automatic twin in the tuner's brief timings
+    at the knob case: its fastest config, and the pairs with the winner's tile and stage
+    count."""
+    none = dict.fromkeys(
+        (
+            "async_best",
+            "async_best_change",
+            "async_best_warpgroups",
+            "async_tile",
+            "async_tile_changes",
+            "async_trails",
+        )
+    )
+    winner = tuned.row(KNOB_CASE) if tuned else None
+    if winner is None or not tuned.log:
+        return none
+    effect = next((e for e in knob_effects(tuned.log, winner.shape) if e.knob == ASYNC), None)
+    if effect is None:
+        return none
+    change, best, _ = effect.fastest
+    win = GemmConfig.from_id(winner.config)
+    like_winner = [
+        p[0]
+        for p in effect.pairs
+        if _tile(p[1]) == _tile(win) and p[1].num_stages == win.num_stages
     ]
-    for r in rows:
+    return {
+        **none,
+        "async_best": best.id,
+        "async_best_change": _pct(change),
+        "async_best_warpgroups": _warpgroups(best),
+        "async_tile": f"{_tile(win)} ({win.num_stages} stages)" if like_winner else None,
+        "async_tile_changes": _range(like_winner) if like_winner else None,
+        "async_trails": bool(like_winner) and statistics.median(like_winner) > 0,
+    }
+
+
+def _limits(tuned: Tuned, effects: Sequence[KnobEffect]) -> str:
+    winner = tuned.row(KNOB_CASE)
+    shape = winner.shape
+    win = GemmConfig.from_id(winner.config)
+    timed = brief_timings(tuned.log, shape)
+    per_tile: dict[str, float] = {}
+    for config, ms in timed.items():
+        per_tile[_tile(config)] = min(per_tile.get(_tile(config), math.inf), ms)
+    fastest = min(per_tile.values())
+    ranking = ", ".join(
+        f"{tile} {'(fastest)' if ms == fastest else _pct(ms / fastest - 1)}"
+        for tile, ms in sorted(per_tile.items(), key=lambda kv: kv[1])
+    )
+    gains = [e for e in effects if e.median < 0]
+    persistent = next((e for e in effects if e.knob == PERSISTENT), None)
+    compute_below = []
+    for r in tuned.rows:
+        ai, ridge, _, _ = _roof(r.shape)
+        if ai >= ridge and r.speedup < 1.0:
+            compute_below.append(f"{r.name} at {r.speedup:.3f}")
+    throttled = [r for r in tuned.rows if r.throttled and r.sm_clock_mhz]
+    widest = max(throttled, key=lambda r: r.spread[1] - r.spread[0], default=None)
+    tiles = _grid(shape, win)
+    return _fill(
+        "limits",
+        compute_below=", ".join(compute_below) or None,
+        knob_shape=_shape_text(shape),
+        tile_ranking=ranking,
+        largest_gain=min(gains, key=lambda e: e.median).knob if gains else None,
+        tilelang=tuned.meta.get("tilelang", "?"),
+        winner=winner.config,
+        waves_tiles=tiles,
+        sms=H200_SMS,
+        waves=f"{tiles / H200_SMS:.1f}",
+        persistent_change=None if persistent is None else _pct(persistent.median),
+        throttled=", ".join(
+            f"{r.name} ({r.sm_clock_mhz[0]}-{r.sm_clock_mhz[1]} MHz)" for r in throttled
+        )
+        or None,
+        widest_spread=None
+        if widest is None
+        else f"{widest.spread[0]:.3f}-{widest.spread[1]:.3f} ({widest.name})",
+        **_async_values(tuned),
+    )
+
+
+def _shape_text(shape: GemmShape) -> str:
+    return f"{shape.m}x{shape.n}x{shape.k} {shape.dtype}"
+
+
+def render_tuned(tuned: Tuned) -> str:
+    """Tuned Configs: the table of every case, which reach parity, the effect of each knob
+    and what holds the rest back (with the tuner's log), and the plots."""
+    head = (
+        "| case | M | N | K | dtype | layout | best config | TileLang ms | torch ms | speedup "
+        "| rounds' range | TFLOPS |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in tuned.rows:
         sh = r.shape
         lines.append(
             f"| {r.case} | {sh.m} | {sh.n} | {sh.k} | {sh.dtype} | {sh.layout} | `{r.config}` "
             f"| {r.tilelang_ms:.4f} | {r.torch_ms:.4f} | {r.speedup:.3f} "
             f"| {r.spread[0]:.3f}-{r.spread[1]:.3f} | {r.tflops:.1f} |"
         )
-    parity = [r for r in rows if r.speedup >= 1.0]
-    below = [r for r in rows if r.speedup < 1.0]
-    name = lambda r: f"{r.case} {r.shape.dtype}"  # noqa: E731
-    out = [
-        f"Measured on the {gpu} by `{meta.get('command', 'python3 -m benchmarks.tune_gemm')}` "
-        f"({meta.get('date', '')}). Per case, every config of the documented search space "
-        "(`kernels.tuned.candidates`) was compiled and briefly timed; the three fastest were "
-        "checked against a float64 reference and then timed against torch.matmul in six "
-        "alternating rounds of 25 launches each way (L2 flushed before every launch). "
-        "`x torch` is the median per-round ratio of torch.matmul latency to TileLang "
-        "latency; the ms columns are medians of all rounds' samples. The table is "
-        "`kernels/tuned_configs.json`; `kernels.tuned.pick_config` reads it.",
-        "",
-        *lines,
-        "",
-        f"- At or above parity (>= 1.00x): {', '.join(name(r) for r in parity) or 'none'}.",
-        f"- Below parity: {', '.join(f'{name(r)} ({r.speedup:.3f}x)' for r in below) or 'none'}.",
-        "",
-    ]
-    if effects:
-        out += [
-            "Effect of each knob at 4096^3 fp16 (each config against its twin without the knob):",
-            "",
-            *effects,
-            "",
-            LIMITS,
-        ]
-    for key, caption in (
-        ("sweep", "TFLOP/s of every config the tuner ranked at 4096^3 (brief timings)"),
-        ("roofline", "Roofline with the tuned cases: TileLang (o) and torch.matmul (x)"),
-    ):
-        if key in plots:
-            out += [f"![{caption}]({plots[key]})", ""]
-    return "\n".join(out)
+    winner = tuned.row(KNOB_CASE)
+    effects = knob_effects(tuned.log, winner.shape) if winner and tuned.log else []
+    effect_lines = []
+    for e in effects:
+        change, config, ms = e.fastest
+        effect_lines.append(
+            {
+                "knob": e.knob,
+                "median": _pct(e.median),
+                "pairs": len(e.pairs),
+                "config": config.id,
+                "ms": f"{ms:.4f}",
+                "change": _pct(change),
+            }
+        )
+    meta = tuned.meta
+    sweep = tuned.plots.get("sweep")
+    return _fill(
+        "tuned",
+        gpu=tuned.gpu,
+        command=meta.get("command", "python3 -m benchmarks.tune_gemm"),
+        date=meta.get("date", ""),
+        top=meta.get("top"),
+        rounds=meta.get("rounds"),
+        round_launches=meta.get("round_launches"),
+        table="\n".join(lines),
+        parity=", ".join(r.name for r in tuned.rows if r.speedup >= 1.0) or "none",
+        below=", ".join(f"{r.name} ({r.speedup:.3f})" for r in tuned.rows if r.speedup < 1.0)
+        or "none",
+        effects=_lines("knob_line", effect_lines),
+        knob_shape=None if winner is None else _shape_text(winner.shape),
+        limits=_limits(tuned, effects) if effects else None,
+        sweep_png=sweep,
+        sweep_shape=_shape_text(case_shape(KNOB_CASE, "float16")).split()[0],
+        roofline_png=tuned.plots.get("roofline"),
+    )
 
 
 def render_stage04(
-    results: Sequence, meta: Mapping[str, object], title: str, tuned: str | None = None
+    results: Sequence, meta: Mapping[str, object], title: str, tuned: Tuned | None = None
 ) -> str:
-    """The report in the stage template: baseline, correctness, table, data flow,
-    bottleneck guess, next experiments and the stage's questions; ``tuned`` is an
-    optional Tuned Configs section (``render_tuned``)."""
-    baseline_rows = [r for r in results if r.config == BASELINE]
-    base_lines = [
-        f"- `{r.shape.id}`: TileLang {r.tilelang_ms:.4f} ms vs torch.matmul {r.torch_ms:.4f} ms "
-        f"({r.speedup:.2f}x torch.matmul's speed, {r.tflops:.1f} TFLOP/s), correct: "
-        f"{'yes' if r.check.ok else 'NO'} ({r.check})"
-        for r in baseline_rows
-        if r.tilelang_ms is not None
-    ]
-    best_lines = []
-    for shape, rows in _by_shape(results).items():
-        best = _best(rows)
-        if best is not None:
-            best_lines.append(
-                f"- `{shape.id}`: best `{best.config.id}` at {best.tilelang_ms:.4f} ms, "
-                f"{best.tflops:.1f} TFLOP/s, {best.speedup:.2f}x torch.matmul's speed "
-                f"(torch.matmul {best.torch_ms:.4f} ms)"
-            )
-    parts = [
-        f"# {title}",
-        "",
-        f"- GPU: {meta.get('gpu')}",
-        f"- TileLang {meta.get('tilelang')}, torch {meta.get('torch')} (CUDA {meta.get('cuda')})",
-        f"- Date: {meta.get('date')}",
-        f"- Timing: `tilelang.profiler.do_bench`, backend `{meta.get('backend')}`, L2 flushed "
-        f"before every launch, {meta.get('warmup')} warm-up launches, median of "
-        f"{meta.get('repeat')} timed launches",
-        f"- Command: `{meta.get('command')}`",
-        "",
-        "## Baseline Config",
-        "",
-        "`block_M=128, block_N=128, block_K=32, threads=128, num_stages=3`, fp16 in, fp32 "
-        "accumulate, NN layout: `C[M, N] = A[M, K] @ B[K, N]` (`kernels/gemm.py`, compiled "
-        "by `_compile_gemm`).",
-        "",
-        *(base_lines or ["- (the baseline config was not part of this sweep)"]),
-        "",
-        "## Correctness",
-        "",
-        _correctness(results),
-        "",
-        "## Benchmark Table",
-        "",
-        "Latencies are medians; `x torch` is torch.matmul latency over TileLang latency "
-        "(1.00 is parity, above 1.00 beats cuBLAS); TFLOPS is the TileLang kernel's.",
-        "",
-        benchmark_table(results),
-        "",
-        *best_lines,
-        "",
-        *(["## Tuned Configs", "", tuned, ""] if tuned else []),
-        "## Data Flow",
-        "",
-        DATA_FLOW,
-        "## Bottleneck Guess",
-        "",
-        _bottleneck(results),
-        "",
-        "## Next Experiments",
-        "",
-        NEXT_EXPERIMENTS,
-        "## Questions",
-        "",
-        QUESTIONS,
-    ]
-    return "\n".join(parts)
+    """The report from the stage template: baseline, correctness, table, data flow,
+    bottleneck guess, next experiments and the stage's questions; with ``tuned``, a
+    Tuned Configs section."""
+    groups = _by_shape(results)
+    best_lines = [_row_values(b) for b in map(_best, groups.values()) if b is not None]
+    failed = [_row_values(r) for r in results if r.failed]
+    decode_below = []
+    if tuned is not None:
+        # Skinny M is the decode regime (kernels.tuned.candidates).
+        decode_below = [
+            f"{r.name} at {r.speedup:.3f}" for r in tuned.rows if r.shape.m <= 64 and r.speedup < 1
+        ]
+    values = {
+        "title": title,
+        **{k: meta.get(k) for k in ("gpu", "tilelang", "torch", "cuda", "date", "backend")},
+        **{k: meta.get(k) for k in ("warmup", "repeat", "command")},
+        "run": meta.get("run"),
+        "base_block_m": BASELINE.block_m,
+        "base_block_n": BASELINE.block_n,
+        "base_block_k": BASELINE.block_k,
+        "base_threads": BASELINE.threads,
+        "base_stages": BASELINE.num_stages,
+        "baseline_lines": _lines(
+            "baseline_line", [_row_values(r) for r in results if r.config == BASELINE]
+        ),
+        "correctness": _correctness(results),
+        "table": benchmark_table(results),
+        "failed_lines": _lines("failed_line", failed),
+        "best_lines": _lines("best_line", best_lines),
+        "tuned": None if tuned is None else render_tuned(tuned),
+        **_bottleneck(results),
+        **_async_values(tuned),
+        "decode_below": ", ".join(decode_below) or None,
+        **_question_values(results),
+    }
+    return template.fill(_pieces()[template.MAIN], values)

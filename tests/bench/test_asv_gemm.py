@@ -13,29 +13,10 @@ from asv_runner.benchmarks._base import get_setup_cache_key
 from asv_bench import gemm
 from harness.measure.timing import Timing
 from kernels import GemmShape
+from tests.fakes import FakeCase
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FAMILIES = [gemm.Stage, gemm.Stage128, gemm.Tiles, gemm.Attention, gemm.Tuned, gemm.Launch]
-
-
-class FakeCase:
-    """Stands in for harness.measure.cases.Case: fixed timings, no GPU."""
-
-    def __init__(self, shape, kernel_ms=0.5, torch_ms=0.4):
-        self.shape = shape
-        self.kernel_ms = kernel_ms
-        self.torch_ms = torch_ms
-        self.compiled = []
-
-    def tilelang_fn(self, config):
-        self.compiled.append(config)
-        return lambda: None
-
-    def time_tilelang(self, config, **timing):
-        return Timing((self.kernel_ms,) * timing.get("repeat", 1), "event", 0)
-
-    def time_torch(self, **timing):
-        return Timing((self.torch_ms,) * timing.get("repeat", 1), "event", 0)
 
 
 class Fake(gemm._GpuGemm):

@@ -14,8 +14,8 @@ from harness.gate import run as gate
 from harness.gate import worker as gate_worker
 from harness.gate.render import render_markdown
 from harness.gate.worker import discover
-from harness.measure.timing import Timing
 from tests.conftest import NO_GPU
+from tests.fakes import FakeCase
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -226,21 +226,6 @@ def test_worker_runs_a_suite_from_before_setup_cache():
     assert got == {"track_latency": [2e-3], "track_vs_torch": [1.2]}
 
 
-class _FakeCase:
-    def __init__(self):
-        self.launches = 0
-
-    def tilelang_fn(self, config):
-        def launch():
-            self.launches += 1
-
-        return launch
-
-    def time_tilelang(self, config, **timing):
-        self.tilelang_fn(config)()
-        return Timing((0.5,), "event", 0)
-
-
 class _Bench:
     def __init__(self, data):
         self.data = data
@@ -254,7 +239,7 @@ def test_injection_slows_a_copy_of_the_kernel_launch_only(monkeypatch):
 
     sleeps = []
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append(cycles))
-    shared = _FakeCase()
+    shared = FakeCase()
     bench = _Bench(shared)
     entry = {}
     gate_worker.inject_slowdown(bench, 0.1, cycles_per_ms=1000.0, entry=entry)

@@ -3,42 +3,14 @@ shared, run orders, the split over GPUs and the JSON record, with a fake worker.
 
 import itertools
 import json
-import random
 
 import pytest
 
 from harness.cli import EXIT_INTERRUPTED
 from harness.gate import decide as gd
 from harness.gate import revisions, selftest
-
-NAMES = [f"gemm.S({i})" for i in range(6)]
-
-
-def _payload(rng, names, slowdown=0.0):
-    def entry():
-        scale = 1.0 + slowdown
-        return {
-            "track_latency": [rng.gauss(1e-3 * scale, 1e-6) for _ in range(30)],
-            "track_vs_torch": [rng.gauss(1.1 * scale, 1e-3) for _ in range(10)],
-        }
-
-    return {"results": {n: entry() for n in names}}
-
-
-class FakeWorker:
-    """Stands in for revisions.run_worker: records every call; the injected side is slower."""
-
-    def __init__(self, names=NAMES):
-        self.names = names
-        self.calls = []
-        self.rng = random.Random(3)
-
-    def __call__(self, tree, bench, out_file, inject=0.0, gpu=None, only=None, listing=False):
-        if listing:
-            return {"names": self.names}
-        shard = self.names if only is None else json.loads(only.read_text())
-        self.calls.append({"file": out_file.name, "inject": inject, "gpu": gpu, "shard": shard})
-        return _payload(self.rng, shard, slowdown=inject)
+from tests.fakes import WORKER_NAMES as NAMES
+from tests.fakes import FakeWorker
 
 
 def test_orders_cycle_through_every_permutation():

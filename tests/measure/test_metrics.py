@@ -1,4 +1,5 @@
-"""Metric math and the timing path's input checks, on the CPU."""
+"""Metric math, the timing path's input checks, and a case result's figures and record
+schema (harness.measure.cases.CaseResult), on the CPU."""
 
 import math
 import random
@@ -85,3 +86,58 @@ def test_asv_spread_per_track_from_stored_samples():
     assert row["combinations"] == 2
     assert row["median_rel_stdev"] == pytest.approx((0.02 + 0.1) / 2)
     assert row["max_rel_stdev"][1] == "gemm.Stage.track_latency('b', 1)"
+
+
+def _result(tilelang_ms=None, **kwargs):
+    from harness.measure.cases import CaseResult
+    from kernels import GemmConfig, GemmShape
+
+    t = Timing((0.2, 0.18, 0.19), "event", 0)
+    kernel = None if tilelang_ms is None else Timing((tilelang_ms,), "event", 0)
+    return CaseResult(GemmShape(4096, 4096, 4096), GemmConfig(), t, kernel, **kwargs)
+
+
+def test_case_result_throughput_and_speedup_are_the_kernels():
+    ran = _result(0.38)
+    assert ran.tflops == pytest.approx(metrics.tflops(2 * 4096**3, 0.38e-3))
+    assert ran.speedup == pytest.approx(0.19 / 0.38)  # torch / kernel: below 1 is slower
+    # No kernel ran: no TileLang throughput, not torch's under its name.
+    torch_only = _result()
+    assert torch_only.tflops is None and torch_only.speedup is None
+    assert torch_only.torch_tflops == pytest.approx(metrics.tflops(2 * 4096**3, 0.19e-3))
+    record = ran.to_dict()
+    assert record["speedup"] == pytest.approx(0.5) and "vs_torch" not in record
+
+
+def test_case_result_keeps_a_failure_through_its_record():
+    from harness.measure.cases import CaseResult
+
+    failed = _result(error="RuntimeError: boom")
+    assert failed.failed and failed.tflops is None
+    again = CaseResult.from_dict(failed.to_dict())
+    assert again.error == "RuntimeError: boom" and again.tilelang is None and again.check is None
+    asked = {"block_m": 100, "block_n": 128, "block_k": 32, "threads": 128, "num_stages": 3}
+    rejected = CaseResult.from_dict({**failed.to_dict(), "config": None, "requested": asked})
+    assert rejected.config is None and rejected.requested == asked
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"torch_samples_ms": [0.1, -0.1]}, r"torch_samples_ms\[1\]=-0.1: must be a positive"),
+        ({"torch_samples_ms": [math.nan]}, r"torch_samples_ms\[0\]=nan"),
+        ({"tilelang_samples_ms": [0.0]}, r"tilelang_samples_ms\[0\]=0.0"),
+        ({"tilelang_samples_ms": "fast"}, "tilelang_samples_ms: must be a non-empty list"),
+        ({"m": 0}, r"GemmShape.m=0: must be >= 1"),
+        ({"config": 3}, "config=3: must be a config id or null"),
+        ({"rel_error": "small"}, "rel_error='small': must be a number"),
+        ({"error": 1}, "error=1: must be a string or null"),
+    ],
+)
+def test_case_result_refuses_a_record_off_the_schema(change, message):
+    from harness.measure.cases import CaseResult
+
+    with pytest.raises(ValueError, match=message):
+        CaseResult.from_dict({**_result(0.38).to_dict(), **change})
+    with pytest.raises(ValueError, match="missing 'dtype'"):
+        CaseResult.from_dict({k: v for k, v in _result().to_dict().items() if k != "dtype"})

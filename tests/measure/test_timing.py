@@ -10,33 +10,11 @@ import pytest
 from harness.measure import gpu_state, metrics
 from harness.measure.gpu_state import GpuState
 from harness.measure.timing import measure
-
-
-class FakeBatch:
-    """Per-launch samples around 1 ms with a given relative noise; counts its calls."""
-
-    def __init__(self, noise, seed=0):
-        self.rng = random.Random(seed)
-        self.noise = noise
-        self.calls = 0
-
-    def __call__(self, fn, warmup, repeat, backend):
-        self.calls += 1
-        return [self.rng.gauss(1.0, self.noise) for _ in range(repeat)]
+from tests.fakes import FakeBatch, FakeNvml, fake_pynvml
 
 
 def _state(clock=1980, reasons=()):
     return GpuState(clock, 1980, 60, 500.0, tuple(reasons))
-
-
-class FakeNvml:
-    """One state per batch, in order (the last one repeats)."""
-
-    def __init__(self, states):
-        self.states = list(states)
-
-    def during(self, fn):
-        return fn(), self.states.pop(0) if len(self.states) > 1 else self.states[0]
 
 
 def test_median_rsd_tracks_noise_and_sample_count():
@@ -131,28 +109,8 @@ def test_stopping_options_are_validated(kwargs, field):
         measure(lambda: None, batch=FakeBatch(0.01), **kwargs)
 
 
-def _fake_pynvml(clock=lambda h, c: 1755, reasons=0x4 | 0x1):
-    return types.SimpleNamespace(
-        NVML_CLOCK_SM=0,
-        NVML_TEMPERATURE_GPU=0,
-        nvmlInit=lambda: None,
-        nvmlDeviceGetHandleByIndex=lambda i: "h",
-        nvmlDeviceGetMaxClockInfo=lambda h, c: 1980,
-        nvmlDeviceGetClockInfo=clock,
-        nvmlDeviceGetTemperature=lambda h, s: 71,
-        nvmlDeviceGetPowerUsage=lambda h: 690_000,
-        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: reasons,
-        nvmlSystemGetDriverVersion=lambda: b"580.159.04",
-        nvmlClocksThrottleReasonSwPowerCap=0x4,
-        nvmlClocksThrottleReasonHwSlowdown=0x8,
-        nvmlClocksThrottleReasonSwThermalSlowdown=0x20,
-        nvmlClocksThrottleReasonHwThermalSlowdown=0x40,
-        nvmlClocksThrottleReasonHwPowerBrakeSlowdown=0x80,
-    )
-
-
 def test_nvml_reader_decodes_throttle_reasons(monkeypatch):
-    fake = _fake_pynvml()
+    fake = fake_pynvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     reader = gpu_state.open_nvml(0)
     state = reader.read()
@@ -166,7 +124,7 @@ def test_the_reader_watches_the_gpu_while_the_work_runs(monkeypatch):
     import time
 
     clocks = iter([600] + [1980] * 1000)  # idle at the first reading, busy after
-    fake = _fake_pynvml(clock=lambda h, c: next(clocks), reasons=0)
+    fake = fake_pynvml(clock=lambda h, c: next(clocks), reasons=0)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     reader = gpu_state.open_nvml(0)
     result, state = reader.during(lambda: time.sleep(0.05) or 42, interval_s=0.002)

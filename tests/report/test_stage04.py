@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from harness.measure.cases import CaseResult
 from harness.measure.correctness import Check
 from harness.measure.timing import Timing
@@ -54,9 +56,9 @@ def test_report_has_the_stage_template():
         assert heading in text
     header = (
         "| M | N | K | dtype | layout | block_M | block_N | block_K | threads | stages "
-        "| torch ms | tilelang ms | TFLOPS |"
+        "| torch ms | tilelang ms | TFLOPS | speedup | correct |"
     )
-    assert header in text
+    assert header in text and "x torch" not in text
     assert "NVIDIA H200" in text and "0.1.15" in text and "2026-11-29" in text
     assert "T.clear" in text and "2*M*N*K" in text and "NT" in text and "P V" in text
     assert "3 of 3 kernels matched" in text
@@ -86,21 +88,91 @@ def test_incorrect_kernel_is_never_best_and_is_flagged():
     assert "| 128 | 32 | 256 | 4 |" in best
 
 
-def _table():
+def test_failed_and_rejected_rows_are_in_the_table_with_their_error():
+    rows = _rows()
+    shape, torch_t = rows[0].shape, rows[0].torch
+    broken = CaseResult(
+        shape, GemmConfig(128, 128, 32, 384, 3), torch_t, error="RuntimeError: no\nmore"
+    )
+    asked = {"block_m": 100, "block_n": 128, "block_k": 32, "threads": 128, "num_stages": 3}
+    rejected = CaseResult(shape, None, torch_t, error="GemmConfig.block_m=100: x", requested=asked)
+    text = render_stage04([*rows, broken, rejected], META, title="Stage 04")
+    failed = [line for line in text.splitlines() if "**FAILED**" in line]
+    assert len(failed) == 2
+    assert (
+        "| 128 | 128 | 32 | 384 | 3 | 0.1" in failed[0]
+        and "| - | - | - | **FAILED** |" in failed[0]
+    )
+    assert "| 100 | 128 | 32 | 128 | 3 |" in failed[1]
+    assert "- `b128x128x32_t384_s3` at `m4096_n4096_k4096_f16`: RuntimeError: no\n" in text
+    assert "- `b100x128x32_t128_s3` at `m4096_n4096_k4096_f16`: GemmConfig.block_m=100: x" in text
+    assert "3 of 3 kernels matched" in text and "2 configs failed to build or run" in text
+
+
+def test_a_sweep_where_every_kernel_failed_still_renders():
+    rows = _rows()
+    failed = [CaseResult(r.shape, r.config, r.torch, error="RuntimeError: x") for r in rows]
+    text = render_stage04(failed, META, title="Stage 04")
+    assert "No kernel was checked: the sweep's 3 configs failed" in text
+    assert text.count("**FAILED**") == 3 and "**best**" not in text
+
+
+def test_the_figures_follow_the_rows():
+    fast = render_stage04(_rows(), META, title="Stage 04")
+    rng = random.Random(3)
+    torch_t = _timing(rng, 0.09)
+    slower = [CaseResult(r.shape, r.config, torch_t, r.tilelang, r.check) for r in _rows()]
+    slow = render_stage04(slower, META, title="Stage 04")
+    speedup = lambda rows: f"speedup {min(r.speedup for r in rows[1:2]):.2f}"  # noqa: E731
+    assert speedup(_rows()) in fast and speedup(slower) in slow and speedup(slower) not in fast
+    assert "2 consumer warpgroups" in fast and "4 times the math per stage" in fast
+
+
+SQUARE = "b128x256x64_t256_s3_w16_e"
+
+
+def _table(config=SQUARE):
     from kernels.tuned import case_shape
 
     rows = {}
     for name, ms, ref in [("square4096", 0.19, 0.184), ("decode16", 0.047, 0.049)]:
         for dtype in ("float16", "bfloat16"):
             rows[case_shape(name, dtype).id] = {
-                "config": "b128x256x64_t256_s3_w16_e",
+                "config": config,
                 "tilelang_ms": ms,
                 "torch_ms": ref,
                 "speedup": ref / ms * 0.99,
                 "ratio_spread": [ref / ms * 0.98, ref / ms],
                 "date": "2026-11-29",
+                "sm_clock_mhz": [1500, 1980],
+                "throttled": name == "square4096",
             }
     return {"NVIDIA H200": rows}
+
+
+def _log(scale=1.0):
+    """Brief timings at 4096^3 fp16: the winner with and without each knob, and the
+    hand-written pipeline on the winner's tile (+15%) and on a 128x128 tile (-15%), both
+    times ``scale``."""
+    shape = GemmShape(4096, 4096, 4096)
+    timed = {
+        SQUARE: 0.180,
+        "b128x256x64_t256_s3_w16": 0.198,
+        "b128x256x64_t256_s3_e": 0.183,
+        "b128x256x64_t256_s3_w16_e_a": 0.207 * scale,
+        "b128x128x64_t128_s5_e": 0.240,
+        "b128x128x64_t128_s5_e_a": 0.204 * scale,
+    }
+    return [
+        {"shape": shape.id, "config": c, "quick_ms": ms, "tflops": 1.0} for c, ms in timed.items()
+    ]
+
+
+def _tuned(log=(), plots=None):
+    from harness.report.stage04 import Tuned, tuned_rows
+
+    meta = {"command": "python3 -m benchmarks.tune_gemm", "tilelang": "0.1.15", "top": 3}
+    return Tuned(tuned_rows(_table(), "NVIDIA H200"), "NVIDIA H200", meta, log, plots or {})
 
 
 def test_tuned_section_lists_every_case_and_who_reaches_parity():
@@ -109,19 +181,16 @@ def test_tuned_section_lists_every_case_and_who_reaches_parity():
     rows = tuned_rows(_table(), "NVIDIA H200")
     assert [r.case for r in rows] == ["square4096"] * 2 + ["decode16"] * 2
     assert tuned_rows(_table(), "NVIDIA H100") == []
-    text = render_tuned(
-        rows,
-        "NVIDIA H200",
-        {"command": "python3 -m benchmarks.tune_gemm"},
-        {"roofline": "r.png"},
-        ["- knob line"],
-    )
-    assert text.count("| square4096 |") == 2 and "`b128x256x64_t256_s3_w16_e`" in text
+    text = render_tuned(_tuned(plots={"roofline": "r.png"}))
+    assert text.count("| square4096 |") == 2 and f"`{SQUARE}`" in text
+    assert "| speedup |" in text and "x torch" not in text
     # The per-round median ratio is what the table and the verdicts use.
     assert f"{0.184 / 0.19 * 0.99:.3f}" in text
-    assert "At or above parity (>= 1.00x): decode16 float16, decode16 bfloat16." in text
+    assert "At or above parity (speedup >= 1.00): decode16 float16, decode16 bfloat16." in text
     assert "Below parity: square4096 float16" in text
-    assert "![" in text and "(r.png)" in text and "- knob line" in text
+    assert "the 3 fastest were checked" in text and "alternating rounds (L2" in text
+    assert "![" in text and "(r.png)" in text
+    assert "Effect of each knob" not in text  # no tuner log, no knob comparisons
 
 
 def test_knob_effects_compare_each_config_with_its_twin():
@@ -134,10 +203,51 @@ def test_knob_effects_compare_each_config_with_its_twin():
         {"shape": shape.id, "config": "b128x256x64_t256_s3_w8", "quick_ms": 0.21},
         {"shape": "other", "config": "b128x256x64_t256_s3_w8_e", "quick_ms": 0.01},
     ]
-    lines = knob_effects(log, shape)
-    assert len(lines) == 2
-    assert lines[0].startswith("- shared-memory epilogue (_e): -5.0% median over 1 pairs")
-    assert lines[1].startswith("- swizzled block order (_w): +5.0%")
+    effects = knob_effects(log, shape)
+    assert [e.knob for e in effects] == ["shared-memory epilogue (_e)", "swizzled block order (_w)"]
+    assert effects[0].median == pytest.approx(-0.05) and len(effects[0].pairs) == 1
+    assert effects[1].median == pytest.approx(0.05)
+
+
+def test_the_analysis_takes_its_figures_from_the_log_and_table():
+    from harness.report.stage04 import render_tuned
+
+    text = render_tuned(_tuned(_log()))
+    assert "- shared-memory epilogue (_e): -9.1% median over 1 pairs" in text
+    assert "The largest single gain among the knobs is the shared-memory epilogue (_e)." in text
+    assert "128x256x64 (fastest), 128x128x64 +13.3%" in text
+    assert "`b128x128x64_t128_s5_e_a` (1 consumer warpgroup)" in text
+    assert "changes the time by -15.0%" in text and "128x256x64 (3 stages)" in text
+    assert "range\n+15.0% (positive is slower)" in text
+    assert "512 tiles of `b128x256x64_t256_s3_w16_e` fill 132 SMs in 3.9 waves" in text
+    assert "square4096 float16 (1500-1980 MHz)" in text and "decode16 float16 (" not in text
+    # Other data, other figures: nothing is carried over from a previous run.
+    again = render_tuned(_tuned(_log(scale=0.8)))
+    assert "+15.0%" not in again and "range\n-8.0%" in again and "by -32.0%" in again
+
+
+def test_next_experiments_follow_the_hand_written_pipelines_standing():
+    trails = render_stage04(_rows(), META, title="S", tuned=_tuned(_log()))
+    assert "- Make the hand-written pipeline win with the winning tile, 128x256x64" in trails
+    assert "trails\n  its automatic twin by +15.0%" in trails
+    assert "For decode below parity (decode16 bfloat16 at" not in trails  # decode16 wins here
+    wins = render_stage04(_rows(), META, title="S", tuned=_tuned(_log(scale=0.8)))
+    assert "Make the hand-written pipeline win" not in wins
+    assert "- Confirm the hand-written pipeline (`_a`)" in wins
+    untuned = render_stage04(_rows(), META, title="S")
+    assert "## Tuned Configs" not in untuned and "- Confirm the hand-written" in untuned
+
+
+def test_no_measured_figure_is_written_into_the_code_or_the_template():
+    import re
+    from pathlib import Path
+
+    import harness.report.stage04 as stage04
+
+    figure = re.compile(r"\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?\s*(?:%|x\b|ms\b|TFLOP/s|[GM]Hz|waves)")
+    for path in (Path(stage04.__file__), Path(stage04.__file__).parent / "templates/stage04.md"):
+        text = path.read_text()
+        assert not figure.findall(text), (path, figure.findall(text))
 
 
 def test_plots_are_png_files(tmp_path):

@@ -1,0 +1,134 @@
+"""Stand-ins for the GPU-facing pieces, shared by the CPU tests: a GEMM case, a timing
+batch, an NVML reader and module, and the gate's worker."""
+
+from __future__ import annotations
+
+import json
+import random
+import types
+from collections.abc import Callable
+
+from harness.measure.correctness import TOLERANCE, Check
+from harness.measure.gpu_state import GpuState
+from harness.measure.timing import Timing
+
+
+class FakeCase:
+    """Stands in for harness.measure.cases.Case: fixed timings, no GPU. Records the configs
+    it builds (``compiled``) and counts kernel launches (``launches``); a config for which
+    ``broken(config)`` is true fails to build, as a kernel TileLang cannot compile."""
+
+    def __init__(
+        self,
+        shape=None,
+        kernel_ms: float = 0.5,
+        torch_ms: float = 0.4,
+        broken: Callable[[object], bool] = lambda config: False,
+    ):
+        self.shape = shape
+        self.kernel_ms = kernel_ms
+        self.torch_ms = torch_ms
+        self.broken = broken
+        self.compiled = []
+        self.launches = 0
+
+    def _build(self, config) -> None:
+        if self.broken(config):
+            raise RuntimeError(f"fake compile error: {config}\n(the rest of a long log)")
+        self.compiled.append(config)
+
+    def tilelang_fn(self, config):
+        self._build(config)
+
+        def launch():
+            self.launches += 1
+
+        return launch
+
+    def time_tilelang(self, config, **timing):
+        self.tilelang_fn(config)()
+        return Timing((self.kernel_ms,) * timing.get("repeat", 1), "event", 0)
+
+    def time_torch(self, **timing):
+        return Timing((self.torch_ms,) * timing.get("repeat", 1), "event", 0)
+
+    def check(self, config, seed: int = 1) -> Check:
+        self._build(config)
+        return Check(self.shape, 1e-4, 0, TOLERANCE[self.shape.dtype])
+
+
+class FakeBatch:
+    """Per-launch samples around 1 ms with a given relative noise; counts its calls."""
+
+    def __init__(self, noise, seed=0):
+        self.rng = random.Random(seed)
+        self.noise = noise
+        self.calls = 0
+
+    def __call__(self, fn, warmup, repeat, backend):
+        self.calls += 1
+        return [self.rng.gauss(1.0, self.noise) for _ in range(repeat)]
+
+
+class FakeNvml:
+    """One GpuState per batch, in order (the last one repeats)."""
+
+    def __init__(self, states: list[GpuState]):
+        self.states = list(states)
+
+    def during(self, fn):
+        return fn(), self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+def fake_pynvml(clock=lambda h, c: 1755, reasons=0x4 | 0x1):
+    """A ``pynvml`` module: one GPU at ``clock`` MHz of 1980, 71 C, 690 W, ``reasons``."""
+    return types.SimpleNamespace(
+        NVML_CLOCK_SM=0,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: "h",
+        nvmlDeviceGetMaxClockInfo=lambda h, c: 1980,
+        nvmlDeviceGetClockInfo=clock,
+        nvmlDeviceGetTemperature=lambda h, s: 71,
+        nvmlDeviceGetPowerUsage=lambda h: 690_000,
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: reasons,
+        nvmlSystemGetDriverVersion=lambda: b"580.159.04",
+        nvmlClocksThrottleReasonSwPowerCap=0x4,
+        nvmlClocksThrottleReasonHwSlowdown=0x8,
+        nvmlClocksThrottleReasonSwThermalSlowdown=0x20,
+        nvmlClocksThrottleReasonHwThermalSlowdown=0x40,
+        nvmlClocksThrottleReasonHwPowerBrakeSlowdown=0x80,
+    )
+
+
+# The benchmarks a FakeWorker knows by default.
+WORKER_NAMES = [f"gemm.S({i})" for i in range(6)]
+
+
+def worker_payload(rng: random.Random, names, slowdown: float = 0.0) -> dict:
+    """A worker's results: latency and ratio samples per benchmark, ``slowdown`` slower."""
+
+    def entry():
+        scale = 1.0 + slowdown
+        return {
+            "track_latency": [rng.gauss(1e-3 * scale, 1e-6) for _ in range(30)],
+            "track_vs_torch": [rng.gauss(1.1 * scale, 1e-3) for _ in range(10)],
+        }
+
+    return {"results": {n: entry() for n in names}}
+
+
+class FakeWorker:
+    """Stands in for revisions.run_worker: records every call; the injected side is slower."""
+
+    def __init__(self, names=WORKER_NAMES):
+        self.names = names
+        self.calls = []
+        self.rng = random.Random(3)
+
+    def __call__(self, tree, bench, out_file, inject=0.0, gpu=None, only=None, listing=False):
+        if listing:
+            return {"names": self.names}
+        shard = self.names if only is None else json.loads(only.read_text())
+        self.calls.append({"file": out_file.name, "inject": inject, "gpu": gpu, "shard": shard})
+        return worker_payload(self.rng, shard, slowdown=inject)
