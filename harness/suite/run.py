@@ -120,7 +120,8 @@ def stored(results_dir: Path, machine: str, sha: str) -> set[str]:
                 if not isinstance(values, list):
                     values = [values]
                 for combo, value in zip(combos, values, strict=False):
-                    if value is not None:
+                    # asv writes NaN for a combination the run did not select.
+                    if value is not None and value == value:
                         done.add(f"{key}({', '.join(combo)})" if combo else key)
     except OSError:
         pass
@@ -293,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-publish", action="store_true", help="skip asv publish at the end")
     p.add_argument("asv_args", nargs="*", help="passed to every asv run (after --)")
-    args = p.parse_args(argv)
+    # Options this command does not know (--quick, -e, ...) go to every asv run as well.
+    args, extra = p.parse_known_args(argv)
+    args.asv_args = [*extra, *args.asv_args]
     from harness.measure import device
     from harness.suite import precompile
 
