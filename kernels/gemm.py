@@ -28,8 +28,33 @@ ACCUM_DTYPES = ("float32",)
 LAYOUTS = ("NN", "NT")
 
 ELEMENT_BYTES = 2  # every supported input dtype is 16-bit
+# A TMA descriptor's global address and row strides must be multiples of 16 bytes.
+TMA_ALIGN = 16
+# The kernel's argument names and the operands they hold.
+OPERANDS = {"a": "A", "b": "B", "out": "C"}
 WARPGROUP = 128  # threads in one Hopper warpgroup; wgmma is issued per warpgroup
 MMA_ALIGN = 16  # tensor-core tiles are 16 elements along each dimension
+# One wgmma covers 64 rows per warpgroup and a multiple of 8 columns. TileLang 0.1.15
+# (src/cuda/op/gemm.cc, AllowWgmma) picks wgmma only for block_M >= 64 and lowers smaller
+# tiles to mma.sync; ComputeWgmmaWarpPartition then needs the consumer warpgroups split
+# g x (warpgroups / g) over the tile with block_M % (64 g) == 0 and
+# block_N % (8 warpgroups / g) == 0, and fails the build ("No valid warp partition")
+# where no g does.
+WGMMA_M = 64
+WGMMA_N = 8
+# Each warpgroup's column slice of the tile must be a multiple of 16 (TileLang's
+# select_wgmma_inst_n): a slice of 8, 24, 40... gets an 8-wide wgmma whose B operand
+# TileLang lays out unswizzled, which it cannot describe for an N-major (NN) B ("Not a
+# canonical GMMA_MN layout"); its notes also flag N % 16 == 8 as miscomputing.
+WGMMA_SLICE_N = 16
+# ptxas needs a wgmma's accumulators (N/2 fp32 per thread for an N-column slice) plus
+# this many registers in one instruction (CUDA 13.0: "Insufficient registers (128) ...
+# register target of 130" for N=208, 154 for 256, 98 for 144, 138 for 224), within the
+# per-thread cap that the block's size sets: the consumer threads plus TileLang's
+# producer warpgroup share the register file.
+WGMMA_WORK_REGISTERS = 26
+REGISTER_FILE = 65536  # 32-bit registers per SM; the block runs alone on its SM
+MAX_REGISTERS_PER_THREAD = 255
 MAX_TILE = 256  # a TMA box holds at most 256 elements per dimension
 MAX_THREADS = 512  # consumer threads; warp specialisation adds one producer warpgroup
 MAX_STAGES = 8
@@ -59,6 +84,46 @@ def _check_int(
         raise ValueError(f"{where}: must be <= {high}")
     if value % multiple:
         raise ValueError(f"{where}: must be a multiple of {multiple}")
+
+
+def wgmma_partitions(block_m: int, block_n: int, threads: int) -> list[tuple[int, int]]:
+    """The (warpgroups along M, warpgroups along N) splits of a block_m x block_n tile
+    that TileLang's wgmma lowering accepts for ``threads`` consumer threads, fewest
+    warpgroups along M first; an empty list means no warp policy builds."""
+    groups = threads // WARPGROUP
+    return [
+        (g, groups // g)
+        for g in range(1, groups + 1)
+        if groups % g == 0
+        and block_m % (WGMMA_M * g) == 0
+        and block_n % (WGMMA_N * (groups // g)) == 0
+    ]
+
+
+def wgmma_partition(block_m: int, block_n: int, threads: int, policy: str) -> tuple[int, int]:
+    """The split TileLang 0.1.15 picks under ``policy`` (ComputeWgmmaWarpPartition):
+    "row" the most warpgroups along M, "col" the fewest, "square" the split whose
+    per-warp tile is closest to the tile's aspect ratio (the first one on a tie)."""
+    splits = wgmma_partitions(block_m, block_n, threads)
+    if not splits:
+        raise ValueError(f"no wgmma split of {block_m}x{block_n} over {threads} threads")
+    if policy == "row":
+        return splits[-1]
+    if policy == "col":
+        return splits[0]
+    ideal = block_m / block_n
+
+    def score(split: tuple[int, int]) -> float:
+        m_warps, n_warps = 4 * split[0], split[1]  # a warpgroup is 4 warps along M
+        return abs((block_m / (m_warps * 16)) / (block_n / (n_warps * 8)) - ideal)
+
+    return min(splits, key=score)
+
+
+def register_cap(threads: int) -> int:
+    """Registers a thread may use when ``threads`` consumers and one producer warpgroup
+    share the register file (allocated in steps of 8), as ptxas caps the kernel."""
+    return min(MAX_REGISTERS_PER_THREAD, REGISTER_FILE // (threads + WARPGROUP) // 8 * 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +213,12 @@ class GemmConfig:
                 high=MAX_TILE,
                 multiple=MMA_ALIGN,
             )
+        if self.block_m % WGMMA_M:
+            raise ValueError(
+                f"GemmConfig.block_m={self.block_m}: must be a multiple of {WGMMA_M} (wgmma "
+                f"computes {WGMMA_M} rows per warpgroup: TileLang builds block_m < {WGMMA_M} "
+                "with mma.sync, not wgmma, and fails on the rest: 'No valid warp partition')"
+            )
         _check_int(
             "GemmConfig",
             "threads",
@@ -202,10 +273,35 @@ class GemmConfig:
                 f"accumulators per thread, must be <= {MAX_ACCUM_PER_THREAD} (raise threads or "
                 "shrink the tile)"
             )
-        if self.block_m * self.block_n < 64 * 8 * (self.threads // WARPGROUP):
+        if not wgmma_partitions(self.block_m, self.block_n, self.threads):
+            fits = [
+                t
+                for t in range(WARPGROUP, MAX_THREADS + 1, WARPGROUP)
+                if wgmma_partitions(self.block_m, self.block_n, t)
+            ]
             raise ValueError(
-                f"GemmConfig.threads={self.threads}: each warpgroup needs at least a 64x8 slice "
-                f"of the {self.block_m}x{self.block_n} tile"
+                f"GemmConfig.threads={self.threads}: {self.threads // WARPGROUP} warpgroups "
+                f"cannot split the {self.block_m}x{self.block_n} tile for wgmma (g warpgroups "
+                f"along M and the rest along N need block_m % (64 g) == 0 and block_n % "
+                f"(8 * rest) == 0 for some g); threads that fit this tile: {fits}"
+            )
+        _, n_groups = wgmma_partition(self.block_m, self.block_n, self.threads, self.policy)
+        slice_n = self.block_n // n_groups
+        split = f"policy={self.policy!r} over threads={self.threads} makes slices of {slice_n} "
+        if slice_n % WGMMA_SLICE_N:
+            raise ValueError(
+                f"GemmConfig.block_n={self.block_n}: {split}columns per warpgroup, must be a "
+                f"multiple of {WGMMA_SLICE_N} (TileLang lays B out for a narrower wgmma without "
+                "the swizzle wgmma needs, and cannot build NN)"
+            )
+        registers = slice_n // 2 + WGMMA_WORK_REGISTERS
+        if registers > register_cap(self.threads):
+            raise ValueError(
+                f"GemmConfig.block_n={self.block_n}: {split}columns per warpgroup; one wgmma "
+                f"over them needs {slice_n // 2} accumulator + {WGMMA_WORK_REGISTERS} registers "
+                f"= {registers}, must be <= {register_cap(self.threads)}, a thread's share in a "
+                f"block of {self.threads} + {WARPGROUP} producer threads (ptxas: Insufficient "
+                "registers)"
             )
         if self.smem_bytes > self.smem_limit:
             raise ValueError(
@@ -293,7 +389,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
     # TMA fills out-of-range tiles with zeros, which add nothing).
     k_steps = T.ceildiv(K, block_K * config.split_k)
 
-    if config.split_k > 1 and (N * ELEMENT_BYTES) % 16:
+    if config.split_k > 1 and (N * ELEMENT_BYTES) % TMA_ALIGN:
         # The partial tiles are reduce-added by TMA, which needs 16-byte aligned rows of C.
         raise ValueError(
             f"GemmConfig.split_k={config.split_k}: needs N * 2 bytes to be a multiple of 16 "
@@ -438,17 +534,33 @@ class GemmKernel:
         for name, t, _ in expected:
             if t.dtype != want_dtype:
                 raise ValueError(f"{name}.dtype={t.dtype}: must be {want_dtype}")
-        for name, t, _ in expected:
-            if t.device.type != "cuda":
-                raise ValueError(f"{name}.device={t.device}: must be a CUDA device")
-            if t.device != a.device:
-                raise ValueError(f"{name}.device={t.device}: must match a.device={a.device}")
+        # Memory layout before the device: it is the same rule on any device, and a CPU
+        # test can reach it.
         for name, t, _ in expected:
             if not t.is_contiguous():
                 raise ValueError(
                     f"{name}: must be row-major contiguous (strides {t.stride()}); "
                     "call .contiguous() or use the NT layout for a transposed B"
                 )
+        for name, t, _ in expected:
+            # A view at an odd element offset passes every check above and then fails
+            # inside TileLang ("Invalid TMA descriptor arguments"): a TMA descriptor needs
+            # a 16-byte aligned global address. Its other rule, row strides of a multiple
+            # of 16 bytes, is the compiled shape's: contiguity makes the stride the row
+            # length, and TileLang uses TMA only for rows of a multiple of 16 bytes.
+            misaligned = t.data_ptr() % TMA_ALIGN
+            if misaligned:
+                raise ValueError(
+                    f"{name} ({OPERANDS[name]}): data pointer {t.data_ptr():#x} must be "
+                    f"{TMA_ALIGN}-byte aligned for TMA, is {misaligned} bytes past a boundary "
+                    f"(storage offset {t.storage_offset()} elements); pass a fresh tensor or "
+                    ".clone() the view"
+                )
+        for name, t, _ in expected:
+            if t.device.type != "cuda":
+                raise ValueError(f"{name}.device={t.device}: must be a CUDA device")
+            if t.device != a.device:
+                raise ValueError(f"{name}.device={t.device}: must match a.device={a.device}")
 
     def __call__(self, a, b, out=None):
         if out is None:

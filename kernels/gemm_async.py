@@ -21,12 +21,11 @@ one or two consumer warpgroups, less for more: the block shares one register fil
 The consumers release a stage one step late, so the pipeline needs two stages or more.
 """
 
-from kernels.gemm import GemmConfig, GemmShape
+from kernels.gemm import REGISTER_FILE, GemmConfig, GemmShape
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
 MAX_REGISTERS = 240
-REGISTER_FILE = 65536  # 32-bit registers per SM; the block runs alone on its SM
 
 
 def consumer_registers(consumers: int) -> int:

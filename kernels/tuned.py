@@ -5,12 +5,15 @@ The table (``tuned_configs.json`` beside this file) is data, written by the tune
 (``python3 -m benchmarks.tune_gemm``) and committed: GPU name -> shape id -> the winning
 config id with its measured latency, torch.matmul's latency on the same inputs and the
 date. ``pick_config`` returns the tuned config when the table has the (GPU, shape, dtype,
-layout) and ``heuristic`` otherwise.
+layout) and ``heuristic`` otherwise. The table ships in the wheel (package data), so one
+that is missing or unreadable raises ``TunedTableError`` naming the file; only a GPU with
+no rows falls back to the heuristic wholesale, with one ``UntunedGpuWarning`` a process.
 """
 
 import functools
 import itertools
 import json
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -177,22 +180,86 @@ def heuristic(shape: GemmShape, sms: int = H200_SMS) -> GemmConfig:
     return GemmConfig(128, 128, 64, 128, 4, smem_epilogue=True)
 
 
+# What a row must hold for ``lookup``; the tuner writes more (spread, runner-up, clocks).
+ROW_KEYS = ("config", "tilelang_ms", "torch_ms", "date")
+
+
+class TunedTableError(ValueError):
+    """The table exists but cannot be read: the message names the file and the row."""
+
+
+class UntunedGpuWarning(UserWarning):
+    """The table has no rows for this GPU, so every shape gets the heuristic config."""
+
+
+# GPUs already warned about, per table: the warning comes once per process.
+_WARNED: set[tuple[Path, str]] = set()
+
+
+def _row(path: Path, gpu: str, shape_id: str, row: object) -> Tuned:
+    where = f"{path}: {gpu!r} / {shape_id!r}"
+    if not isinstance(row, dict):
+        raise TunedTableError(f"{where}: must be an object, got {type(row).__name__}")
+    missing = [key for key in ROW_KEYS if key not in row]
+    if missing:
+        raise TunedTableError(f"{where}: missing {missing} (a row needs {list(ROW_KEYS)})")
+    try:
+        config = GemmConfig.from_id(row["config"])
+    except (TypeError, ValueError) as err:
+        raise TunedTableError(f"{where}: config {row['config']!r}: {err}") from None
+    for key in ("tilelang_ms", "torch_ms"):
+        value = row[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise TunedTableError(f"{where}: {key}={value!r}: must be a number > 0")
+    return Tuned(config, float(row["tilelang_ms"]), float(row["torch_ms"]), str(row["date"]))
+
+
 @functools.cache
-def _load(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+def load(path: Path = TUNED_FILE) -> dict[str, dict[str, Tuned]]:
+    """GPU name -> shape id -> row, every row checked. The table ships with the package,
+    so a missing or unreadable file is an error (``TunedTableError``), never an empty
+    table: that would benchmark the heuristic under the tuned name."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise TunedTableError(
+            f"{path}: cannot read the tuned-config table ({err.strerror}); it ships with the "
+            "kernels package (pyproject.toml package-data)"
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TunedTableError(f"{path}: not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise TunedTableError(f"{path}: must map GPU names to rows, got {type(data).__name__}")
+    table = {}
+    for gpu, rows in data.items():
+        if not isinstance(rows, dict):
+            raise TunedTableError(f"{path}: {gpu!r}: must map shape ids to rows")
+        table[gpu] = {shape_id: _row(path, gpu, shape_id, row) for shape_id, row in rows.items()}
+    return table
 
 
 def lookup(shape: GemmShape, gpu: str, path: Path = TUNED_FILE) -> Tuned | None:
     """The tuned row for ``shape`` on the GPU named ``gpu`` (torch's device name)."""
-    row = _load(path).get(gpu, {}).get(shape.id)
-    if row is None:
-        return None
-    return Tuned(
-        GemmConfig.from_id(row["config"]), row["tilelang_ms"], row["torch_ms"], row["date"]
-    )
+    return load(path).get(gpu, {}).get(shape.id)
 
 
 def pick_config(shape: GemmShape, gpu: str | None, path: Path = TUNED_FILE) -> GemmConfig:
-    """The tuned config for (GPU, shape, dtype, layout) when one exists, else the heuristic."""
-    tuned = None if gpu is None else lookup(shape, gpu, path)
-    return tuned.config if tuned is not None else heuristic(shape)
+    """The tuned config for (GPU, shape, dtype, layout) when one exists, else the heuristic.
+    A GPU the table has no rows for gets the heuristic for every shape, with one
+    ``UntunedGpuWarning`` per process; without a GPU (``gpu`` None) nothing is timed."""
+    if gpu is None:
+        return heuristic(shape)
+    tuned = lookup(shape, gpu, path)
+    if tuned is not None:
+        return tuned.config
+    if not load(path).get(gpu) and (path, gpu) not in _WARNED:
+        _WARNED.add((path, gpu))
+        warnings.warn(
+            f"{path} has no tuned configs for {gpu!r}: using the heuristic for every shape "
+            "(tune with python3 -m benchmarks.tune_gemm)",
+            UntunedGpuWarning,
+            stacklevel=2,
+        )
+    return heuristic(shape)

@@ -83,6 +83,57 @@ def test_config_rejects(kwargs, field, rule):
     assert field in str(err.value) and rule in str(err.value)
 
 
+# What TileLang 0.1.15 cannot build as a wgmma kernel for sm_90a, each refused by name.
+# (benchmarks/validate_space.py builds the accepted side; docs/bad_inputs.md has the
+# errors TileLang gave before these rules.)
+@pytest.mark.parametrize(
+    "kwargs, field, rule",
+    [
+        # Under 64 rows TileLang drops to mma.sync; 80 and 112 fail its warp partition.
+        ({"block_m": 16}, "block_m=16", "multiple of 64"),
+        ({"block_m": 48}, "block_m=48", "multiple of 64"),
+        ({"block_m": 80}, "block_m=80", "multiple of 64"),
+        ({"block_m": 112, "block_n": 64}, "block_m=112", "multiple of 64"),
+        # 3 warpgroups: 128 rows are not 3 x 64 and 128 columns are not 3 x 8.
+        ({"threads": 384}, "threads=384", "cannot split the 128x128 tile"),
+        ({"block_m": 64, "block_n": 16, "threads": 512}, "threads=512", "fit this tile: [128, 2"),
+        # Square splits 256x48 over 2 warpgroups along N: 24-column slices.
+        ({"block_m": 256, "block_n": 48, "threads": 256}, "block_n=48", "multiple of 16"),
+        ({"block_n": 16, "threads": 512, "policy": "col"}, "block_n=16", "slices of 8 columns"),
+        # One wgmma of 208 columns needs 104 + 26 registers; 512 threads a block cap at 128.
+        (
+            {"block_m": 192, "block_n": 208, "block_k": 64, "threads": 384},
+            "block_n=208",
+            "= 130, must be <= 128",
+        ),
+        (
+            {"block_m": 256, "block_n": 144, "block_k": 64, "threads": 512, "policy": "row"},
+            "block_n=144",
+            "= 98, must be <= 96",
+        ),
+    ],
+)
+def test_config_rejects_what_tilelang_cannot_build(kwargs, field, rule):
+    with pytest.raises(ValueError) as err:
+        GemmConfig(**kwargs)
+    assert field in str(err.value) and rule in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        # The rules above reject by the split TileLang picks, not the tile alone.
+        {"block_m": 256, "block_n": 48, "threads": 256, "policy": "row"},  # 48-column slice
+        # The widest slice 512 threads can take: 64 + 26 registers <= 96.
+        {"block_m": 256, "block_n": 128, "block_k": 64, "threads": 512, "policy": "row"},
+        {"block_m": 192, "block_n": 192, "block_k": 64, "threads": 384},  # 96 + 26 <= 128
+        {"block_m": 192, "block_n": 128, "block_k": 64, "threads": 384},
+    ],
+)
+def test_config_accepts_neighbours_of_the_refused(kwargs):
+    GemmConfig(**kwargs)
+
+
 def test_config_checks_smem_against_given_limit():
     GemmConfig(128, 256, 64, 256, 4)  # 196 KiB: fits the 227 KiB of sm_90
     with pytest.raises(ValueError, match="shared memory"):
@@ -159,6 +210,34 @@ def test_kernel_rejects_bad_tensors(a_shape, b_shape, dtype, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         kernel(a, b, out)
     assert fake.calls == 0
+
+
+@pytest.mark.parametrize("name, operand", [("a", "A"), ("b", "B"), ("out", "C")])
+def test_kernel_rejects_a_view_off_the_16_byte_boundary(name, operand):
+    """A view one fp16 element into its storage is contiguous and the right shape, but
+    its data pointer is 2 bytes off: TileLang's TMA descriptor would refuse it."""
+    shape = GemmShape(64, 32, 16)
+    fake = _Recorder()
+    kernel = GemmKernel(shape, GemmConfig(), fake)
+    sizes = {"a": shape.a_shape, "b": shape.b_shape, "out": shape.c_shape}
+    args = {n: torch.empty(s, dtype=torch.float16) for n, s in sizes.items()}
+    rows, cols = sizes[name]
+    args[name] = torch.empty(rows * cols + 1, dtype=torch.float16)[1:].view(rows, cols)
+    assert args[name].is_contiguous()
+    rule = rf"^{name} \({operand}\): data pointer 0x[0-9a-f]+ must be 16-byte aligned"
+    with pytest.raises(ValueError, match=rule):
+        kernel(args["a"], args["b"], args["out"])
+    assert fake.calls == 0
+
+
+def test_kernel_alignment_rule_is_16_bytes():
+    # 8 fp16 elements in: aligned, so the check passes on to the device rule.
+    shape = GemmShape(64, 32, 16)
+    kernel = GemmKernel(shape, GemmConfig(), _Recorder())
+    a = torch.empty(64 * 16 + 8, dtype=torch.float16)[8:].view(64, 16)
+    b = torch.empty(shape.b_shape, dtype=torch.float16)
+    with pytest.raises(ValueError, match="a.device=cpu"):
+        kernel(a, b, torch.empty(shape.c_shape, dtype=torch.float16))
 
 
 def test_kernel_rejects_non_tensor():

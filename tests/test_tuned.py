@@ -2,11 +2,28 @@
 against a float64 reference (GPU)."""
 
 import json
+import shutil
+import subprocess
+import sys
+import warnings
+import zipfile
+from pathlib import Path
 
 import pytest
 
 from kernels import GemmConfig, GemmShape, compile_gemm, tuned
-from kernels.tuned import CASES, candidates, case_shape, heuristic, lookup, pick_config
+from kernels.tuned import (
+    CASES,
+    TunedTableError,
+    UntunedGpuWarning,
+    candidates,
+    case_shape,
+    heuristic,
+    lookup,
+    pick_config,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -51,29 +68,149 @@ def table(tmp_path):
     }
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps({"NVIDIA H200": {shape.id: row}}))
-    yield shape, path
-    tuned._load.cache_clear()
+    yield shape, path, row
+    tuned.load.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(tuned, "_WARNED", set())  # the once-per-process memory
 
 
 def test_pick_config_prefers_the_table_then_the_heuristic(table):
-    shape, path = table
+    shape, path, _ = table
     assert pick_config(shape, "NVIDIA H200", path).id == "b128x256x64_t256_s3_w8_e"
     hit = lookup(shape, "NVIDIA H200", path)
     assert hit.speedup == pytest.approx(0.2 / 0.19)
     # Another GPU, another dtype, no GPU at all: the heuristic.
-    assert pick_config(shape, "NVIDIA H100", path) == heuristic(shape)
+    with pytest.warns(UntunedGpuWarning):
+        assert pick_config(shape, "NVIDIA H100", path) == heuristic(shape)
     bf16 = GemmShape(4096, 4096, 4096, "bfloat16")
     assert pick_config(bf16, "NVIDIA H200", path) == heuristic(bf16)
     assert pick_config(shape, None, path) == heuristic(shape)
 
 
+def test_untuned_gpu_gets_the_heuristic_with_one_warning_per_gpu(table):
+    shape, path, _ = table
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # count every warning issued, not Python's dedup
+        for _ in range(3):
+            pick_config(shape, "NVIDIA H100", path)
+            pick_config(GemmShape(64, 64, 64), "NVIDIA H100", path)
+        pick_config(shape, "NVIDIA A100", path)
+        pick_config(shape, "NVIDIA H200", path)  # tuned: silent
+        pick_config(shape, None, path)  # no GPU, nothing is timed: silent
+    messages = [str(w.message) for w in caught if w.category is UntunedGpuWarning]
+    assert len(messages) == 2
+    assert "'NVIDIA H100'" in messages[0] and str(path) in messages[0]
+    assert "'NVIDIA A100'" in messages[1]
+
+
+def _broken(row):
+    """Ways a table that exists can be unreadable: name -> (writer, words of the error)."""
+    shape_id = GemmShape(4096, 4096, 4096).id
+    good = json.dumps({"NVIDIA H200": {shape_id: row}}, indent=1)
+
+    def rows(new_row):
+        return json.dumps({"NVIDIA H200": {shape_id: new_row}})
+
+    return {
+        "truncated": (good[: len(good) // 2], "not valid JSON"),
+        "empty": ("", "not valid JSON"),
+        "bad_config_id": (rows({**row, "config": "b128x256"}), "must look like"),
+        "refused_config": (rows({**row, "config": "b48x128x32_t128_s3"}), "block_m=48"),
+        "missing_key": (
+            rows({k: v for k, v in row.items() if k != "torch_ms"}),
+            "missing ['torch_ms']",
+        ),
+        "row_not_object": (rows([1, 2]), "must be an object"),
+        "bad_latency": (rows({**row, "tilelang_ms": "fast"}), "tilelang_ms='fast'"),
+        "top_level_list": ("[]", "must map GPU names"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated",
+        "empty",
+        "bad_config_id",
+        "refused_config",
+        "missing_key",
+        "row_not_object",
+        "bad_latency",
+        "top_level_list",
+    ],
+)
+def test_unreadable_table_is_an_error_naming_the_file(table, case):
+    shape, path, row = table
+    text, words = _broken(row)[case]
+    path.write_text(text)
+    for gpu in ("NVIDIA H200", "NVIDIA H100"):  # a GPU without rows does not hide it
+        with pytest.raises(TunedTableError, match=str(path)) as err:
+            pick_config(shape, gpu, path)
+        assert words in str(err.value)
+    with pytest.raises(TunedTableError, match=str(path)):
+        lookup(shape, "NVIDIA H200", path)
+
+
+def test_missing_table_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "tuned_configs.json"
+    with pytest.raises(TunedTableError, match=f"{path}: cannot read"):
+        pick_config(GemmShape(4096, 4096, 4096), "NVIDIA H200", path)
+
+
+def test_tuner_leaves_no_file_git_would_track(tmp_path):
+    """The tuner locks and rewrites the table through files beside it; beside the
+    committed table those must be ignored by git."""
+    from benchmarks.tune_gemm import record_winner
+
+    table = tmp_path / tuned.TUNED_FILE.name
+    record_winner(table, "NVIDIA H200", GemmShape(64, 64, 64), {"config": "b64x64x64_t128_s2"})
+    beside = [tuned.TUNED_FILE.with_name(p.name) for p in tmp_path.iterdir() if p != table]
+    assert beside  # the lock file stays
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *map(str, beside)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert sorted(ignored.stdout.split()) == sorted(map(str, beside))
+
+
 def test_committed_table_parses():
+    table = tuned.load()  # every row, through the same checks as a lookup
+    assert table and all(table.values())
     data = json.loads(tuned.TUNED_FILE.read_text())
     for gpu, rows in data.items():
         for shape_id, row in rows.items():
-            GemmConfig.from_id(row["config"])
-            assert row["tilelang_ms"] > 0 and row["torch_ms"] > 0, (gpu, shape_id)
-            assert row["date"]
+            assert table[gpu][shape_id].config.id == row["config"]
+            for other in row.get("runner_up", []):
+                GemmConfig.from_id(other["config"])
+
+
+# Building the wheel copies the sources and runs setuptools (~10 s); skipped with the
+# reason where the build backend is not installed in this environment.
+def test_wheel_ships_the_tuned_table(tmp_path):
+    pytest.importorskip("setuptools", reason="building the wheel needs setuptools")
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("kernels", "harness", "benchmarks"):
+        shutil.copytree(ROOT / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    out = tmp_path / "wheel"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = json.loads(zf.read("kernels/tuned_configs.json"))
+    assert shipped == json.loads(tuned.TUNED_FILE.read_text())
 
 
 def _tuned_here():
