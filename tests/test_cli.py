@@ -149,7 +149,7 @@ def test_tuned_table_without_this_gpu_is_a_clear_error(tmp_path):
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """A GPU as far as the CLI can tell, and a fake case per shape in place of inputs and
-    kernels: a config with 384 threads fails to build. Returns the cases made."""
+    kernels: a config with 512 threads fails to build. Returns the cases made."""
     from harness.measure import cases, device
 
     monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
@@ -158,7 +158,7 @@ def fake_gpu(monkeypatch):
     made = []
 
     def case(shape, seed=0):
-        made.append(FakeCase(shape, broken=lambda config: config.threads == 384))
+        made.append(FakeCase(shape, broken=lambda config: config.threads == 512))
         return made[-1]
 
     monkeypatch.setattr(cases, "Case", case)
@@ -176,19 +176,19 @@ def test_a_config_that_fails_to_build_is_a_failed_row_and_the_sweep_goes_on(
     fake_gpu, tmp_path, capsys
 ):
     report, rows = tmp_path / "r.md", tmp_path / "rows.jsonl"
-    argv = [*SWEEP, "--threads", "128", "256", "384", "--run-tilelang"]
+    argv = [*SWEEP, "--threads", "128", "256", "512", "--run-tilelang"]
     code = bench_gemm.main([*argv, "--report", str(report), "--jsonl", str(rows)])
     assert code == bench_gemm.EXIT_FAILED
     out = capsys.readouterr().out
-    assert "FAILED b128x128x32_t384_s3 at m128_n128_k128_f16: RuntimeError: fake compile" in out
+    assert "FAILED b128x128x32_t512_s3 at m128_n128_k128_f16: RuntimeError: fake compile" in out
     meta, *recorded = _records(rows)
-    assert [r["config"] for r in recorded] == [f"b128x128x32_t{t}_s3" for t in (128, 256, 384)]
+    assert [r["config"] for r in recorded] == [f"b128x128x32_t{t}_s3" for t in (128, 256, 512)]
     assert recorded[2]["error"].startswith("RuntimeError: fake compile error")
     assert "(the rest of a long log)" in recorded[2]["error"]  # the JSON keeps all of it
     assert recorded[2]["tilelang_ms"] is None and recorded[2]["tflops"] is None
     text = report.read_text()
-    assert text.count("**FAILED**") == 1 and "| 384 | 3 |" in text
-    assert "- `b128x128x32_t384_s3` at `m128_n128_k128_f16`: RuntimeError: fake compile" in text
+    assert text.count("**FAILED**") == 1 and "| 512 | 3 |" in text
+    assert "- `b128x128x32_t512_s3` at `m128_n128_k128_f16`: RuntimeError: fake compile" in text
     assert "1 config failed to build or run" in text
 
 

@@ -92,7 +92,7 @@ def test_failed_and_rejected_rows_are_in_the_table_with_their_error():
     rows = _rows()
     shape, torch_t = rows[0].shape, rows[0].torch
     broken = CaseResult(
-        shape, GemmConfig(128, 128, 32, 384, 3), torch_t, error="RuntimeError: no\nmore"
+        shape, GemmConfig(128, 128, 32, 512, 3), torch_t, error="RuntimeError: no\nmore"
     )
     asked = {"block_m": 100, "block_n": 128, "block_k": 32, "threads": 128, "num_stages": 3}
     rejected = CaseResult(shape, None, torch_t, error="GemmConfig.block_m=100: x", requested=asked)
@@ -100,11 +100,11 @@ def test_failed_and_rejected_rows_are_in_the_table_with_their_error():
     failed = [line for line in text.splitlines() if "**FAILED**" in line]
     assert len(failed) == 2
     assert (
-        "| 128 | 128 | 32 | 384 | 3 | 0.1" in failed[0]
+        "| 128 | 128 | 32 | 512 | 3 | 0.1" in failed[0]
         and "| - | - | - | **FAILED** |" in failed[0]
     )
     assert "| 100 | 128 | 32 | 128 | 3 |" in failed[1]
-    assert "- `b128x128x32_t384_s3` at `m4096_n4096_k4096_f16`: RuntimeError: no\n" in text
+    assert "- `b128x128x32_t512_s3` at `m4096_n4096_k4096_f16`: RuntimeError: no\n" in text
     assert "- `b100x128x32_t128_s3` at `m4096_n4096_k4096_f16`: GemmConfig.block_m=100: x" in text
     assert "3 of 3 kernels matched" in text and "2 configs failed to build or run" in text
 
