@@ -199,8 +199,12 @@ def publish(args, machine: str, gpu: bool) -> int:
     if measured:
         message = f"asv results for {', '.join(measured)} on {machine}"
         print(results_branch.push(results, args.results_branch, args.remote, message))
-    from harness.suite import regressions
-
+    try:
+        from harness.suite import regressions
+    except ModuleNotFoundError:  # the detector lands separately (issue 12, item 3)
+        print("history: no regression detector in this checkout; skipped")
+        subprocess.run([sys.executable, "-m", "asv", "publish"], cwd=ROOT, check=False)
+        return code
     reg_code = regressions.main(
         [
             "--results",
