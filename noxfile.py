@@ -191,3 +191,12 @@ def gate_selftest(session: nox.Session) -> None:
     """The gate's false-alarm and detection rates (A/A, injected slowdown; --gpus, --json)."""
     _install(session, "bench")
     session.run(_python(session), "-m", "harness.gate.selftest", *session.posargs, external=True)
+
+
+@nox.session(default=False, tags=["codegen"])
+def codegen_sweep(session: nox.Session) -> None:
+    """Build every accepted config of the covering grid for sm_90a; fail if one leaves wgmma."""
+    _install(session, "test")  # needs nvcc
+    session.run(
+        _python(session), "-m", "benchmarks.validate_space", *session.posargs, external=True
+    )
