@@ -151,6 +151,21 @@ def publish(session: nox.Session) -> None:
     _exit_with(session, "harness.suite.history", "publish", *session.posargs)
 
 
+@nox.session(default=False, tags=["history"])
+def results(session: nox.Session) -> None:
+    """The asv-results branch: `-- checkout` before a run, `-- push` after it."""
+    if not session.posargs or session.posargs[0] not in ("checkout", "push"):
+        session.error("usage: nox -s results -- checkout|push [--message TEXT]")
+    _install(session, "bench")
+    _exit_with(
+        session,
+        "harness.suite.results_branch",
+        session.posargs[0],
+        ".asv/results",
+        *session.posargs[1:],
+    )
+
+
 @nox.session(default=False, tags=["gpu"])
 def backfill(session: nox.Session) -> None:
     """Measure the commits of a range that have no stored results: `-- REV_RANGE [-b RE]`."""

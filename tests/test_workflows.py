@@ -63,7 +63,7 @@ def test_self_hosted_jobs_keep_their_caches_to_themselves(name, job_id, job):
     assert job["concurrency"]["group"] == "gpu-runner-${{ matrix.runner.machine }}"
 
 
-def test_the_token_reaches_the_publish_step_only():
+def test_the_token_reaches_the_results_branch_steps_only():
     holders = []
     for path in sorted(WORKFLOWS.glob("*.yml")):
         workflow = _load(path.name)
@@ -73,7 +73,16 @@ def test_the_token_reaches_the_publish_step_only():
             for step in job.get("steps", []):
                 if "secrets." in str(step):
                     holders.append((path.name, job_id, step.get("name")))
-    assert holders == [("publish.yml", "publish", "nox -s publish")]
+    # The git steps around the measuring one; main's benchmarks never run beside it.
+    assert holders == [
+        ("publish.yml", "publish", "fetch asv-results"),
+        ("publish.yml", "publish", "push asv-results"),
+    ]
+    steps = {s.get("name"): s for s in _load("publish.yml")["jobs"]["publish"]["steps"]}
+    assert [s["run"] for name, s in steps.items() if name and name.endswith("asv-results")] == [
+        "nox -s results -- checkout",
+        'nox -s results -- push --message "asv results from $ASV_MACHINE"',
+    ]
 
 
 def test_a_label_cancels_nothing_and_runs_nothing_but_gpu_rerun():

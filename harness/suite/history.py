@@ -75,12 +75,12 @@ def stored_commits(results: Path, machine: str) -> set[str]:
     return out
 
 
-def after_newest_stored(branch: str, results: Path, machine: str) -> list[str]:
+def after_newest_stored(branch: str, results: Path, machine: str, cwd: Path = ROOT) -> list[str]:
     """Commits of ``branch`` from the newest one stored for ``machine`` on, oldest first
     (the whole first-parent history when nothing is stored). The newest stored one comes
     first: an interrupted run left it partial, and the runner measures only what it
     lacks."""
-    history = commits_in(branch)
+    history = commits_in(branch, cwd)
     have = stored_commits(results, machine)
     newest = max((i for i, sha in enumerate(history) if sha in have), default=0)
     return history[newest:]
@@ -188,7 +188,8 @@ def backfill(args, machine: str, gpu: bool) -> int:
 
 def publish(args, machine: str, gpu: bool) -> int:
     results = results_dir()
-    print(results_branch.checkout(results, args.results_branch, args.remote))
+    if args.sync:
+        print(results_branch.checkout(results, args.results_branch, args.remote))
     pending = after_newest_stored(args.branch, results, machine)
     if not pending:
         print(f"history: every commit of {args.branch} is stored for {machine}")
@@ -196,7 +197,7 @@ def publish(args, machine: str, gpu: bool) -> int:
     statuses = measure(run, machine, _selection(args), gpu) if run else {}
     code = _summary(statuses, left)
     measured = [sha[:10] for sha in statuses]
-    if measured:
+    if measured and args.sync:
         message = f"asv results for {', '.join(measured)} on {machine}"
         print(results_branch.push(results, args.results_branch, args.remote, message))
     try:
@@ -246,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument("--branch", default="main", help="the branch whose commits are measured")
     pub.add_argument("--results-branch", default=results_branch.BRANCH)
     pub.add_argument("--remote", default="origin")
+    pub.add_argument(
+        "--no-sync",
+        dest="sync",
+        action="store_false",
+        help="leave the results branch's checkout and push to `nox -s results`: CI runs "
+        "them as their own steps, so the token never sits beside the benchmarks",
+    )
     back = sub.add_parser("backfill", parents=[common], help="measure a range's commits")
     back.add_argument("rev_range", metavar="REV_RANGE", help="A..B, or one revision")
     return p
