@@ -289,7 +289,9 @@ class Tuned(_GpuGemm):
         from kernels.tuned import case_shape, pick_config
 
         shape = case_shape(name, DTYPES[dtype])
-        return shape, pick_config(shape, _device.gpu_name())
+        # No GPU (planning, precompile on a CPU host): the heuristic, without a warning.
+        gpu = None if _device.no_gpu_reason() else _device.gpu_name()
+        return shape, pick_config(shape, gpu)
 
 
 TORCH = "torch.matmul"

@@ -182,3 +182,16 @@ def test_module_imports_light_and_exposes_only_the_families():
     heavy, classes = out.stdout.splitlines()
     assert heavy == "[]"
     assert classes == str(sorted(f.__name__ for f in FAMILIES))
+
+
+def test_tuned_family_plans_without_a_gpu_silently(monkeypatch):
+    """Planning and precompile call ``case`` on CPU hosts: the heuristic, no warning about
+    a GPU called 'cpu' that has no tuned rows."""
+    import warnings
+
+    monkeypatch.setattr(gemm._device, "no_gpu_reason", lambda: "no CUDA device visible")
+    monkeypatch.setattr(gemm._device, "gpu_name", lambda index=0: "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shape, config = gemm.Tuned().case("square4096", "f16")
+    assert shape.m == 4096 and config is not None
