@@ -44,6 +44,7 @@ from harness.cli import count, output_file, positive_int
 from harness.measure import device, metrics
 from harness.measure.timing import BACKENDS, check_counts
 from harness.report.stage04 import (
+    TABLE_HEAD,
     config_cells,
     config_label,
     fmt_optional,
@@ -231,23 +232,7 @@ def plan(args) -> tuple[list[GemmShape], list[GemmConfig | Rejected]]:
     return shapes, entries
 
 
-TABLE_COLUMNS = (
-    "M",
-    "N",
-    "K",
-    "dtype",
-    "layout",
-    "block_M",
-    "block_N",
-    "block_K",
-    "threads",
-    "stages",
-    "torch ms",
-    "tilelang ms",
-    "TFLOPS",
-    "speedup",
-    "correct",
-)
+TABLE_COLUMNS = TABLE_HEAD  # the report's table, one list
 
 
 def table_row(r) -> list[str]:

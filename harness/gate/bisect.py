@@ -444,19 +444,11 @@ def main(argv: list[str] | None = None) -> int:
     except (BisectError, revisions.RevisionError, RuntimeError) as err:
         print(f"bisect: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    from harness.measure import device
-
-    reason = device.no_gpu_reason()
-    if reason:
-        print(f"bisect: error: needs a CUDA GPU: {reason}", file=sys.stderr)
+    try:
+        gpus = revisions.gpus_for(args.gpus)
+    except ValueError as err:
+        print(f"bisect: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    gpus = None
-    if args.gpus is not None:
-        try:
-            gpus = revisions.select_gpus(args.gpus)
-        except ValueError as err:
-            print(f"bisect: error: {err}", file=sys.stderr)
-            return EXIT_FAILURE
 
     listed = revisions.git("log", "--no-walk=unsorted", "--format=%H %s", good, *commits, cwd=repo)
     subjects = dict((line.split(" ", 1) + [""])[:2] for line in listed.splitlines())

@@ -199,6 +199,18 @@ def merge(payloads: list[dict]) -> dict:
     return {"results": results}
 
 
+def gpus_for(spec: str | None) -> list[int] | None:
+    """The GPUs a measuring command may use: None (the visible device) without ``spec``,
+    else the indices ``spec`` names. ValueError, saying why, where there is no CUDA GPU
+    or ``spec`` names GPUs that are not there."""
+    from harness.measure import device
+
+    reason = device.no_gpu_reason()
+    if reason:
+        raise ValueError(f"needs a CUDA GPU: {reason}")
+    return None if spec is None else select_gpus(spec)
+
+
 def select_gpus(spec: str) -> list[int]:
     """``all`` or ``0,1`` checked against the GPUs this process sees (ValueError)."""
     import torch

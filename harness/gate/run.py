@@ -218,19 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     except (revisions.RevisionError, RuntimeError) as err:
         print(f"gate: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    from harness.measure import device
-
-    reason = device.no_gpu_reason()
-    if reason:
-        print(f"gate: error: needs a CUDA GPU: {reason}", file=sys.stderr)
+    try:
+        gpus = revisions.gpus_for(args.gpus)
+    except ValueError as err:
+        print(f"gate: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    gpus = None
-    if args.gpus is not None:
-        try:
-            gpus = revisions.select_gpus(args.gpus)
-        except ValueError as err:
-            print(f"gate: error: {err}", file=sys.stderr)
-            return EXIT_FAILURE
     out = args.out.resolve()
     result = compare(shas, bench, args.rounds, out, args.threshold, gpus, args.calibration, log)
     if not result.verdicts:

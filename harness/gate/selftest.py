@@ -277,8 +277,6 @@ def join_shards(parts: dict) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.measure import device
-
     p = argparse.ArgumentParser(
         prog="nox -s gate_selftest --",
         description=__doc__,
@@ -318,17 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     args.bench = args.bench or revisions.default_bench()
     if args.calibration is not None and not args.calibration.is_file():
         p.error(f"--calibration={args.calibration}: no such file")
-    reason = device.no_gpu_reason()
-    if reason:
-        print(f"gate_selftest: error: needs a CUDA GPU: {reason}", file=sys.stderr)
+    try:
+        gpus = revisions.gpus_for(args.gpus)
+    except ValueError as err:
+        print(f"gate_selftest: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    gpus = None
-    if args.gpus is not None:
-        try:
-            gpus = revisions.select_gpus(args.gpus)
-        except ValueError as err:
-            print(f"gate_selftest: error: {err}", file=sys.stderr)
-            return EXIT_FAILURE
     work = revisions.ROOT / ".gate" / "selftest"
     work.mkdir(parents=True, exist_ok=True)
     sha = revisions.resolve("HEAD")
