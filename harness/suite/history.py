@@ -200,12 +200,8 @@ def publish(args, machine: str, gpu: bool) -> int:
     if measured and args.sync:
         message = f"asv results for {', '.join(measured)} on {machine}"
         print(results_branch.push(results, args.results_branch, args.remote, message))
-    try:
-        from harness.suite import regressions
-    except ModuleNotFoundError:  # the detector lands separately (issue 12, item 3)
-        print("history: no regression detector in this checkout; skipped")
-        subprocess.run([sys.executable, "-m", "asv", "publish"], cwd=ROOT, check=False)
-        return code
+    from harness.suite import regressions
+
     reg_code = regressions.main(
         [
             "--results",
