@@ -87,17 +87,21 @@ class Family:
     def combination_name(self, params: tuple) -> str:
         return combination_name(self.full, params)
 
-    def benchmark_names(self) -> list[str]:
-        """asv's names of the family's benchmarks, one per method and combination, as
-        ``-b`` matches them: ``gemm.Stage.track_latency('4096x4096x4096', 128, 1, 'f16')``."""
-        methods = sorted(
+    def methods(self) -> list[str]:
+        """The benchmark methods asv runs (a family may set an inherited one to None)."""
+        return sorted(
             n for n in dir(self.cls) if n.startswith(BENCH_PREFIXES) and getattr(self.cls, n)
         )
-        return [
-            f"{self.full}.{m}({', '.join(repr(p) for p in c)})" if c else f"{self.full}.{m}"
-            for m in methods
-            for c in self.combinations()
-        ]
+
+    def asv_name(self, method: str, params: tuple) -> str:
+        """asv's name of one benchmark, as ``-b`` matches it:
+        ``gemm.Stage.track_latency('4096x4096x4096', 128, 1, 'f16')``."""
+        own = f"{self.full}.{method}"
+        return f"{own}({', '.join(repr(p) for p in params)})" if params else own
+
+    def benchmark_names(self) -> list[str]:
+        """asv's names of the family's benchmarks, one per method and combination."""
+        return [self.asv_name(m, c) for m in self.methods() for c in self.combinations()]
 
 
 def families(root: Path, modules: tuple[str, ...] | None = None) -> list[Family]:
@@ -147,15 +151,10 @@ def listing(root: Path) -> dict[str, dict]:
     for family in families(root):
         entry = out.setdefault(unit_of(family), {"solo": False, "names": {}})
         entry["solo"] = entry["solo"] or bool(getattr(family.cls, "solo", False))
-        methods = sorted(
-            n for n in dir(family.cls) if n.startswith(BENCH_PREFIXES) and getattr(family.cls, n)
-        )
         for combo in family.combinations():
             gate_name = family.combination_name(combo) if combo else family.full
-            for m in methods:
-                name = f"{family.full}.{m}"
-                if combo:
-                    name += f"({', '.join(repr(p) for p in combo)})"
+            for m in family.methods():
+                name = family.asv_name(m, combo)
                 entry["names"][name] = [name, gate_name]
     return out
 

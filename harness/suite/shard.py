@@ -9,15 +9,13 @@ The unit is the benchmark class (``gemm.Stage``): asv measures a class as a whol
 the suite is placed, the CPU-only ones of ``static`` too, so ``--gpus`` runs the same grid
 as one ``asv run``. Each class is weighted by the estimated cost of measuring it
 (``unit_weights``: per GPU combination a fixed cost plus a share proportional to its
-flops; per CPU combination a cold compile). A ``-b REGEX`` among the asv arguments narrows
-every shard to the tracks it matches (asv would otherwise run them on every shard). A
+flops; per CPU combination a cold compile). A
 class marked ``solo`` (``gemm.Launch``, which times the host's launch path) runs alone
 before the shards start: on the H200 host it read 17-21 us per call while the other GPU's
 shard ran, against 11-13 us alone. The plan is stable: a class goes to the GPU its name
 hashes to unless that GPU would pass its share of the total weight, so it lands on the
 same GPU index run after run (its history stays comparable) and adding a class moves few
-others. Every unit is assigned exactly once; a GPU left without one runs nothing. A shard
-that fails keeps the other shards' results.
+others. Every unit is assigned exactly once; a GPU left without one runs nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from harness.measure.gpu_state import visible_entry
 from harness.suite import discovery
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-_PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
 # Room over the even share: a little keeps a class on its own GPU when another class is
 # added (fewer moves, comparable histories) at a small cost in balance.
 SLACK = 0.1
