@@ -73,11 +73,16 @@ def test_the_token_reaches_the_results_branch_steps_only():
             for step in job.get("steps", []):
                 if "secrets." in str(step):
                     holders.append((path.name, job_id, step.get("name")))
-    # The git steps around the measuring one; main's benchmarks never run beside it.
+    # The git steps around the measuring one (main's benchmarks never run beside the
+    # token), and the announcer on a GitHub-hosted runner.
     assert holders == [
         ("publish.yml", "publish", "fetch asv-results"),
         ("publish.yml", "publish", "push asv-results"),
+        ("publish.yml", "announce", "python -m harness.suite.announce"),
     ]
+    announce = _load("publish.yml")["jobs"]["announce"]
+    assert announce["runs-on"] == "ubuntu-latest"
+    assert announce["permissions"] == {"contents": "read", "issues": "write"}
     steps = {s.get("name"): s for s in _load("publish.yml")["jobs"]["publish"]["steps"]}
     assert [s["run"] for name, s in steps.items() if name and name.endswith("asv-results")] == [
         "nox -s results -- checkout",
