@@ -43,11 +43,8 @@ from harness.cli import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_REGRESSION,
-    fraction,
-    gpu_list,
     output_dir,
     positive_int,
-    regex,
 )
 from harness.gate import decide as gd
 from harness.gate import revisions
@@ -331,28 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("good", help="a revision without the regression (e.g. v0.3)")
     p.add_argument("bad", help="a later revision with it (e.g. origin/main)")
-    p.add_argument(
-        "-b",
-        "--bench",
-        type=regex,
-        default=None,
-        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
-    )
-    p.add_argument(
-        "--rounds", type=positive_int, default=3, help="interleaved rounds per comparison (>= 1)"
-    )
-    p.add_argument(
-        "--threshold",
-        type=fraction,
-        default=gd.DEFAULT_THRESHOLD,
-        help="slowdown that counts, the floor under calibrated thresholds (0.02 = 2%%)",
-    )
-    p.add_argument(
-        "--gpus",
-        type=gpu_list,
-        default=None,
-        help="'all' or indices like 0,1: shard each comparison's benchmarks over these GPUs",
-    )
+    gate.add_comparison_options(p)
     p.add_argument(
         "--out",
         type=output_dir,
@@ -364,12 +340,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         default=DEFAULT_MAX_COMMITS,
         help=f"refuse longer ranges (default {DEFAULT_MAX_COMMITS})",
-    )
-    p.add_argument(
-        "--calibration",
-        type=Path,
-        default=None,
-        help="per-benchmark thresholds (default: calibration/<machine>.json when present)",
     )
     return p
 

@@ -27,14 +27,16 @@ from harness.gate import revisions
 from harness.gate.render import render_markdown
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nox -s gate --",
-        description="Compare the GEMM GPU tracks of two git revisions on this GPU.",
-        epilog="Exit: 0 no regression, 1 regression, 2 a failed benchmark or gate.",
+def add_comparison_options(p: argparse.ArgumentParser) -> None:
+    """The options of one gate comparison, shared by the gate and bisect: the same rule
+    under the same names."""
+    p.add_argument(
+        "-b",
+        "--bench",
+        type=regex,
+        default=None,
+        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
     )
-    p.add_argument("base", help="base revision (e.g. origin/main)")
-    p.add_argument("head", help="head revision (e.g. HEAD)")
     p.add_argument(
         "--rounds", type=positive_int, default=3, help="interleaved rounds per side (>= 1)"
     )
@@ -43,18 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=fraction,
         default=gd.DEFAULT_THRESHOLD,
         help="slowdown that counts, the floor under calibrated thresholds (0.02 = 2%%)",
-    )
-    p.add_argument(
-        "--bench",
-        type=regex,
-        default=None,
-        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
-    )
-    p.add_argument(
-        "--out",
-        type=output_dir,
-        default=revisions.ROOT / ".gate",
-        help="work and report folder (checked writable before any GPU work)",
     )
     p.add_argument(
         "--gpus",
@@ -67,6 +57,23 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="per-benchmark thresholds (default: calibration/<machine>.json when present)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nox -s gate --",
+        description="Compare the GEMM GPU tracks of two git revisions on this GPU.",
+        epilog="Exit: 0 no regression, 1 regression, 2 a failed benchmark or gate.",
+    )
+    p.add_argument("base", help="base revision (e.g. origin/main)")
+    p.add_argument("head", help="head revision (e.g. HEAD)")
+    add_comparison_options(p)
+    p.add_argument(
+        "--out",
+        type=output_dir,
+        default=revisions.ROOT / ".gate",
+        help="work and report folder (checked writable before any GPU work)",
     )
     return p
 
