@@ -195,6 +195,13 @@ def gate(session: nox.Session) -> None:
 
 
 @nox.session(default=False, tags=["gpu"])
+def gate_deps(session: nox.Session) -> None:
+    """One commit under two TileLang builds, by the gate's rule: `-- --base SPEC --head SPEC`."""
+    _install(session, "bench")
+    _exit_with(session, "harness.gate.deps", *session.posargs)
+
+
+@nox.session(default=False, tags=["gpu"])
 def calibrate(session: nox.Session) -> None:
     """Run-to-run spread per benchmark on this GPU -> calibration/<machine>.json for the gate."""
     _install(session, "bench")

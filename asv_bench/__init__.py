@@ -1,10 +1,12 @@
 """The asv suite: GPU tracks in ``gemm``, CPU-only tracks in ``static``."""
 
-# The PR gate's default subset (``nox -s gate`` without ``--bench``): at least 12
-# combinations spanning 128^3 to 8192^3, both dtypes, NN and NT, small and large tiles.
+# The PR gate's default subset (``nox -s gate`` without ``--bench``): combinations
+# spanning 128^3 to 8192^3, both dtypes, NN and NT, small and large tiles, and every
+# tuned case (the configs users run, so a change that loses the tuning fails the gate).
 # The gate reads it from here; ``--bench '.'`` takes the whole grid.
 GATE_SUBSET = (
     r"gemm\.Stage(128)?\((128x128x128|4096x4096x4096), (128|256), (3|4), f16\)"
     r"|gemm\.Tiles\(.*, b128x256x64_t256_s3, .*\)"
     r"|gemm\.Attention\(.*, b128x128x32_t128_s3, f16\)"
+    r"|gemm\.Tuned\("
 )

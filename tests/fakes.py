@@ -132,3 +132,44 @@ class FakeWorker:
         shard = self.names if only is None else json.loads(only.read_text())
         self.calls.append({"file": out_file.name, "inject": inject, "gpu": gpu, "shard": shard})
         return worker_payload(self.rng, shard, slowdown=inject)
+
+
+def paired_payload(rng: random.Random, names, inject: dict | None = None, sides=None) -> dict:
+    """A paired worker's output: per combination every side's latencies and per-trial
+    ratios to the first side, an injected side slower by its fraction."""
+    inject = inject or {}
+    sides = list(sides or ("base", "head"))
+    results = {}
+    for name in names:
+        entry = {"sides": {}, "ratios": {}}
+        for side in sides:
+            factor = 1.0 + inject.get(side, 0.0)
+            ratios = [factor * rng.gauss(1.0, 0.001) for _ in range(10)]
+            if side == sides[0]:
+                ratios = [1.0] * 10
+            entry["ratios"][side] = ratios
+            entry["sides"][side] = {"latency": [1e-3 * r for r in ratios for _ in range(3)]}
+        results[name] = entry
+    return {"mode": "paired", "sides": sides, "results": results}
+
+
+class FakePairedWorker:
+    """Stands in for revisions.run_paired: records every call; injected sides are slower."""
+
+    def __init__(self, names=WORKER_NAMES):
+        self.names = names
+        self.calls = []
+        self.rng = random.Random(5)
+
+    def __call__(self, trees, bench, out_file, inject=None, gpu=None, only=None, **kwargs):
+        shard = self.names if only is None else json.loads(only.read_text())
+        self.calls.append(
+            {
+                "file": out_file.name,
+                "sides": list(trees),
+                "inject": inject,
+                "gpu": gpu,
+                "shard": shard,
+            }
+        )
+        return paired_payload(self.rng, shard, inject, trees)

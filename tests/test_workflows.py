@@ -21,7 +21,7 @@ def _load(name: str) -> dict:
 
 
 def _self_hosted_jobs():
-    for name in ("gpu.yml", "publish.yml"):
+    for name in ("gpu.yml", "publish.yml", "tilelang-nightly.yml"):
         for job_id, job in _load(name)["jobs"].items():
             if "matrix.runner.labels" in str(job.get("runs-on")):
                 yield name, job_id, job

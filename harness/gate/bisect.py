@@ -1,6 +1,6 @@
 """The first bad commit between two revisions, by the gate's own rule.
 
-    nox -s bisect -- GOOD BAD [-b REGEX] [--rounds 3] [--threshold 0.02] [--gpus 0,1]
+    nox -s bisect -- GOOD BAD [-b REGEX] [--method auto] [--threshold T] [--gpus 0,1]
                               [--out .gate/bisect] [--max-commits 256] [--calibration FILE]
     python -m harness.gate.bisect GOOD BAD ...
 
@@ -154,6 +154,13 @@ def first_bad(
 def side_failed(rounds: list[dict], side: str) -> bool:
     """Whether the worker of ``side`` failed in any round, as a whole or on a benchmark."""
     for r in rounds:
+        if r.get("mode") == "paired" or "fatal" in r:  # one paired process, all sides
+            if "fatal" in r:
+                return True
+            entries = [e.get("sides", {}).get(side, {}) for e in r.get("results", {}).values()]
+            if any("error" in entry for entry in entries):
+                return True
+            continue
         payload = r.get(side, {})
         if "fatal" in payload:
             return True
@@ -422,12 +429,17 @@ def main(argv: list[str] | None = None) -> int:
 
     listed = revisions.git("log", "--no-walk=unsorted", "--format=%H %s", good, *commits, cwd=repo)
     subjects = dict((line.split(" ", 1) + [""])[:2] for line in listed.splitlines())
-    record = Record(good, bad, bench, commits, subjects, args.rounds, args.threshold)
+    # One method for every probe, the one GOOD against BAD calls for, with its defaults.
+    method, why = gate.choose_method(args.method, {"base": good, "head": bad}, repo)
+    rounds = args.rounds or gate.DEFAULT_ROUNDS[method]
+    threshold = gate.THRESHOLDS[method] if args.threshold is None else args.threshold
+    log(f"bisect: method {method} ({why})")
+    record = Record(good, bad, bench, commits, subjects, rounds, threshold)
 
     def compare(sha: str, measured: str) -> gate.Comparison:
         shas = {"base": good, "head": sha}
         comparison = gate.compare(
-            shas, measured, args.rounds, out, args.threshold, gpus, args.calibration, log
+            shas, measured, rounds, out, threshold, gpus, args.calibration, log, method
         )
         record.comparisons[sha] = comparison
         return comparison

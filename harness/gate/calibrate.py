@@ -1,8 +1,19 @@
-"""Calibrate the gate on this GPU: run the suite's GPU tracks repeatedly on one commit,
-measure each benchmark's run-to-run spread, and derive the smallest slowdown the gate can
-detect there. The gate reads the result as per-benchmark thresholds (never below its floor).
+"""Calibrate the gate on this GPU: measure one commit against itself several times, take
+each benchmark's run-to-run spread, and derive the smallest slowdown the gate can detect
+there. The gate reads the result as per-benchmark thresholds, never below its floor.
 
-    nox -s calibrate -- [--runs 5] [--bench REGEX]    # writes calibration/<machine>.json
+    nox -s calibrate -- [--runs 5] [--method paired] [--bench REGEX]
+    # writes calibration/<machine>.json
+
+``--method paired`` (the gate's default) runs the paired worker on the tree against
+itself: each run gives one median ratio per benchmark, whose spread across runs is what
+a one-process paired verdict must clear. ``--method process`` runs the worker once per
+run, as the process gate does, and takes the spread of the run medians.
+
+The spread is robust: the median absolute deviation (scaled to a normal sd), so one slow
+run cannot set a huge threshold. And a threshold is capped (``decide.MAX_THRESHOLD``): a
+benchmark that would need more is written as too noisy, and the gate reports it so
+instead of letting a slowdown that size through.
 """
 
 from __future__ import annotations
@@ -22,39 +33,67 @@ from harness.gate import revisions
 # Two-sided significance of the gate (asv's Mann-Whitney p < 0.002) and 90% power.
 Z_ALPHA = 3.09
 Z_POWER = 1.28
+# The median absolute deviation of a normal sample is 0.6745 sd.
+MAD_TO_SD = 1.4826
+MIN_RUNS = 3  # a median absolute deviation needs a middle
+
+
+def robust_spread(values: list[float]) -> float:
+    """Relative spread of ``values``: the scaled median absolute deviation over the
+    median, which one outlier among three or more values cannot move far."""
+    if len(values) < MIN_RUNS:
+        raise ValueError(f"values: need at least {MIN_RUNS} runs, got {len(values)}")
+    center = statistics.median(values)
+    if center <= 0:
+        raise ValueError(f"values: median {center!r} is not positive")
+    mad = statistics.median(abs(x - center) for x in values)
+    return MAD_TO_SD * mad / center
 
 
 def spread_and_mde(
-    run_medians: list[float], z_alpha: float = Z_ALPHA, z_power: float = Z_POWER
+    run_values: list[float],
+    paired: bool = False,
+    z_alpha: float = Z_ALPHA,
+    z_power: float = Z_POWER,
 ) -> tuple[float, float]:
-    """Run-to-run spread (coefficient of variation of the per-run medians) and the minimum
-    detectable slowdown: the difference of two runs' medians has sd sqrt(2)*spread, and a
-    shift must clear the significance quantile plus the power quantile of that sd."""
-    if len(run_medians) < 2:
-        raise ValueError(f"run_medians: need at least 2 runs, got {len(run_medians)}")
-    spread = statistics.stdev(run_medians) / statistics.fmean(run_medians)
-    return spread, (z_alpha + z_power) * math.sqrt(2) * spread
+    """Run-to-run spread (``robust_spread``) and the minimum detectable slowdown. A paired
+    run's value is already a ratio of the two sides, so a shift must clear the
+    significance quantile plus the power quantile of its spread; the process gate compares
+    two runs' medians, whose difference has sd sqrt(2) * spread."""
+    spread = robust_spread(run_values)
+    return spread, (z_alpha + z_power) * (1.0 if paired else math.sqrt(2)) * spread
 
 
-def summarise(runs: list[dict], floor: float) -> dict[str, dict]:
-    """Per benchmark: spread, detectable slowdown and the threshold the gate will apply."""
+def run_value(payload: dict, name: str, method: str) -> float | None:
+    """One run's value of a benchmark: the median paired ratio, or the median latency."""
+    entry = payload.get("results", {}).get(name, {})
+    if method == "paired":
+        ratios = entry.get("ratios", {}).get("head")
+        return statistics.median(ratios) if ratios else None
+    samples = entry.get("track_latency")
+    return statistics.median(samples) if samples else None
+
+
+def summarise(
+    runs: list[dict], floor: float, method: str = "process", cap: float = gd.MAX_THRESHOLD
+) -> dict[str, dict]:
+    """Per benchmark: spread, detectable slowdown, the threshold the gate will apply and
+    whether it is too noisy to gate (a threshold over ``cap``)."""
     names = {n for payload in runs for n in payload.get("results", {})}
     out = {}
     for name in sorted(names):
-        medians = [
-            statistics.median(p["results"][name]["track_latency"])
-            for p in runs
-            if "track_latency" in p.get("results", {}).get(name, {})
-        ]
-        if len(medians) < 2:
+        values = [v for p in runs if (v := run_value(p, name, method)) is not None]
+        if len(values) < MIN_RUNS:
             continue
-        spread, mde = spread_and_mde(medians)
+        spread, mde = spread_and_mde(values, paired=method == "paired")
+        threshold = max(floor, mde)
         out[name] = {
-            "median_s": statistics.median(medians),
+            "median": statistics.median(values),
             "spread": spread,
             "mde": mde,
-            "threshold": max(floor, mde),
-            "runs": len(medians),
+            "threshold": threshold,
+            "too_noisy": threshold > cap,
+            "runs": len(values),
         }
     return out
 
@@ -67,19 +106,28 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--runs", type=positive_int, default=5, help="repeated runs (>= 2)")
+    p.add_argument("--runs", type=positive_int, default=5, help=f"repeated runs (>= {MIN_RUNS})")
+    p.add_argument(
+        "--method",
+        choices=("paired", "process"),
+        default="paired",
+        help="calibrate the gate's paired or process measurement",
+    )
     p.add_argument(
         "--bench",
         type=regex,
         default=None,
         help="regex on benchmark names (default: the suite's GATE_SUBSET)",
     )
-    p.add_argument("--floor", type=fraction, default=gd.DEFAULT_THRESHOLD, help="the gate's floor")
+    p.add_argument(
+        "--floor", type=fraction, default=None, help="the gate's floor (default: its own)"
+    )
     p.add_argument("--out", type=Path, default=None, help="default calibration/<machine>.json")
     args = p.parse_args(argv)
     args.bench = args.bench or revisions.default_bench()
-    if args.runs < 2:
-        p.error(f"--runs={args.runs}: must be >= 2 to measure a spread")
+    if args.runs < MIN_RUNS:
+        p.error(f"--runs={args.runs}: must be >= {MIN_RUNS} to measure a robust spread")
+    floor = args.floor or (gd.PAIRED_THRESHOLD if args.method == "paired" else gd.DEFAULT_THRESHOLD)
     reason = device.no_gpu_reason()
     if reason:
         print(f"calibrate: error: needs a CUDA GPU: {reason}", file=sys.stderr)
@@ -88,11 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(exist_ok=True)
     sha = revisions.resolve("HEAD")
     tree = revisions.worktree(work, "calibrate", sha)
+    revisions.precompile({"tree": tree}, args.bench)
     runs = []
     for i in range(args.runs):
         print(f"calibrate: run {i + 1}/{args.runs}", file=sys.stderr, flush=True)
-        runs.append(revisions.run_worker(tree, args.bench, work / f"calibrate-{i}.json"))
-    benchmarks = summarise(runs, args.floor)
+        out_file = work / f"calibrate-{i}.json"
+        if args.method == "paired":
+            sides = {"base": tree, "head": tree}
+            runs.append(revisions.run_paired(sides, args.bench, out_file))
+        else:
+            runs.append(revisions.run_worker(tree, args.bench, out_file))
+    benchmarks = summarise(runs, floor, args.method)
     out = args.out or revisions.calibration_path()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -102,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
                 "commit": sha,
                 "date": dt.date.today().isoformat(),
                 "runs": args.runs,
-                "floor": args.floor,
+                "method": args.method,
+                "floor": floor,
+                "cap": gd.MAX_THRESHOLD,
+                "spread": "median absolute deviation x 1.4826 / median",
                 "z_alpha": Z_ALPHA,
                 "z_power": Z_POWER,
                 "benchmarks": benchmarks,
@@ -114,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name}: spread {b['spread']:.2%}, detectable {b['mde']:.2%}, "
             f"threshold {b['threshold']:.1%}"
+            + (f" TOO NOISY to gate (cap {gd.MAX_THRESHOLD:.0%})" if b["too_noisy"] else "")
         )
     print(f"wrote {out}")
     return 0

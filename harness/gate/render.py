@@ -12,6 +12,7 @@ from harness.gate.decide import (
     FAILED,
     IMPROVEMENT,
     NEW,
+    NOISY,
     REGRESSION,
     REMOVED,
     STATUS_ORDER,
@@ -65,7 +66,7 @@ def _verdict_cell(v: Verdict) -> str:
     reason = v.reason
     if len(reason) > _MAX_ERROR_CHARS:
         reason = reason[: _MAX_ERROR_CHARS - 1] + "…"
-    label = f"**{v.status}**" if v.status in (REGRESSION, FAILED) else v.status
+    label = f"**{v.status}**" if v.status in (REGRESSION, FAILED, NOISY) else v.status
     return f"{label}: {_text(reason)}"
 
 
@@ -88,8 +89,11 @@ def render_markdown(
     base_label: str,
     head_label: str,
     context: Mapping[str, str] | None = None,
+    resources: Mapping[str, Mapping[str, Mapping]] | None = None,
 ) -> str:
-    """The PR comment: a one-line PASS/FAIL summary, optional context bullets, one table."""
+    """The PR comment: a one-line PASS/FAIL summary, optional context bullets, the table
+    of verdicts, and the compiled resources (``{side: {name: resources}}``) of the
+    regressed benchmarks, base -> head."""
     rows = sorted(verdicts, key=_sort_key)
     counts = {status: sum(v.status == status for v in rows) for status in STATUS_ORDER}
     outcome = "FAIL" if exit_code(rows) else "PASS"
@@ -106,7 +110,7 @@ def render_markdown(
         f"{counts[FAILED]} failed, "
         f"{_plural(counts[IMPROVEMENT], 'improvement', 'improvements')}, "
         f"{counts[UNCHANGED]} unchanged"
-        + "".join(f", {counts[k]} {k}" for k in (NEW, REMOVED) if counts[k])
+        + "".join(f", {counts[k]} {k}" for k in (NOISY, NEW, REMOVED) if counts[k])
         + f" ({limit})",
     ]
     if context:
@@ -131,4 +135,53 @@ def render_markdown(
             _verdict_cell(v),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if resources:
+        lines += render_resources(resources)
     return "\n".join(lines) + "\n"
+
+
+# What a compiled kernel's resources hold, as the static tracks record them.
+_RESOURCE_COLUMNS = (
+    ("registers", "registers/thread"),
+    ("smem_bytes", "shared memory (B)"),
+    ("spill_bytes", "spill (B)"),
+    ("has_wgmma", "wgmma"),
+    ("has_tma", "TMA"),
+)
+
+
+def _resource(value) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def render_resources(resources: Mapping[str, Mapping[str, Mapping]]) -> list[str]:
+    """Lines of the evidence table: per regressed benchmark, each resource base -> head,
+    in bold where it changed; a side that could not be built says why."""
+    base, head = resources.get("base", {}), resources.get("head", {})
+    names = list(dict.fromkeys([*base, *head]))
+    lines = [
+        "",
+        "**Compiled resources of the regressed kernels** (sm_90a, base → head)",
+        "",
+        "| benchmark | " + " | ".join(title for _, title in _RESOURCE_COLUMNS) + " |",
+        "|---|" + ":-:|" * len(_RESOURCE_COLUMNS),
+    ]
+    for name in names:
+        b, h = base.get(name, {}), head.get(name, {})
+        errors = [f"{side}: {e['error']}" for side, e in (("base", b), ("head", h)) if "error" in e]
+        if errors:
+            cells = [_text("; ".join(errors)[:_MAX_ERROR_CHARS])] + [""] * (
+                len(_RESOURCE_COLUMNS) - 1
+            )
+        else:
+            cells = []
+            for key, _ in _RESOURCE_COLUMNS:
+                old, new = _resource(b.get(key)), _resource(h.get(key))
+                cell = old if old == new else f"**{old} → {new}**"
+                cells.append(cell)
+        lines.append(f"| {_name(name)} | " + " | ".join(cells) + " |")
+    return lines

@@ -1,7 +1,9 @@
 """Revisions, measured: the seam the gate, calibration, the self-test, backfill and bisect
-share. Resolve revisions, give each a git worktree, run the worker on a worktree (one
-fresh process, that revision's own suite and kernels), interleave two revisions round by
-round, pick GPUs, and find the calibration file.
+share. Resolve revisions, give each a git worktree, compile their kernels, run the worker
+on a worktree (one fresh process, that revision's own suite and kernels) or on several
+at once (paired: their kernels launched in turn in one process), interleave two
+revisions round by round, read kernels' compiled resources, pick GPUs, and find the
+calibration file.
 
     from harness.gate import revisions
     sha = revisions.resolve("origin/main")
@@ -84,15 +86,69 @@ def remove_worktree(path: Path) -> None:
     )
 
 
-def tree_env(tree: Path, gpu: int | None = None) -> dict[str, str]:
+def changed_files(base: str, head: str, cwd: Path = ROOT) -> list[str]:
+    """Paths that differ between two commits."""
+    out = git("diff", "--name-only", base, head, cwd=cwd)
+    return out.split("\n") if out else []
+
+
+def has_prepare(sha: str, cwd: Path = ROOT) -> bool:
+    """Whether the suite at ``sha`` builds a combination's kernel apart from timing it
+    (``prepare``), which paired measurement needs."""
+    found = subprocess.run(
+        ["git", "grep", "-q", "def prepare(self", sha, "--", "*.py"],
+        cwd=cwd,
+        check=False,
+        capture_output=True,
+    )
+    return found.returncode == 0
+
+
+def tree_env(tree: Path, gpu: int | None = None, site: Path | None = None) -> dict[str, str]:
     """The environment of a process that runs ``tree``'s code: the tree first on the path
-    (asv reads ASV_PYTHONPATH), pinned to ``gpu`` when given."""
+    (asv reads ASV_PYTHONPATH), then ``site`` (a folder of packages that overrides the
+    installed ones), pinned to ``gpu`` when given."""
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_entry(gpu)
+    first = [str(tree)] + ([str(site)] if site is not None else [])
     for var in ("PYTHONPATH", "ASV_PYTHONPATH"):
-        env[var] = os.pathsep.join([str(tree), env.get(var, "")]).rstrip(os.pathsep)
+        env[var] = os.pathsep.join([*first, env.get(var, "")]).rstrip(os.pathsep)
     return env
+
+
+def precompile(
+    trees: Mapping[str, Path],
+    bench: str,
+    log: Callable[[str], None] = print,
+    options: Mapping[str, Mapping] | None = None,
+) -> None:
+    """Compile every side's kernels for ``bench`` into TileLang's disk cache, all sides at
+    once, each with its own tree's precompile (a tree without one compiles in its worker);
+    ``options[side]`` as for ``interleave``."""
+    procs = {}
+    for side, tree in trees.items():
+        if not (tree / "harness" / "suite" / "precompile.py").exists():
+            log(f"gate: {side}: no precompile in this revision; its worker compiles")
+            continue
+        opts = (options or {}).get(side, {})
+        if not opts and any(t == tree for t, _ in procs.values()):
+            continue  # the same tree twice in one environment (a self-test): once will do
+        python = opts.get("python") or sys.executable
+        cmd = [python, "-m", "harness.suite.precompile", "--bench", bench]
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tree,
+            env={**tree_env(tree, site=opts.get("site")), **opts.get("env", {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        procs[side] = (tree, proc)
+    for side, (_, proc) in procs.items():
+        out, _ = proc.communicate()
+        last = (out or "").strip().splitlines()[-1:] or [""]
+        log(f"gate: {side}: precompile: {last[0]}")
 
 
 def run_worker(
@@ -103,10 +159,14 @@ def run_worker(
     gpu: int | None = None,
     only: Path | None = None,
     listing: bool = False,
+    site: Path | None = None,
+    python: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict:
-    """Run the worker on ``tree`` in a fresh process; its payload (``{"results": ...}``,
-    ``{"names": [...]}`` with ``listing``, or ``{"fatal": why}``)."""
-    cmd = [sys.executable, str(WORKER), "--tree", str(tree), "--out", str(out_file)]
+    """Run the worker on ``tree`` in a fresh process of ``python`` (this interpreter by
+    default), with ``site``'s packages first and ``env`` set when given; its payload
+    (``{"results": ...}``, ``{"names": [...]}`` with ``listing``, or ``{"fatal": why}``)."""
+    cmd = [python or sys.executable, str(WORKER), "--tree", str(tree), "--out", str(out_file)]
     cmd += ["--bench", bench]
     if listing:
         cmd.append("--list")
@@ -114,11 +174,90 @@ def run_worker(
         cmd += ["--only", str(only)]
     if inject:
         cmd += ["--inject-slowdown", repr(inject)]
+    return _run(cmd, {**tree_env(tree, gpu, site), **(env or {})}, tree, out_file)
+
+
+def _run(cmd: list[str], env: Mapping[str, str], cwd: Path, out_file: Path) -> dict:
+    """Run one worker process; its payload, or ``{"fatal": why}`` when it wrote none."""
     out_file.unlink(missing_ok=True)  # nothing stale is read back
-    proc = subprocess.run(cmd, env=tree_env(tree, gpu), cwd=tree, check=False)
+    proc = subprocess.run(cmd, env=dict(env), cwd=cwd, check=False)
     if proc.returncode or not out_file.exists():
         return {"fatal": f"worker exited with status {proc.returncode}"}
     return json.loads(out_file.read_text())
+
+
+def run_paired(
+    trees: Mapping[str, Path],
+    bench: str,
+    out_file: Path,
+    inject: Mapping[str, float] | None = None,
+    gpu: int | None = None,
+    only: Path | None = None,
+    trials: int = 10,
+    launches: int = 10,
+) -> dict:
+    """Run the worker once on all ``trees`` (side -> tree) paired: each side's kernels
+    built by its own suite, then launched in turn in this one process. Its payload
+    (``{"mode": "paired", "results": ...}`` or ``{"fatal": why}``)."""
+    cmd = [sys.executable, str(WORKER), "--out", str(out_file), "--bench", bench]
+    for side, tree in trees.items():
+        cmd += ["--side", f"{side}={tree}"]
+    for side, fraction in (inject or {}).items():
+        cmd += ["--inject", f"{side}={fraction!r}"]
+    cmd += ["--trials", str(trials), "--launches", str(launches)]
+    if only is not None:
+        cmd += ["--only", str(only)]
+    env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_entry(gpu)
+    return _run(cmd, env, next(iter(trees.values())), out_file)
+
+
+def paired_gpus(
+    trees: Mapping[str, Path],
+    bench: str,
+    out: Path,
+    gpus: list[int],
+    names: list[str],
+    tag: str = "pair",
+    **kwargs,
+) -> dict:
+    """``run_paired`` with the combinations ``names`` sharded over ``gpus`` (the suite's
+    stable plan), all GPUs at once, merged into one payload. Every side of a combination
+    shares its GPU."""
+    from harness.suite.shard import plan
+
+    shards = {g: s for g, s in plan(dict.fromkeys(names, 1.0), gpus).items() if s}
+    files = {}
+    for gpu, shard in shards.items():
+        files[gpu] = out / f"shard-{tag}-gpu{gpu}.json"
+        files[gpu].write_text(json.dumps(shard))
+    with ThreadPoolExecutor(len(shards) or 1) as pool:
+        parts = list(
+            pool.map(
+                lambda g: run_paired(
+                    trees, bench, out / f"{tag}-gpu{g}.json", gpu=g, only=files[g], **kwargs
+                ),
+                shards,
+            )
+        )
+    merged = merge(parts)
+    if "fatal" not in merged:
+        merged["mode"] = "paired"
+        merged["tilelang"] = next((p.get("tilelang") for p in parts), None)
+    return merged
+
+
+def resources(tree: Path, names: list[str], out_file: Path, site: Path | None = None) -> dict:
+    """``{name: {registers, smem_bytes, spill_bytes, has_wgmma, has_tma} | {"error": why}}``
+    of ``tree``'s kernels for the combinations ``names``, built for sm_90a by that
+    revision's own code (the static tracks' ``sm90a_resources``); no GPU needed."""
+    only = out_file.with_suffix(".names.json")
+    only.write_text(json.dumps(names))
+    cmd = [sys.executable, str(WORKER), "--tree", str(tree), "--out", str(out_file)]
+    cmd += ["--resources", "--only", str(only)]
+    payload = _run(cmd, tree_env(tree, site=site), tree, out_file)
+    return payload if "fatal" in payload else payload.get("resources", {})
 
 
 def interleave(
@@ -130,9 +269,12 @@ def interleave(
     log: Callable[[str], None] = print,
     gpu: int | None = None,
     only: Path | None = None,
+    options: Mapping[str, Mapping] | None = None,
 ) -> list[dict]:
     """Run both sides ``rounds`` times, alternating which goes first; one fresh worker
-    process per side per round, on ``gpu`` (all visible when None)."""
+    process per side per round, on ``gpu`` (all visible when None). ``options[side]``
+    holds ``run_worker``'s ``site``/``python``/``env`` for that side (the dependency A/B
+    runs one tree in two environments)."""
     payloads = []
     tag = "" if gpu is None else f"-gpu{gpu}"
     for r in range(rounds):
@@ -142,7 +284,13 @@ def interleave(
             log(f"gate{tag}: round {r + 1}/{rounds}: {side}")
             inject = inject_head if side == "head" else 0.0
             got[side] = run_worker(
-                trees[side], bench, out / f"{side}{tag}-{r}.json", inject, gpu, only
+                trees[side],
+                bench,
+                out / f"{side}{tag}-{r}.json",
+                inject,
+                gpu,
+                only,
+                **(options or {}).get(side, {}),
             )
         payloads.append(got)
     return payloads

@@ -1,14 +1,24 @@
-"""The PR performance gate: BASE against HEAD on one GPU, interleaved, with a verdict.
+"""The PR performance gate: BASE against HEAD on one GPU, with a verdict.
 
-    nox -s gate -- BASE HEAD [--rounds 3] [--threshold 0.02] [--bench REGEX]
+    nox -s gate -- BASE HEAD [--method auto] [--threshold T] [--bench REGEX]
     python -m harness.gate BASE HEAD ...
 
-Each side gets a git worktree, so its suite, kernels and timing path come from its own
-revision. Rounds alternate the sides (base, head, then head, base, ...) so drift in clocks
-or temperature reaches both alike; every round runs each side's GPU tracks in a fresh
-process. The samples of all rounds are pooled per benchmark and judged by
-``harness.gate.decide``. Exit status: 0 nothing regressed, 1 a confirmed regression,
-2 a benchmark failed to build or run (or the gate itself could not run).
+Each side gets a git worktree, so its suite and kernels come from its own revision, and
+both sides' kernels are compiled at once before anything is timed. Then, by ``--method``:
+
+- ``paired`` (the default when the change leaves the measuring code alone): one process
+  builds both revisions' kernels, each with its own suite's code, and launches them in
+  turn, launch by launch, so clock and power drift reach both alike. A verdict reads the
+  per-trial ratios head/base (threshold 1%).
+- ``process`` (the default when head changes ``harness/measure/``, whose timing the
+  paired loop would bypass, or when base predates paired measurement): rounds alternate
+  the sides (base, head, then head, base, ...), each side's GPU tracks in a fresh process
+  with its own timing path; the samples are pooled and checked against torch.matmul
+  measured beside them (threshold 2%).
+
+For each regression, the report adds the kernels' compiled resources, base -> head. Exit
+status: 0 nothing regressed, 1 a confirmed regression, 2 a benchmark failed to build or
+run (or the gate itself could not run).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +36,12 @@ from harness.cli import EXIT_FAILURE, fraction, gpu_list, output_dir, positive_i
 from harness.gate import decide as gd
 from harness.gate import revisions
 from harness.gate.render import render_markdown
+
+METHODS = ("auto", "paired", "process")
+# A change here alters how samples are taken; the paired loop would not run it.
+MEASURING_CODE = ("harness/measure/",)
+DEFAULT_ROUNDS = {"paired": 1, "process": 3}
+THRESHOLDS = {"paired": gd.PAIRED_THRESHOLD, "process": gd.DEFAULT_THRESHOLD}
 
 
 def add_comparison_options(p: argparse.ArgumentParser) -> None:
@@ -38,13 +55,25 @@ def add_comparison_options(p: argparse.ArgumentParser) -> None:
         help="regex on benchmark names (default: the suite's GATE_SUBSET)",
     )
     p.add_argument(
-        "--rounds", type=positive_int, default=3, help="interleaved rounds per side (>= 1)"
+        "--method",
+        choices=METHODS,
+        default="auto",
+        help="paired (both revisions in one process, launches in turn), process (one "
+        "process per side and round) or auto (paired unless head changes the measuring "
+        "code)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=None,
+        help="paired: worker processes (default 1); process: rounds per side (default 3)",
     )
     p.add_argument(
         "--threshold",
         type=fraction,
-        default=gd.DEFAULT_THRESHOLD,
-        help="slowdown that counts, the floor under calibrated thresholds (0.02 = 2%%)",
+        default=None,
+        help="slowdown that counts, the floor under calibrated thresholds (default: 0.01 "
+        "paired, 0.02 process)",
     )
     p.add_argument(
         "--gpus",
@@ -81,8 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
 def gpu_summary(rounds: list[dict]) -> str:
     """SM clocks and throttling the workers saw right after each benchmark."""
     clocks, throttled, readings = [], [], 0
-    for r in rounds:
-        for payload in r.values():
+    # A process-mode round is {side: payload}; a paired run is one payload.
+    payloads = [p for r in rounds for p in (r.values() if "results" not in r else [r])]
+    for payload in payloads:
+        if isinstance(payload, dict):
             for entry in payload.get("results", {}).values():
                 gpu = entry.get("gpu")
                 if gpu:
@@ -100,11 +131,15 @@ def gpu_summary(rounds: list[dict]) -> str:
     return f"SM clock {min(clocks)}-{max(clocks)} MHz over {readings} readings; throttling: {seen}"
 
 
-def load_calibration(path: Path | None) -> dict[str, float]:
-    """Per-benchmark thresholds from ``nox -s calibrate`` (``{name: {"threshold": x}}``)."""
+def load_calibration(path: Path | None, method: str = "process") -> dict[str, float]:
+    """Per-benchmark thresholds from ``nox -s calibrate`` for ``method``
+    (``{"method": m, "benchmarks": {name: {"threshold": x}}}``; a file without a method
+    is from process-mode calibration)."""
     if path is None or not path.exists():
         return {}
     data = json.loads(path.read_text())
+    if data.get("method", "process") != method:
+        return {}
     return {name: float(v["threshold"]) for name, v in data.get("benchmarks", {}).items()}
 
 
@@ -152,6 +187,75 @@ def pool(rounds: list[dict[str, dict]]) -> list[gd.BenchSamples]:
     return out
 
 
+def pool_paired(
+    rounds: list[dict], ref: str = "base", other: str = "head"
+) -> list[gd.BenchSamples]:
+    """Pool paired worker payloads (one per process) into samples of ``other`` against
+    ``ref``: latencies of both, and ``other``'s per-trial ratios to ``ref``."""
+    names: dict[str, None] = {}
+    for payload in rounds:
+        names.update(dict.fromkeys(payload.get("results", {})))
+    out = []
+    for name in names:
+        acc = {ref: [], other: []}
+        ratios: list[float] = []
+        errors, skipped = [], False
+        absent = {ref: 0, other: 0}
+        for payload in rounds:
+            if "fatal" in payload:
+                errors.append(payload["fatal"])
+                continue
+            entry = payload["results"].get(name, {"sides": {}})
+            for side in (ref, other):
+                got = entry["sides"].get(side)
+                if got is None:
+                    absent[side] += 1
+                elif "error" in got:
+                    errors.append(f"{side}: {got['error']}")
+                elif "skipped" in got:
+                    skipped = True
+                else:
+                    acc[side] += got["latency"]
+            ratios += entry.get("ratios", {}).get(other, [])
+        if skipped and not errors and not acc[ref] and not acc[other]:
+            continue  # invalid on both sides: not a benchmark
+        missing = next((side for side in absent if absent[side] == len(rounds)), None)
+        label = {ref: "base", other: "head"}
+        for side, count in absent.items():
+            if 0 < count < len(rounds):
+                errors.append(f"{side}: benchmark missing from {count} of {len(rounds)} runs")
+        out.append(
+            gd.BenchSamples(
+                name=name,
+                base=tuple(acc[ref]),
+                head=tuple(acc[other]),
+                ratios=tuple(ratios),
+                error="; ".join(dict.fromkeys(errors)) or None,
+                missing=None if missing is None else label[missing],
+            )
+        )
+    return out
+
+
+def choose_method(
+    requested: str, shas: dict[str, str], cwd: Path = revisions.ROOT
+) -> tuple[str, str]:
+    """(method, why) for ``--method requested``: auto takes paired unless head changes
+    the measuring code or base's suite cannot build a kernel apart from timing it."""
+    if requested != "auto":
+        return requested, "as asked"
+    touched = [
+        f
+        for f in revisions.changed_files(shas["base"], shas["head"], cwd)
+        if f.startswith(MEASURING_CODE)
+    ]
+    if touched:
+        return "process", f"head changes the measuring code ({', '.join(touched[:3])})"
+    if not revisions.has_prepare(shas["base"], cwd):
+        return "process", "base's suite predates paired measurement"
+    return "paired", "the change leaves the measuring code alone"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One gate comparison of two commits: the verdicts, the raw rounds and the report."""
@@ -159,54 +263,123 @@ class Comparison:
     verdicts: list[gd.Verdict]
     rounds: list[dict]
     report: str
+    method: str = "process"
+    resources: dict | None = None
 
     @property
     def code(self) -> int:
         return gd.exit_code(self.verdicts)
 
 
-def compare(
-    shas: dict[str, str],
+def measure_paired(
+    trees: dict[str, Path],
     bench: str,
     rounds: int,
     out: Path,
-    threshold: float = gd.DEFAULT_THRESHOLD,
+    gpus: list[int] | None,
+    log=print,
+) -> list[dict]:
+    """``rounds`` paired worker processes (sharded over ``gpus`` when given)."""
+    names = revisions.list_names(trees, bench, out) if gpus else []
+    payloads = []
+    for r in range(rounds):
+        log(f"gate: paired run {r + 1}/{rounds}")
+        if gpus:
+            payloads.append(revisions.paired_gpus(trees, bench, out, gpus, names, tag=f"pair{r}"))
+        else:
+            payloads.append(revisions.run_paired(trees, bench, out / f"pair-{r}.json"))
+    return payloads
+
+
+def evidence(
+    trees: dict[str, Path], verdicts: list[gd.Verdict], out: Path, log=print
+) -> dict[str, dict]:
+    """``{side: {name: resources}}`` of every regressed benchmark, each side's kernels
+    built for sm_90a by its own revision (both sides at once)."""
+    flagged = [v.name for v in verdicts if v.status == gd.REGRESSION]
+    if not flagged:
+        return {}
+    log(f"gate: compiled resources of {len(flagged)} regressed benchmark(s), both sides")
+    with ThreadPoolExecutor(len(trees)) as pool:
+        got = pool.map(
+            lambda side: revisions.resources(trees[side], flagged, out / f"resources-{side}.json"),
+            trees,
+        )
+        return dict(zip(trees, got, strict=True))
+
+
+def compare(
+    shas: dict[str, str],
+    bench: str,
+    rounds: int | None,
+    out: Path,
+    threshold: float | None = None,
     gpus: list[int] | None = None,
     calibration: Path | None = None,
     log=print,
+    method: str = "auto",
 ) -> Comparison:
     """Measure ``shas["base"]`` against ``shas["head"]`` (each in its own worktree under
-    ``out``), interleaved, and judge them; the gate's whole rule, shared with bisect."""
+    ``out``) by ``method`` and judge them; the gate's whole rule, shared with bisect."""
     from harness.measure import device
 
-    trees = {side: revisions.worktree(out, side, sha) for side, sha in shas.items()}
     start = time.perf_counter()
-    if gpus is None:
-        measured = revisions.interleave(trees, bench, rounds, out, log=log)
+    method, why = choose_method(method, shas)
+    rounds = rounds or DEFAULT_ROUNDS[method]
+    threshold = THRESHOLDS[method] if threshold is None else threshold
+    log(f"gate: method {method} ({why})")
+    trees = {side: revisions.worktree(out, side, sha) for side, sha in shas.items()}
+    compile_start = time.perf_counter()
+    revisions.precompile(trees, bench, log=log)
+    compile_s = time.perf_counter() - compile_start
+    if method == "paired":
+        measured = measure_paired(trees, bench, rounds, out, gpus, log)
+        samples = pool_paired(measured)
+        how = f"paired: both revisions in {rounds} process(es), kernels launched in turn"
     else:
-        measured = revisions.interleave_gpus(trees, bench, rounds, out, gpus, log=log)
+        if gpus is None:
+            measured = revisions.interleave(trees, bench, rounds, out, log=log)
+        else:
+            measured = revisions.interleave_gpus(trees, bench, rounds, out, gpus, log=log)
+        samples = pool(measured)
+        how = f"process: {rounds} rounds, interleaved, one fresh process per side per round"
     calibration = calibration or revisions.calibration_path()
-    thresholds = load_calibration(calibration)
-    verdicts = gd.decide_all(pool(measured), threshold=threshold, thresholds=thresholds)
+    thresholds = load_calibration(calibration, method)
+    verdicts = gd.decide_all(samples, threshold=threshold, thresholds=thresholds)
+    found = evidence(trees, verdicts, out, log)
     context = {
         "GPU": device.gpu_name(),
         "versions": ", ".join(f"{k} {v}" for k, v in device.versions().items()),
-        "rounds": f"{rounds}, interleaved, one fresh process per side per round",
+        "method": f"{how} ({why})",
         "GPU state": gpu_summary(measured),
         "thresholds": (
-            f"per benchmark from {calibration.name}, floor {threshold:.0%}"
+            f"per benchmark from {calibration.name}, floor {threshold:.0%}, "
+            f"cap {gd.MAX_THRESHOLD:.0%}"
             if thresholds
-            else f"{threshold:.0%} for all (no calibration file)"
+            else f"{threshold:.0%} for all (no {method} calibration file)"
         ),
-        "wall time": f"{time.perf_counter() - start:.0f} s",
+        "wall time": f"{time.perf_counter() - start:.0f} s (compile {compile_s:.0f} s)",
     }
     report = render_markdown(
         verdicts,
         base_label=f"base {shas['base'][:10]}",
         head_label=f"head {shas['head'][:10]}",
         context=context,
+        resources=found,
     )
-    return Comparison(verdicts, measured, report)
+    return Comparison(verdicts, measured, report, method, found)
+
+
+def write_report(out: Path, report: str, rounds: list[dict]) -> None:
+    """``report.md`` and ``samples.json`` in ``out``, the report on stdout and, in a
+    GitHub job, in its step summary."""
+    (out / "report.md").write_text(report)
+    (out / "samples.json").write_text(json.dumps(rounds))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as fh:
+            fh.write(report + "\n")
+    print(report)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,17 +404,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gate: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
     out = args.out.resolve()
-    result = compare(shas, bench, args.rounds, out, args.threshold, gpus, args.calibration, log)
+    result = compare(
+        shas, bench, args.rounds, out, args.threshold, gpus, args.calibration, log, args.method
+    )
     if not result.verdicts:
         print(f"gate: error: no benchmark matched --bench {bench!r}", file=sys.stderr)
         return EXIT_FAILURE
-    (out / "report.md").write_text(result.report)
-    (out / "samples.json").write_text(json.dumps(result.rounds))
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a") as fh:
-            fh.write(result.report + "\n")
-    print(result.report)
+    write_report(out, result.report, result.rounds)
     return result.code
 
 

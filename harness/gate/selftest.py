@@ -2,10 +2,14 @@
 regression is a false alarm) and N comparisons against an injected slowdown of a chosen
 size (every regression on the slowed benchmarks is a detection).
 
-    nox -s gate_selftest -- [--n 10] [--slowdown 0.03] [--rounds 1] [--bench REGEX]
+    nox -s gate_selftest -- [--n 20] [--slowdown 0.02] [--method paired] [--bench REGEX]
                             [--gpus all] [--json selftest.json]
 
-Each iteration runs the gate's worker three times on HEAD, each in a fresh process:
+With ``--method paired`` (the gate's default), each iteration is one fresh worker process
+holding three sides built from HEAD's tree, ``base``, ``head`` and ``injected``, whose
+kernels are launched in turn as the gate launches base and head; base against head is
+the A/A comparison, base against injected the detection. With ``--method process``,
+each iteration runs the gate's worker three times on HEAD, each in a fresh process:
 ``base``, ``head`` and ``injected``. It compares base against head (A/A) and base against
 injected (detection), so the base run is shared by the two comparisons of one iteration,
 while comparisons of one kind are independent across iterations: three runs per
@@ -18,7 +22,12 @@ gate uses; a benchmark's three runs always share one GPU.
 The injection is test-only: the gate worker's ``--inject-slowdown`` makes each timed
 kernel launch also spin the GPU (``torch.cuda._sleep``) for that fraction of the
 kernel's own median latency, calibrated against CUDA events at start. The suite and the
-kernels are untouched, and nothing on the normal gate path passes the flag.
+kernels are untouched, and nothing on the normal gate path passes the flag. The ratio the
+gate then sees is recorded too: on small kernels the extra launch adds more than the
+asked fraction.
+
+The calibration file is in force (``--calibration``, default the machine's), as in the
+gate: a benchmark it marks too noisy is counted as such, neither detected nor alarmed.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import statistics
 import sys
 import threading
 import time
@@ -56,6 +66,7 @@ class Setup:
     threshold: float
     work: Path
     thresholds: Mapping[str, float] | None = None
+    method: str = "paired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +75,10 @@ class Tally:
     false_alarm_runs: int  # A/A comparisons with at least one regression
     false_alarms: dict[str, int]  # per benchmark
     detections: dict[str, int]  # per benchmark, out of `comparisons`
+    # The ratios the gate saw, per benchmark: A/A and injected, one per comparison.
+    aa_ratios: dict[str, list[float]] | None = None
+    injected_ratios: dict[str, list[float]] | None = None
+    noisy: dict[str, int] | None = None  # comparisons where calibration left it ungated
 
     @property
     def false_alarm_rate(self) -> float:
@@ -77,17 +92,29 @@ def tally(aa: Sequence[Sequence[gd.Verdict]], injected: Sequence[Sequence[gd.Ver
     names = sorted({v.name for run in [*aa, *injected] for v in run})
     false_alarms = dict.fromkeys(names, 0)
     detections = dict.fromkeys(names, 0)
+    aa_ratios = {n: [] for n in names}
+    injected_ratios = {n: [] for n in names}
+    noisy = dict.fromkeys(names, 0)
     runs_with_alarm = 0
     for run in aa:
         hits = [v.name for v in run if v.status == gd.REGRESSION]
         runs_with_alarm += bool(hits)
         for name in hits:
             false_alarms[name] += 1
+        for v in run:
+            if v.ratio is not None:
+                aa_ratios[v.name].append(v.ratio)
     for run in injected:
         for v in run:
             if v.status == gd.REGRESSION:
                 detections[v.name] += 1
-    return Tally(len(aa), runs_with_alarm, false_alarms, detections)
+            if v.status == gd.NOISY:
+                noisy[v.name] += 1
+            if v.ratio is not None:
+                injected_ratios[v.name].append(v.ratio)
+    return Tally(
+        len(aa), runs_with_alarm, false_alarms, detections, aa_ratios, injected_ratios, noisy
+    )
 
 
 def render(t: Tally, slowdown: float) -> str:
@@ -97,13 +124,26 @@ def render(t: Tally, slowdown: float) -> str:
         f"false alarms: {t.false_alarm_runs}/{t.comparisons} comparisons "
         f"({t.false_alarm_rate:.0%})",
         "",
-        f"{'benchmark':<70} {'false alarms':>12} {'detected':>9}",
+        f"{'benchmark':<60} {'false alarms':>12} {'detected':>9} {'A/A ratio':>10} {'seen':>7}",
     ]
     for name in t.detections:
+        aa = _median(t.aa_ratios, name)
+        seen = _median(t.injected_ratios, name)
+        noisy = (t.noisy or {}).get(name, 0)
         lines.append(
-            f"{name:<70} {t.false_alarms[name]:>12} {t.detections[name]:>5}/{t.comparisons}"
+            f"{name:<60} {t.false_alarms[name]:>12} {t.detections[name]:>5}/{t.comparisons}"
+            f" {_fmt(aa):>10} {_fmt(seen):>7}" + (f"  too noisy {noisy}x" if noisy else "")
         )
     return "\n".join(lines)
+
+
+def _median(table: dict[str, list[float]] | None, name: str) -> float | None:
+    values = (table or {}).get(name) or []
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def to_json(
@@ -137,10 +177,20 @@ def to_json(
                 "false_alarm_rate": rate(t.false_alarms[name], n),
                 "detections": t.detections[name],
                 "detection_rate": rate(t.detections[name], n),
+                "too_noisy": (t.noisy or {}).get(name, 0),
+                # What the gate saw: median and extremes of the per-comparison ratios.
+                "aa_ratio": _summary((t.aa_ratios or {}).get(name)),
+                "injected_ratio": _summary((t.injected_ratios or {}).get(name)),
             }
             for name in t.detections
         },
     }
+
+
+def _summary(values: list[float] | None) -> dict | None:
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def order(i: int) -> tuple[str, ...]:
@@ -150,14 +200,20 @@ def order(i: int) -> tuple[str, ...]:
 
 
 def compare(
-    runs: Sequence[dict[str, dict]],
+    runs: Sequence[dict],
     threshold: float,
     thresholds: Mapping[str, float] | None = None,
+    method: str = "process",
 ) -> tuple[list[gd.Verdict], list[gd.Verdict]]:
-    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``;
-    ``thresholds`` are per-benchmark overrides (calibration), as the gate applies them."""
-    aa = gate.pool([{"base": r["base"], "head": r["head"]} for r in runs])
-    injected = gate.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
+    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``
+    (process) or paired payloads; ``thresholds`` are per-benchmark overrides
+    (calibration), as the gate applies them."""
+    if method == "paired":
+        aa = gate.pool_paired(list(runs), "base", "head")
+        injected = gate.pool_paired(list(runs), "base", "injected")
+    else:
+        aa = gate.pool([{"base": r["base"], "head": r["head"]} for r in runs])
+        injected = gate.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
     return (
         gd.decide_all(aa, threshold=threshold, thresholds=thresholds),
         gd.decide_all(injected, threshold=threshold, thresholds=thresholds),
@@ -181,6 +237,18 @@ def iterate(
         start = time.perf_counter()
         runs = []
         for r in range(rounds):
+            if setup.method == "paired":
+                runs.append(
+                    revisions.run_paired(
+                        dict.fromkeys(SIDES, setup.tree),
+                        setup.bench,
+                        setup.work / f"paired{tag}-{i}-{r}.json",
+                        inject={"injected": setup.slowdown},
+                        gpu=gpu,
+                        only=only,
+                    )
+                )
+                continue
             block = i * rounds + r
             got = {}
             for side in order(block):
@@ -190,7 +258,7 @@ def iterate(
                     setup.tree, setup.bench, out_file, inject, gpu, only
                 )
             runs.append(got)
-        aa, injected = compare(runs, setup.threshold, setup.thresholds)
+        aa, injected = compare(runs, setup.threshold, setup.thresholds, setup.method)
         out.append((aa, injected))
         alarms = sum(v.status == gd.REGRESSION for v in aa)
         detected = sum(v.status == gd.REGRESSION for v in injected)
@@ -282,15 +350,28 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--n", type=positive_int, default=10, help="comparisons of each kind")
-    p.add_argument("--slowdown", type=fraction, default=0.03, help="0.03 = 3%%")
-    p.add_argument("--rounds", type=positive_int, default=1, help="gate rounds per comparison")
+    p.add_argument("--n", type=positive_int, default=20, help="comparisons of each kind")
+    p.add_argument(
+        "--slowdown", type=fraction, default=0.02, help="injected, in (0, 1): 0.02 = 2%%"
+    )
+    p.add_argument(
+        "--method",
+        choices=("paired", "process"),
+        default="paired",
+        help="how the gate measures (its default for a kernel change: paired)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        help="worker processes (paired) or rounds (process) per comparison",
+    )
     p.add_argument(
         "--threshold",
         type=fraction,
-        default=gd.DEFAULT_THRESHOLD,
-        help="the gate's floor for this test (the gate's own default); it must sit below "
-        "--slowdown to detect it",
+        default=None,
+        help="the gate's floor for this test (default: the gate's own for --method); it "
+        "must sit below --slowdown to detect it",
     )
     p.add_argument(
         "--bench",
@@ -313,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         "(default: calibration/<machine>.json when present; --threshold stays the floor)",
     )
     args = p.parse_args(argv)
+    threshold = gate.THRESHOLDS[args.method] if args.threshold is None else args.threshold
+    if threshold >= args.slowdown:
+        p.error(
+            f"--slowdown={args.slowdown}: must exceed the threshold ({threshold}) to be "
+            "detectable; lower --threshold or raise --slowdown"
+        )
     args.bench = args.bench or revisions.default_bench()
     if args.calibration is not None and not args.calibration.is_file():
         p.error(f"--calibration={args.calibration}: no such file")
@@ -327,16 +414,27 @@ def main(argv: list[str] | None = None) -> int:
     tree = revisions.worktree(work, "tree", sha)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     calibration = args.calibration or revisions.calibration_path()
-    thresholds = gate.load_calibration(calibration)
+    thresholds = gate.load_calibration(calibration, args.method)
     setup = Setup(
-        tree, args.bench, args.n, args.rounds, args.slowdown, args.threshold, work, thresholds
+        tree,
+        args.bench,
+        args.n,
+        args.rounds,
+        args.slowdown,
+        threshold,
+        work,
+        thresholds,
+        args.method,
     )
     log(
-        f"gate_selftest: thresholds per benchmark from {calibration.name}, floor "
-        f"{args.threshold:.0%}"
+        f"gate_selftest: {args.method}; thresholds per benchmark from {calibration.name}, "
+        f"floor {threshold:.0%}, cap {gd.MAX_THRESHOLD:.0%}"
         if thresholds
-        else f"gate_selftest: threshold {args.threshold:.0%} for all (no calibration file)"
+        else f"gate_selftest: {args.method}; threshold {threshold:.0%} for all "
+        "(no calibration file)"
     )
+    start = time.perf_counter()
+    revisions.precompile({"tree": tree}, args.bench, log=log)
     finished: dict = {}
     interrupted = False
     try:
@@ -354,9 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     t = tally([aa for aa, _ in results], [inj for _, inj in results])
     print(render(t, args.slowdown))
     if args.json is not None:
-        record = to_json(t, args.slowdown, args.threshold, args.rounds, args.bench, gpus)
+        record = to_json(t, args.slowdown, threshold, args.rounds, args.bench, gpus)
+        record["method"] = args.method
         record["interrupted"] = interrupted
         record["calibration"] = calibration.name if thresholds else None
+        record["wall_s"] = round(time.perf_counter() - start, 1)
         args.json.write_text(json.dumps(record, indent=2) + "\n")
     return EXIT_INTERRUPTED if interrupted else 0
 

@@ -1,18 +1,30 @@
-"""Run the GPU tracks of one revision's asv suite in this process and write their samples.
+"""Measure the GPU combinations of one or more revisions' asv suites in this process and
+write their samples. The gate starts this file as a script from its own checkout.
 
-The gate starts this file as a script from its own checkout, with ``--tree`` pointing at
-a worktree of the revision under test. That tree goes first on ``sys.path``, so the suite,
-the kernels and the timing path all come from the revision being measured; only this
-loop is the gate's: per combination, the suite's own one-combination ``measure`` (the
-code its asv ``setup_cache`` runs), then an NVML reading.
+Two modes:
+
+- ``--tree WORKTREE`` (per revision): that tree goes first on ``sys.path``, so the suite,
+  the kernels and the timing path all come from the revision being measured; per
+  combination the suite's own one-combination ``measure`` (the code its asv
+  ``setup_cache`` runs), then an NVML reading. The gate runs one such process per side
+  and round.
+- ``--side NAME=WORKTREE`` given two or more times (paired): each side's suite is
+  imported from its own tree in turn (the modules of one side are dropped from
+  ``sys.modules`` before the next is imported, while its compiled kernels and inputs stay
+  alive), every combination's kernel is built by that side's own ``prepare``, and then
+  the sides' kernels are launched in turn, launch by launch, by
+  ``harness/measure/interleave.py``. Clock and power drift then reaches every side alike,
+  and each trial gives one ratio per side against the first.
 
     python harness/gate/worker.py --tree WORKTREE --out samples.json [--bench REGEX]
+    python harness/gate/worker.py --side base=TREE_A --side head=TREE_B --out pair.json
 """
 
 import argparse
 import importlib
 import json
 import re
+import statistics
 import sys
 import time
 import traceback
@@ -22,20 +34,22 @@ from pathlib import Path
 TRACKS = ("track_latency", "track_vs_torch")
 
 
-def _load_discovery():
-    """The suite walker from this (the gate's) checkout, loaded by file path: the tree on
-    ``sys.path`` is the revision under test, whose harness may be laid out differently."""
+def _load_by_path(name: str, path: Path):
+    """A module of this (the gate's) checkout, loaded by file path under a private name:
+    the tree on ``sys.path`` is the revision under test, whose harness may be laid out
+    differently."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "suite" / "discovery.py"
-    spec = importlib.util.spec_from_file_location("_gate_discovery", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 
 
-discovery = _load_discovery()
+HERE = Path(__file__).resolve().parent
+discovery = _load_by_path("_gate_discovery", HERE.parent / "suite" / "discovery.py")
+interleave = _load_by_path("_gate_interleave", HERE.parent / "measure" / "interleave.py")
 
 
 def _tree_module(*names: str):
@@ -148,9 +162,204 @@ def run(tree: Path, pattern: str | None, inject: float = 0.0, only: set[str] | N
     return results
 
 
+def resources_of(tree: Path, only: set[str]) -> dict:
+    """The compiled resources (sm_90a) of the kernels of the combinations ``only``, read by
+    the revision's own code, the one its static tracks use; no GPU needed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernels import compile_gemm
+
+    read = _tree_module("harness.measure.resources", "harness.resources").sm90a_resources
+    kernels, out = {}, {}
+    for name, cls, params in discover(tree, None):
+        if name not in only:
+            continue
+        try:
+            shape, config = cls().case(*params)
+            kernels[name] = compile_gemm(shape, config, arch="sm_90a")
+        except Exception as err:
+            out[name] = {"error": traceback.format_exception_only(type(err), err)[-1].strip()}
+
+    def one(kernel):
+        try:
+            r = read(kernel)
+        except Exception as err:
+            return {"error": traceback.format_exception_only(type(err), err)[-1].strip()}
+        return {
+            "registers": r.registers,
+            "smem_bytes": r.smem_bytes,
+            "spill_bytes": r.spill_bytes,
+            "has_wgmma": r.has_wgmma,
+            "has_tma": r.has_tma,
+        }
+
+    with ThreadPoolExecutor() as pool:  # nvcc runs as a child process per kernel
+        out.update(zip(kernels, pool.map(one, kernels.values()), strict=True))
+    return out
+
+
+# Paired mode: several trees' kernels in one process, launched in turn.
+
+
+def _places(module) -> list[str]:
+    """Where a module was loaded from: its file, and a package's folders."""
+    out = [getattr(module, "__file__", None)]
+    try:
+        out += list(getattr(module, "__path__", None) or [])
+    except TypeError:  # some extension modules expose a __path__ that is not a list
+        pass
+    return [p for p in out if isinstance(p, str) and p]
+
+
+def _modules_in(trees: list[Path]) -> list[str]:
+    """Names of the loaded modules that live in any of ``trees``."""
+    return [
+        name
+        for name, module in list(sys.modules.items())
+        if any(Path(p).resolve().is_relative_to(t) for p in _places(module) for t in trees)
+    ]
+
+
+def _enter_tree(tree: Path, trees: list[Path]) -> None:
+    """Make ``tree`` the one whose ``kernels``, ``harness`` and suite an import finds:
+    forget every module any of ``trees`` gave (objects already made keep theirs)."""
+    for name in _modules_in(trees):
+        del sys.modules[name]
+    sys.path[:] = [str(tree)] + [p for p in sys.path if Path(p or ".").resolve() not in trees]
+    importlib.invalidate_caches()
+    import kernels
+
+    if not Path(kernels.__file__).resolve().is_relative_to(tree):
+        raise RuntimeError(f"kernels imported from {kernels.__file__}, not from {tree}")
+
+
+def prepare_side(tree: Path, trees: list[Path], pattern: str | None, only: set[str] | None):
+    """``{name: {"fn": launch}}`` (or ``{"skipped"|"error": why}``) for every GPU
+    combination of ``tree``'s suite: its inputs and kernel made by that revision's own
+    ``prepare``, compiled (or loaded from TileLang's disk cache) now."""
+    _enter_tree(tree, trees)
+    out = {}
+    for name, cls, params in discover(tree, pattern):
+        if only is not None and name not in only:
+            continue
+        try:
+            bench = cls()
+            if not hasattr(bench, "prepare"):
+                raise RuntimeError("paired mode needs a suite with prepare(); use --method process")
+            data, config = bench.prepare(*params)
+            out[name] = {"fn": data.tilelang_fn(config)}
+        except NotImplementedError as skip:
+            out[name] = {"skipped": str(skip)}
+        except Exception as err:  # this side of this combination fails alone
+            last = traceback.format_exception_only(type(err), err)[-1].strip()
+            out[name] = {"error": last[:500]}
+    return out
+
+
+def _sleep_cycles_per_ms() -> float:
+    """GPU clock cycles ``torch.cuda._sleep`` spins per millisecond, timed now the way the
+    kernels are."""
+    import torch
+
+    cycles = 2_000_000
+    ms = interleave.interleaved([lambda: torch.cuda._sleep(cycles)], trials=1, launches=5)
+    return cycles / statistics.median(ms[0][0])
+
+
+def slowed(fn, fraction: float, cycles_per_ms: float):
+    """Test-only (``--inject SIDE=FRACTION``, the gate self-test): ``fn`` followed on the
+    same stream by a spin of ``fraction`` of ``fn``'s own median latency, inside the
+    timed region. Returns the launch and the milliseconds added."""
+    import torch
+
+    base_ms = statistics.median(interleave.interleaved([fn], trials=1, launches=20)[0][0])
+    added_ms = fraction * base_ms
+    cycles = max(1, int(added_ms * cycles_per_ms))
+    return (lambda: (fn(), torch.cuda._sleep(cycles))), added_ms
+
+
+def run_paired(
+    sides: dict[str, Path],
+    pattern: str | None,
+    inject: dict[str, float],
+    only: set[str] | None = None,
+    trials: int = 10,
+    launches: int = 10,
+) -> dict:
+    """``{name: {"sides": {side: {"latency": [s...]} | {"error"|"skipped": why}},
+    "ratios": {side: [per-trial ratio to the first side]}, "gpu": ...}}``."""
+    trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
+    prepared = {side: prepare_side(tree, trees, pattern, only) for side, tree in sides.items()}
+    open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
+    nvml = open_nvml()
+    cycles_per_ms = _sleep_cycles_per_ms() if any(inject.values()) else 0.0
+    names = list(dict.fromkeys(n for p in prepared.values() for n in p))
+    results = {}
+    for name in names:
+        entry: dict = {"sides": {}}
+        runnable = []
+        for side, got in prepared.items():
+            if name not in got:
+                continue  # that revision has no such combination
+            if "fn" not in got[name]:
+                entry["sides"][side] = dict(got[name])
+                continue
+            runnable.append(side)
+        try:
+            fns = []
+            for side in runnable:
+                fn = prepared[side][name]["fn"]
+                if inject.get(side):
+                    fn, added = slowed(fn, inject[side], cycles_per_ms)
+                    entry.setdefault("injected_ms", {})[side] = added
+                fns.append(fn)
+            if fns:
+                timed = partial(interleave.interleaved, fns, trials=trials, launches=launches)
+                if nvml is None:
+                    ms = timed()
+                else:
+                    ms, state = nvml.during(timed, interval_s=0.01)
+                    entry["gpu"] = {"sm_mhz": state.sm_clock_mhz, "throttle": state.throttled()}
+                ratios = interleave.trial_ratios(ms)
+                for i, side in enumerate(runnable):
+                    entry["sides"][side] = {"latency": [x * 1e-3 for t in ms[i] for x in t]}
+                    entry.setdefault("ratios", {})[side] = ratios[i]
+        except Exception as err:  # a launch failed: every side of this combination fails
+            last = traceback.format_exception_only(type(err), err)[-1].strip()
+            for side in runnable:
+                entry["sides"][side] = {"error": last[:500]}
+            entry.pop("ratios", None)
+        results[name] = entry
+        status = ", ".join(
+            f"{side} {next(iter(v))}" for side, v in entry["sides"].items() if "latency" not in v
+        )
+        print(f"  {name}: {status or 'ok'}", file=sys.stderr, flush=True)
+    return results
+
+
+def _named(text: str, what: str, convert):
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be NAME={what}")
+    return name, convert(value)
+
+
+def _tilelang_version() -> str | None:
+    """The TileLang this process imported (the dependency A/B checks it per side)."""
+    module = sys.modules.get("tilelang")
+    return getattr(module, "__version__", None) if module is not None else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tree", type=Path, required=True, help="worktree of the revision")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--tree", type=Path, help="worktree of the revision (one per process)")
+    mode.add_argument(
+        "--side",
+        action="append",
+        type=lambda t: _named(t, "WORKTREE", Path),
+        help="NAME=WORKTREE, two or more times: measure these sides paired, in this process",
+    )
     parser.add_argument("--out", type=Path, required=True, help="where to write the samples")
     parser.add_argument("--bench", default=None, help="regex on combination names")
     parser.add_argument(
@@ -165,18 +374,46 @@ def main() -> int:
         help="write the matching names instead of measuring (no GPU needed)",
     )
     parser.add_argument(
+        "--resources",
+        action="store_true",
+        help="write the --only combinations' compiled resources (sm_90a) instead of timing",
+    )
+    parser.add_argument(
         "--inject-slowdown",
         type=float,
         default=0.0,
         metavar="FRACTION",
         help="test-only: add GPU work of this fraction of each kernel's latency (self-test)",
     )
+    parser.add_argument(
+        "--inject",
+        action="append",
+        type=lambda t: _named(t, "FRACTION", float),
+        default=[],
+        help="test-only, paired: SIDE=FRACTION slows that side's launches (self-test)",
+    )
+    parser.add_argument("--trials", type=int, default=10, help="paired: trials (ratios)")
+    parser.add_argument("--launches", type=int, default=10, help="paired: launches per trial")
     args = parser.parse_args()
+    start = time.perf_counter()
+    if args.side:
+        sides = {name: tree.resolve() for name, tree in args.side}
+        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+        try:
+            only = None if args.only is None else set(json.loads(args.only.read_text()))
+            results = run_paired(
+                sides, args.bench, dict(args.inject), only, args.trials, args.launches
+            )
+            payload = {"mode": "paired", "sides": list(sides), "results": results}
+            payload["tilelang"] = _tilelang_version()
+        except Exception as err:  # a side failed to import or discover
+            payload = {"fatal": "".join(traceback.format_exception_only(type(err), err)).strip()}
+        payload["seconds"] = time.perf_counter() - start
+        args.out.write_text(json.dumps(payload))
+        return 0
     tree = args.tree.resolve()
     # The revision's own code, never this checkout's.
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [str(tree)] + [p for p in sys.path if Path(p or ".").resolve() != here]
-    start = time.perf_counter()
+    sys.path[:] = [str(tree)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
     try:
         import kernels
 
@@ -184,9 +421,13 @@ def main() -> int:
             raise RuntimeError(f"kernels imported from {kernels.__file__}, not from {tree}")
         if args.list:
             payload = {"names": [name for name, _, _ in discover(tree, args.bench)]}
+        elif args.resources:
+            only = set(json.loads(args.only.read_text())) if args.only else set()
+            payload = {"resources": resources_of(tree, only)}
         else:
             only = None if args.only is None else set(json.loads(args.only.read_text()))
             payload = {"results": run(tree, args.bench, args.inject_slowdown, only)}
+            payload["tilelang"] = _tilelang_version()
     except Exception as err:  # the whole side failed to import or discover
         payload = {"fatal": "".join(traceback.format_exception_only(type(err), err)).strip()}
     payload["seconds"] = time.perf_counter() - start

@@ -294,7 +294,7 @@ class FakeGate:
         self.regressed, self.good_fails = regressed, good_fails
         self.calls = []
 
-    def __call__(self, shas, bench, rounds, out, threshold, gpus, calibration, log):
+    def __call__(self, shas, bench, rounds, out, threshold, gpus, calibration, log, method):
         head = self.index[shas["head"]]
         self.calls.append((shas, bench))
         verdicts = []

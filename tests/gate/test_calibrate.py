@@ -17,8 +17,38 @@ def test_spread_and_mde_from_run_medians():
     spread, mde = spread_and_mde(medians)
     assert spread == pytest.approx(0.01, rel=0.15)
     assert mde == pytest.approx((3.09 + 1.28) * 2**0.5 * spread)
-    with pytest.raises(ValueError, match="at least 2"):
-        spread_and_mde([1.0])
+    # A paired run's value is already a ratio of the sides: no sqrt(2).
+    assert spread_and_mde(medians, paired=True)[1] == pytest.approx((3.09 + 1.28) * spread)
+    with pytest.raises(ValueError, match="at least 3"):
+        spread_and_mde([1.0, 1.01])
+
+
+def test_one_slow_run_cannot_set_a_huge_threshold():
+    # Four runs within 0.3% and one 20% slow (the 24.9% threshold seen on the H200 came
+    # from such a run): the stdev would make it ~9%, the robust spread stays small.
+    values = [1.000, 1.003, 0.998, 1.001, 1.2]
+    spread, mde = spread_and_mde(values)
+    assert spread < 0.005 and mde < 0.03
+    runs = [{"results": {"gemm.T(a)": {"track_latency": [v]}}} for v in values]
+    out = summarise(runs, floor=0.02)
+    assert out["gemm.T(a)"]["threshold"] < 0.05 and not out["gemm.T(a)"]["too_noisy"]
+
+
+def test_a_benchmark_noisy_in_most_runs_is_marked_too_noisy():
+    values = [1.0, 1.1, 0.9, 1.15, 0.85]
+    runs = [{"results": {"gemm.T(a)": {"track_latency": [v]}}} for v in values]
+    out = summarise(runs, floor=0.02, cap=0.05)
+    assert out["gemm.T(a)"]["too_noisy"] and out["gemm.T(a)"]["threshold"] > 0.05
+
+
+def test_paired_calibration_reads_the_median_ratio_of_each_run():
+    rng = random.Random(4)
+    runs = [
+        {"results": {"gemm.T(a)": {"ratios": {"head": [rng.gauss(1.0, 0.001) for _ in range(10)]}}}}
+        for _ in range(5)
+    ]
+    out = summarise(runs, floor=0.01, method="paired")
+    assert out["gemm.T(a)"]["threshold"] == 0.01 and out["gemm.T(a)"]["runs"] == 5
 
 
 def _run(rng, noise):
@@ -45,6 +75,12 @@ def test_gate_reads_calibration_thresholds(tmp_path):
     path.write_text(json.dumps({"benchmarks": {"gemm.X(a)": {"threshold": 0.08}}}))
     assert gate.load_calibration(path) == {"gemm.X(a)": 0.08}
     assert gate.load_calibration(tmp_path / "missing.json") == {}
+    # A file holds one method's thresholds; the other method's gate ignores it.
+    path.write_text(
+        json.dumps({"method": "paired", "benchmarks": {"gemm.X(a)": {"threshold": 0.03}}})
+    )
+    assert gate.load_calibration(path, "paired") == {"gemm.X(a)": 0.03}
+    assert gate.load_calibration(path, "process") == {}
 
 
 def _verdict(name, status):

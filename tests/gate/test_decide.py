@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from harness.gate.decide import (
+    NOISY,
     BenchSamples,
     Verdict,
     decide,
@@ -264,7 +265,9 @@ def test_override_cannot_go_below_floor(seed: int) -> None:
 def test_override_raises_threshold_of_its_benchmark_only(seed: int) -> None:
     rng = np.random.default_rng(seed)
     samples = [bench(rng, 1.10, name="noisy"), bench(rng, 1.10, name="quiet")]
-    verdicts = decide_all(samples, threshold=0.05, thresholds={"noisy": 0.15, "absent": 0.5})
+    verdicts = decide_all(
+        samples, threshold=0.05, thresholds={"noisy": 0.15, "absent": 0.5}, cap=0.2
+    )
     assert [v.name for v in verdicts] == ["noisy", "quiet"]
     assert [v.threshold for v in verdicts] == [0.15, 0.05]
     assert [v.status for v in verdicts] == ["unchanged", "regression"]
@@ -274,3 +277,43 @@ def test_override_raises_threshold_of_its_benchmark_only(seed: int) -> None:
 def test_non_finite_override_is_rejected() -> None:
     with pytest.raises(ValueError, match="thresholds"):
         decide_all([BenchSamples("a", (1e-3,), (1e-3,))], thresholds={"a": math.nan})
+
+
+def test_a_threshold_over_the_cap_is_reported_too_noisy_not_let_through() -> None:
+    rng = np.random.default_rng(3)
+    # A 20% slowdown that a 24.9% calibrated threshold would pass: over the 5% cap it is
+    # reported as too noisy to gate, and the quiet benchmark is judged as ever.
+    samples = [bench(rng, 1.20, name="noisy"), bench(rng, 1.20, name="quiet")]
+    verdicts = decide_all(samples, threshold=0.02, thresholds={"noisy": 0.249})
+    assert [v.status for v in verdicts] == [NOISY, "regression"]
+    assert "24.9%" in verdicts[0].reason and "5% cap" in verdicts[0].reason
+    assert verdicts[0].threshold == pytest.approx(0.249)
+    # Up to the cap a calibrated threshold applies as it is.
+    at_cap = decide_all([bench(rng, 1.20, name="noisy")], thresholds={"noisy": 0.05})
+    assert at_cap[0].status == "regression" and at_cap[0].threshold == 0.05
+
+
+def _paired(ratios, name="p"):
+    return BenchSamples(name, (1e-3,) * 10, (1e-3,) * 10, ratios=tuple(ratios))
+
+
+def test_paired_ratios_decide_with_their_confidence_interval() -> None:
+    rng = np.random.default_rng(5)
+    slow = _paired(1.02 + rng.normal(0, 0.002, 10))
+    v = decide(slow, threshold=0.01)
+    assert v.status == "regression" and v.ratio == pytest.approx(1.02, abs=0.003)
+    assert v.ci_low > 1 and "paired trials" in v.reason
+    assert decide(_paired(1.0 + rng.normal(0, 0.002, 10)), threshold=0.01).status == "unchanged"
+    assert decide(_paired(0.97 + rng.normal(0, 0.002, 10)), threshold=0.01).status == (
+        "improvement"
+    )
+
+
+def test_paired_shift_past_threshold_but_straddling_one_is_not_significant() -> None:
+    # Median 1.015 but trials on both sides of 1: the 99% CI holds 1, so nothing is flagged.
+    v = decide(_paired([0.99, 1.015, 1.02, 1.03, 1.015, 0.995, 1.016, 1.014, 1.018, 1.012]), 0.01)
+    assert v.ratio > 1.01 and v.status == "unchanged" and "not significant" in v.reason
+
+
+def test_paired_without_valid_ratios_fails() -> None:
+    assert decide(_paired([math.nan, math.nan])).status == "failed"

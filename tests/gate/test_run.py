@@ -251,3 +251,105 @@ def test_injection_slows_a_copy_of_the_kernel_launch_only(monkeypatch):
     assert sleeps == [50, 50]
     shared.time_tilelang("cfg")  # the shared inputs' own launch path is untouched
     assert sleeps == [50, 50]
+
+
+def _fake_paired_run(slow_names, calls):
+    """Stands in for revisions.run_paired: head's kernels of ``slow_names`` are 5% slower."""
+
+    def run_paired(trees, bench, out_file, inject=None, gpu=None, only=None, **kw):
+        calls.append({"sides": list(trees), "gpu": gpu})
+        rng = random.Random(len(calls))
+        results = {}
+        for name in ("gemm.S(0)", "gemm.S(1)"):
+            factor = 1.05 if name in slow_names else 1.0
+            ratios = [factor * rng.gauss(1.0, 0.001) for _ in range(10)]
+            results[name] = {
+                "sides": {
+                    "base": {"latency": [1e-3] * 10},
+                    "head": {"latency": [1e-3 * r for r in ratios]},
+                },
+                "ratios": {"base": [1.0] * 10, "head": ratios},
+            }
+        return {"mode": "paired", "results": results}
+
+    return run_paired
+
+
+@pytest.fixture
+def fake_gate(monkeypatch, tmp_path):
+    """compare() with no git worktrees, compiles or GPU: the pieces it calls, faked."""
+    monkeypatch.setattr(revisions, "worktree", lambda out, side, sha: tmp_path / side)
+    monkeypatch.setattr(revisions, "precompile", lambda *a, **kw: None)
+    monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
+    monkeypatch.setattr("harness.measure.device.gpu_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr("harness.measure.device.versions", lambda: {"tilelang": "0.1.15"})
+    resources_calls = []
+
+    def resources(tree, names, out_file, site=None):
+        resources_calls.append((tree.name, tuple(names)))
+        regs = 168 if tree.name == "base" else 232
+        return {
+            n: {
+                "registers": regs,
+                "smem_bytes": 1024,
+                "spill_bytes": 0,
+                "has_wgmma": True,
+                "has_tma": tree.name == "base",
+            }
+            for n in names
+        }
+
+    monkeypatch.setattr(revisions, "resources", resources)
+    return resources_calls
+
+
+def test_paired_gate_flags_the_slow_kernel_and_shows_its_resources(
+    fake_gate, monkeypatch, tmp_path
+):
+    calls = []
+    monkeypatch.setattr(revisions, "run_paired", _fake_paired_run({"gemm.S(1)"}, calls))
+    shas = {"base": "a" * 40, "head": "b" * 40}
+    result = gate.compare(shas, ".", None, tmp_path, method="paired", log=lambda line: None)
+    assert len(calls) == 1 and calls[0]["sides"] == ["base", "head"]
+    status = {v.name: v.status for v in result.verdicts}
+    assert status == {"gemm.S(0)": "unchanged", "gemm.S(1)": "regression"}
+    assert result.code == 1 and result.method == "paired"
+    assert {v.threshold for v in result.verdicts} == {0.01}
+    # Evidence: only the regressed benchmark, both sides, base -> head in the report.
+    assert sorted(fake_gate) == [("base", ("gemm.S(1)",)), ("head", ("gemm.S(1)",))]
+    assert "**168 → 232**" in result.report and "**yes → no**" in result.report
+    assert "paired" in result.report
+
+
+def test_paired_gate_without_regression_reads_no_resources(fake_gate, monkeypatch, tmp_path):
+    monkeypatch.setattr(revisions, "run_paired", _fake_paired_run(set(), []))
+    shas = {"base": "a" * 40, "head": "b" * 40}
+    result = gate.compare(shas, ".", 2, tmp_path, method="paired", log=lambda line: None)
+    assert result.code == 0 and fake_gate == [] and "Compiled resources" not in result.report
+    # Two paired processes pool their trials.
+    assert all(len(s) == 20 for s in [gate.pool_paired(result.rounds)[0].ratios])
+
+
+def test_auto_takes_process_when_head_changes_the_measuring_code(monkeypatch):
+    monkeypatch.setattr(revisions, "changed_files", lambda b, h, cwd: ["harness/measure/timing.py"])
+    monkeypatch.setattr(revisions, "has_prepare", lambda sha, cwd: True)
+    method, why = gate.choose_method("auto", {"base": "a", "head": "b"})
+    assert method == "process" and "harness/measure/timing.py" in why
+    monkeypatch.setattr(revisions, "changed_files", lambda b, h, cwd: ["kernels/gemm.py"])
+    assert gate.choose_method("auto", {"base": "a", "head": "b"})[0] == "paired"
+    monkeypatch.setattr(revisions, "has_prepare", lambda sha, cwd: False)
+    assert gate.choose_method("auto", {"base": "a", "head": "b"})[0] == "process"
+    assert gate.choose_method("paired", {"base": "a", "head": "b"}) == ("paired", "as asked")
+
+
+def test_pool_paired_marks_a_side_error_and_a_benchmark_head_added():
+    payload = {
+        "mode": "paired",
+        "results": {
+            "gemm.S(0)": {"sides": {"base": {"latency": [1e-3]}, "head": {"error": "boom"}}},
+            "gemm.S(1)": {"sides": {"head": {"latency": [1e-3]}}, "ratios": {}},
+        },
+    }
+    got = {s.name: s for s in gate.pool_paired([payload])}
+    assert got["gemm.S(0)"].error == "head: boom"
+    assert got["gemm.S(1)"].missing == "base"

@@ -3,6 +3,7 @@ shared, run orders, the split over GPUs and the JSON record, with a fake worker.
 
 import itertools
 import json
+import statistics
 
 import pytest
 
@@ -10,7 +11,7 @@ from harness.cli import EXIT_INTERRUPTED
 from harness.gate import decide as gd
 from harness.gate import revisions, selftest
 from tests.fakes import WORKER_NAMES as NAMES
-from tests.fakes import FakeWorker
+from tests.fakes import FakePairedWorker, FakeWorker
 
 
 def test_orders_cycle_through_every_permutation():
@@ -21,9 +22,23 @@ def test_orders_cycle_through_every_permutation():
     assert selftest.order(6) == selftest.order(0)
 
 
-def _setup(tmp_path, n, rounds=1, thresholds=None):
+def _setup(tmp_path, n, rounds=1, thresholds=None, method="process"):
     """n iterations of a 10% injected slowdown against a 2% floor."""
-    return selftest.Setup(tmp_path, ".", n, rounds, 0.1, 0.02, tmp_path, thresholds)
+    return selftest.Setup(tmp_path, ".", n, rounds, 0.1, 0.02, tmp_path, thresholds, method)
+
+
+def test_paired_iteration_is_one_process_with_three_sides(monkeypatch, tmp_path):
+    worker = FakePairedWorker()
+    monkeypatch.setattr(revisions, "run_paired", worker)
+    setup = selftest.Setup(tmp_path, ".", 3, 1, 0.02, 0.01, tmp_path, None, "paired")
+    results = selftest.iterate(setup, log=lambda line: None)
+    assert len(worker.calls) == 3
+    assert all(c["sides"] == list(selftest.SIDES) for c in worker.calls)
+    assert all(c["inject"] == {"injected": 0.02} for c in worker.calls)
+    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
+    # A 2% injection at a 1% threshold is caught; base against head (A/A) never alarms.
+    assert t.false_alarm_runs == 0 and set(t.detections.values()) == {3}
+    assert all(abs(statistics.median(r) - 1.02) < 0.003 for r in t.injected_ratios.values())
 
 
 def test_three_runs_per_iteration_with_the_base_shared(monkeypatch, tmp_path):
@@ -83,6 +98,9 @@ def test_json_record_of_the_tally():
         "false_alarm_rate": 0.25,
         "detections": 4,
         "detection_rate": 1.0,
+        "too_noisy": 0,
+        "aa_ratio": {"median": 1.0, "min": 1.0, "max": 1.0},
+        "injected_ratio": {"median": 1.0, "min": 1.0, "max": 1.0},
     }
     assert record["benchmarks"]["b"]["detections"] == 0
 
@@ -103,6 +121,7 @@ class InterruptingWorker(FakeWorker):
 def test_an_interrupted_self_test_tallies_the_finished_iterations(monkeypatch, tmp_path, capsys):
     # Two full iterations (three runs each), then Ctrl-C in the third.
     monkeypatch.setattr(revisions, "run_worker", InterruptingWorker(stop_at=8))
+    monkeypatch.setattr(revisions, "precompile", lambda *args, **kw: None)
     monkeypatch.setattr(revisions, "worktree", lambda work, side, sha: tmp_path)
     monkeypatch.setattr(revisions, "resolve", lambda *args, **kw: "0" * 40)
     monkeypatch.setattr(revisions, "ROOT", tmp_path)
@@ -110,7 +129,9 @@ def test_an_interrupted_self_test_tallies_the_finished_iterations(monkeypatch, t
     monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
     monkeypatch.setattr("harness.measure.device.no_gpu_reason", lambda: None)
     out = tmp_path / "tally.json"
-    code = selftest.main(["--n", "5", "--slowdown", "0.1", "--json", str(out)])
+    code = selftest.main(
+        ["--n", "5", "--slowdown", "0.1", "--method", "process", "--json", str(out)]
+    )
     assert code == EXIT_INTERRUPTED
     record = json.loads(out.read_text())
     assert record["n"] == 2 and record["interrupted"] is True
@@ -158,3 +179,10 @@ def test_missing_calibration_file_is_refused_before_measuring(tmp_path):
         text=True,
     )
     assert out.returncode == 2 and "--calibration" in out.stderr and "no such file" in out.stderr
+
+
+@pytest.mark.parametrize("bad", ["0", "1", "1.5", "-0.02", "two"])
+def test_slowdown_outside_zero_one_is_refused(bad, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        selftest.main(["--slowdown", bad])
+    assert exit_.value.code == 2 and "--slowdown" in capsys.readouterr().err

@@ -1,0 +1,124 @@
+"""The gate worker's paired mode on the CPU: two revisions' suites imported in turn into one
+process, each side's kernels built by its own code, launched in turn (a fake timer)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).resolve().parents[2] / "harness" / "gate" / "worker.py"
+
+SUITE = """
+import kernels
+
+
+class Fam:
+    params = ([1, 2],)
+    param_names = ["x"]
+
+    def case(self, x):
+        return x, None
+
+    def track_latency(self, *params):
+        pass
+
+    def track_vs_torch(self, *params):
+        pass
+
+    def prepare(self, x):
+        if x == 2 and kernels.REVISION == "head":
+            raise NotImplementedError("invalid on head")
+        if x == 1 and kernels.BROKEN:
+            raise RuntimeError("does not compile")
+
+        class Data:
+            def tilelang_fn(self, config):
+                return lambda: kernels.REVISION
+
+        return Data(), None
+"""
+
+
+def _tree(root: Path, revision: str, broken: bool = False) -> Path:
+    """A revision's checkout: its asv.conf.json, kernels, suite and harness."""
+    files = {
+        "asv.conf.json": json.dumps({"benchmark_dir": "suite"}),
+        "kernels/__init__.py": f"REVISION = {revision!r}\nBROKEN = {broken}\n",
+        "suite/__init__.py": "",
+        "suite/gemm.py": SUITE,
+        "harness/__init__.py": "",
+        "harness/measure/__init__.py": "",
+        "harness/measure/gpu_state.py": "def open_nvml():\n    return None\n",
+    }
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.fixture
+def worker(monkeypatch):
+    """The worker script loaded as a module, with this process's own ``kernels``,
+    ``harness`` and ``sys.path`` put back afterwards."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("kernels", "harness", "suite"):
+            monkeypatch.delitem(sys.modules, name)
+    spec = importlib.util.spec_from_file_location("_worker_under_test", WORKER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("kernels", "harness", "suite"):
+            sys.modules.pop(name, None)
+
+
+def fake_timer(launched):
+    """Stands in for interleave.interleaved: launches every function once, recording
+    what it returned; the second function is 10% slower than the first."""
+
+    def interleaved(fns, trials=10, launches=10, **kw):
+        launched.append([fn() for fn in fns])
+        return [[[1.0 + 0.1 * i] * launches for _ in range(trials)] for i in range(len(fns))]
+
+    return interleaved
+
+
+def test_each_side_launches_its_own_revisions_kernel(worker, monkeypatch, tmp_path):
+    base, head = _tree(tmp_path / "a", "base"), _tree(tmp_path / "b", "head")
+    launched = []
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer(launched))
+    results = worker.run_paired({"base": base, "head": head}, None, {})
+    assert set(results) == {"gemm.Fam(1)", "gemm.Fam(2)"}
+    one = results["gemm.Fam(1)"]
+    assert launched[0] == ["base", "head"]  # base's kernel, then head's, in one process
+    assert one["ratios"]["head"] == pytest.approx([1.1] * 10)
+    assert one["ratios"]["base"] == [1.0] * 10
+    assert one["sides"]["head"]["latency"][0] == pytest.approx(1.1e-3)
+    # Invalid on head only: base still measured alone, head marked skipped.
+    two = results["gemm.Fam(2)"]
+    assert two["sides"]["head"] == {"skipped": "invalid on head"}
+    assert "latency" in two["sides"]["base"] and launched[1] == ["base"]
+
+
+def test_a_side_that_fails_to_build_fails_alone(worker, monkeypatch, tmp_path):
+    base, head = _tree(tmp_path / "a", "base"), _tree(tmp_path / "b", "head", broken=True)
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
+    results = worker.run_paired({"base": base, "head": head}, r"Fam\(1\)", {})
+    assert list(results) == ["gemm.Fam(1)"]
+    assert "does not compile" in results["gemm.Fam(1)"]["sides"]["head"]["error"]
+    assert "latency" in results["gemm.Fam(1)"]["sides"]["base"]
+
+
+def test_the_same_tree_twice_is_imported_twice(worker, monkeypatch, tmp_path):
+    tree = _tree(tmp_path / "a", "base")
+    launched = []
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer(launched))
+    results = worker.run_paired({"base": tree, "head": tree, "injected": tree}, r"Fam\(1\)", {})
+    assert launched == [["base", "base", "base"]]
+    assert set(results["gemm.Fam(1)"]["ratios"]) == {"base", "head", "injected"}
