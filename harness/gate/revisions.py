@@ -193,8 +193,8 @@ def run_paired(
     inject: Mapping[str, float] | None = None,
     gpu: int | None = None,
     only: Path | None = None,
-    trials: int = 10,
-    launches: int = 10,
+    trials: int = 20,
+    launches: int = 6,
 ) -> dict:
     """Run the worker once on all ``trees`` (side -> tree) paired: each side's kernels
     built by its own suite, then launched in turn in this one process. Its payload

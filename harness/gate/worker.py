@@ -234,7 +234,8 @@ def _enter_tree(tree: Path, trees: list[Path]) -> None:
 
 
 def prepare_side(tree: Path, trees: list[Path], pattern: str | None, only: set[str] | None):
-    """``{name: {"fn": launch}}`` (or ``{"skipped"|"error": why}``) for every GPU
+    """``{name: {"data": inputs, "config": config}}`` (or ``{"skipped"|"error": why}``)
+    for every GPU
     combination of ``tree``'s suite: its inputs and kernel made by that revision's own
     ``prepare``, compiled (or loaded from TileLang's disk cache) now."""
     _enter_tree(tree, trees)
@@ -247,7 +248,7 @@ def prepare_side(tree: Path, trees: list[Path], pattern: str | None, only: set[s
             if not hasattr(bench, "prepare"):
                 raise RuntimeError("paired mode needs a suite with prepare(); use --method process")
             data, config = bench.prepare(*params)
-            out[name] = {"fn": data.tilelang_fn(config)}
+            out[name] = {"data": data, "config": config}
         except NotImplementedError as skip:
             out[name] = {"skipped": str(skip)}
         except Exception as err:  # this side of this combination fails alone
@@ -256,13 +257,37 @@ def prepare_side(tree: Path, trees: list[Path], pattern: str | None, only: set[s
     return out
 
 
+INPUTS = ("a", "b", "out")
+
+
+def share_inputs(data, ref) -> bool:
+    """Point ``data``'s inputs and output at ``ref``'s when both hold tensors of the same
+    shapes and dtypes, so every side's kernel reads and writes the same memory and where
+    the buffers landed cannot tell the sides apart. False (each keeps its own) otherwise."""
+    if data is ref:
+        return True
+    try:
+        same = all(
+            getattr(data, k).shape == getattr(ref, k).shape
+            and getattr(data, k).dtype == getattr(ref, k).dtype
+            for k in INPUTS
+        )
+    except AttributeError:
+        return False
+    if same:
+        for k in INPUTS:
+            setattr(data, k, getattr(ref, k))
+    return same
+
+
 def _sleep_cycles_per_ms() -> float:
     """GPU clock cycles ``torch.cuda._sleep`` spins per millisecond, timed now the way the
     kernels are."""
     import torch
 
     cycles = 2_000_000
-    ms = interleave.interleaved([lambda: torch.cuda._sleep(cycles)], trials=1, launches=5)
+    sleep = [lambda: torch.cuda._sleep(cycles)]
+    ms = interleave.interleaved(sleep, trials=1, launches=5, graphs=False)
     return cycles / statistics.median(ms[0][0])
 
 
@@ -272,6 +297,7 @@ def slowed(fn, fraction: float, cycles_per_ms: float):
     timed region. Returns the launch and the milliseconds added."""
     import torch
 
+    # Timed as the comparison will time it (graphs for a host-bound kernel).
     base_ms = statistics.median(interleave.interleaved([fn], trials=1, launches=20)[0][0])
     added_ms = fraction * base_ms
     cycles = max(1, int(added_ms * cycles_per_ms))
@@ -283,11 +309,12 @@ def run_paired(
     pattern: str | None,
     inject: dict[str, float],
     only: set[str] | None = None,
-    trials: int = 10,
-    launches: int = 10,
+    trials: int = 20,
+    launches: int = 6,
 ) -> dict:
     """``{name: {"sides": {side: {"latency": [s...]} | {"error"|"skipped": why}},
-    "ratios": {side: [per-trial ratio to the first side]}, "gpu": ...}}``."""
+    "ratios": {side: [per-trial ratio to the first side]}, "gpu": ..., "shared_inputs":
+    bool, "graph_launches": n}}``."""
     trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
     prepared = {side: prepare_side(tree, trees, pattern, only) for side, tree in sides.items()}
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
@@ -301,20 +328,27 @@ def run_paired(
         for side, got in prepared.items():
             if name not in got:
                 continue  # that revision has no such combination
-            if "fn" not in got[name]:
+            if "data" not in got[name]:
                 entry["sides"][side] = dict(got[name])
                 continue
             runnable.append(side)
         try:
             fns = []
+            ref = prepared[runnable[0]][name]["data"] if runnable else None
+            shared = True
             for side in runnable:
-                fn = prepared[side][name]["fn"]
+                data, config = prepared[side][name]["data"], prepared[side][name]["config"]
+                shared = share_inputs(data, ref) and shared
+                fn = data.tilelang_fn(config)
                 if inject.get(side):
                     fn, added = slowed(fn, inject[side], cycles_per_ms)
                     entry.setdefault("injected_ms", {})[side] = added
                 fns.append(fn)
             if fns:
-                timed = partial(interleave.interleaved, fns, trials=trials, launches=launches)
+                entry["shared_inputs"] = shared
+                timed = partial(
+                    interleave.interleaved, fns, trials=trials, launches=launches, info=entry
+                )
                 if nvml is None:
                     ms = timed()
                 else:
@@ -392,8 +426,10 @@ def main() -> int:
         default=[],
         help="test-only, paired: SIDE=FRACTION slows that side's launches (self-test)",
     )
-    parser.add_argument("--trials", type=int, default=10, help="paired: trials (ratios)")
-    parser.add_argument("--launches", type=int, default=10, help="paired: launches per trial")
+    parser.add_argument("--trials", type=int, default=20, help="paired: trials (ratios)")
+    parser.add_argument(
+        "--launches", type=int, default=6, help="paired: launches per side and trial"
+    )
     args = parser.parse_args()
     start = time.perf_counter()
     if args.side:

@@ -13,17 +13,27 @@ against the first, and those ratios are what a decision reads.
 Measured on the H200 (an A/A, 12 trials of 30 launches a side): the ratio's coefficient of
 variation was 0.07-0.27% launch by launch against 0.24-3.2% in blocks of 30.
 
+A kernel shorter than ``GRAPH_BELOW_MS`` (a 128^3 GEMM runs in a few microseconds) is
+bound by the host's launch path, whose jitter then swamps the kernel: such functions are
+captured in CUDA graphs of several launches (as do_bench's ``cudagraph`` backend does)
+and each slot replays one graph, its time divided by the launches in it. Every function
+of a call gets the same number of launches per slot.
+
 Only torch is imported (lazily) and nothing of this project, so the gate's worker can load
 this file by path while another revision's tree is on ``sys.path``.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 
 # do_bench's default flush buffer: more than the H200's 50 MB L2 several times over.
 FLUSH_BYTES = 256 * 1024 * 1024
+# Below this a launch is mostly host time; graphs of launches make a slot this long.
+GRAPH_BELOW_MS = 0.02
+GRAPH_SLOT_MS = 0.2
 
 
 def check_counts(trials: int, launches: int, warmup: int) -> None:
@@ -40,16 +50,59 @@ def launch_order(n: int, trial: int, launch: int) -> list[int]:
     return [(start + i) % n for i in range(n)]
 
 
+def graph_launches(first_ms: float) -> int:
+    """Launches per slot for a function whose single launch takes ``first_ms``: 1, or
+    enough to fill ``GRAPH_SLOT_MS`` when it is host-bound."""
+    if first_ms >= GRAPH_BELOW_MS:
+        return 1
+    return max(2, math.ceil(GRAPH_SLOT_MS / max(first_ms, 1e-4)))
+
+
+def _single_ms(fn, cache) -> float:
+    import torch
+
+    times = []
+    for _ in range(3):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        cache.zero_()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _graphs(fns, per_slot: int):
+    """Each function captured as a CUDA graph of ``per_slot`` launches: their replays."""
+    import torch
+
+    replays = []
+    for fn in fns:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(per_slot):
+                fn()
+        replays.append(graph.replay)
+    torch.cuda.synchronize()
+    return replays
+
+
 def interleaved(
     fns: Sequence[Callable[[], object]],
     *,
-    trials: int = 10,
-    launches: int = 10,
+    trials: int = 20,
+    launches: int = 6,
     warmup: int = 3,
     flush_bytes: int = FLUSH_BYTES,
+    graphs: bool = True,
+    info: dict | None = None,
 ) -> list[list[list[float]]]:
     """``out[f][t]``: the ``launches`` latencies (ms) of function ``f`` in trial ``t``,
-    taken with every function launched in turn, on the current CUDA device."""
+    taken with every function launched in turn, on the current CUDA device. With
+    ``graphs``, host-bound functions are replayed from CUDA graphs (a latency is then a
+    slot's time over its launches); ``info["graph_launches"]`` says how many per slot."""
     check_counts(trials, launches, warmup)
     if not fns:
         raise ValueError("fns: need at least one function")
@@ -60,6 +113,16 @@ def interleaved(
         for fn in fns:
             fn()
     torch.cuda.synchronize()
+    per_slot = graph_launches(_single_ms(fns[0], cache)) if graphs else 1
+    if per_slot > 1:
+        try:
+            fns = _graphs(fns, per_slot)
+        except Exception as err:  # a launch path that cannot be captured: time it directly
+            per_slot = 1
+            if info is not None:
+                info["graph_error"] = f"{type(err).__name__}: {err}"[:200]
+    if info is not None:
+        info["graph_launches"] = per_slot
     out: list[list[list[float]]] = [[[] for _ in range(trials)] for _ in fns]
     for t in range(trials):
         events = []
@@ -74,7 +137,7 @@ def interleaved(
                 events.append((f, start, end))
         torch.cuda.synchronize()
         for f, start, end in events:
-            out[f][t].append(start.elapsed_time(end))
+            out[f][t].append(start.elapsed_time(end) / per_slot)
     return out
 
 

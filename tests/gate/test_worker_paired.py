@@ -97,8 +97,9 @@ def test_each_side_launches_its_own_revisions_kernel(worker, monkeypatch, tmp_pa
     assert set(results) == {"gemm.Fam(1)", "gemm.Fam(2)"}
     one = results["gemm.Fam(1)"]
     assert launched[0] == ["base", "head"]  # base's kernel, then head's, in one process
-    assert one["ratios"]["head"] == pytest.approx([1.1] * 10)
-    assert one["ratios"]["base"] == [1.0] * 10
+    assert one["ratios"]["head"] == pytest.approx([1.1] * 20)
+    assert one["ratios"]["base"] == [1.0] * 20
+    assert one["shared_inputs"] is False  # these fake inputs hold no tensors
     assert one["sides"]["head"]["latency"][0] == pytest.approx(1.1e-3)
     # Invalid on head only: base still measured alone, head marked skipped.
     two = results["gemm.Fam(2)"]
@@ -122,3 +123,21 @@ def test_the_same_tree_twice_is_imported_twice(worker, monkeypatch, tmp_path):
     results = worker.run_paired({"base": tree, "head": tree, "injected": tree}, r"Fam\(1\)", {})
     assert launched == [["base", "base", "base"]]
     assert set(results["gemm.Fam(1)"]["ratios"]) == {"base", "head", "injected"}
+
+
+class Tensor:
+    def __init__(self, shape, dtype="float16"):
+        self.shape, self.dtype = shape, dtype
+
+
+class Inputs:
+    def __init__(self, m=64, dtype="float16"):
+        self.a, self.b, self.out = Tensor((m, 8), dtype), Tensor((8, 4), dtype), Tensor((m, 4))
+
+
+def test_sides_share_inputs_of_the_same_shapes_only(worker):
+    ref, same, other = Inputs(), Inputs(), Inputs(m=32)
+    assert worker.share_inputs(same, ref) and same.a is ref.a and same.out is ref.out
+    assert not worker.share_inputs(other, ref) and other.a is not ref.a
+    assert not worker.share_inputs(Inputs(dtype="bfloat16"), ref)
+    assert not worker.share_inputs(object(), ref)  # a revision whose inputs look different
