@@ -31,6 +31,15 @@ def _labels(job: dict) -> list[set[str]]:
     return [set(entry["labels"]) for entry in job["strategy"]["matrix"]["runner"]]
 
 
+def test_no_pr_job_names_the_cache_publish_loads():
+    published = {
+        str(s.get("env", {}).get("TILELANG_CACHE_DIR"))
+        for s in _load("publish.yml")["jobs"]["publish"]["steps"]
+    } - {"None"}
+    pr = str(_load("gpu.yml"))
+    assert published and not any(path in pr for path in published)
+
+
 def test_publish_has_a_runner_pr_jobs_cannot_ask_for():
     publish = _load("publish.yml")["jobs"]["publish"]
     pr_jobs = _load("gpu.yml")["jobs"]
@@ -57,8 +66,14 @@ def test_self_hosted_jobs_keep_their_caches_to_themselves(name, job_id, job):
     )
     nox = [s for s in steps if s.get("run", "").startswith("nox ")]
     assert nox
+    # TileLang's cache persists on the runner, one folder per kind of job: PR jobs
+    # (gpu.yml) never name the folder publish loads its kernels from.
+    kind = "main" if name == "publish.yml" else "pr"
     for step in nox:
-        assert step["env"]["TILELANG_CACHE_DIR"].startswith("${{ runner.temp }}/")
+        assert (
+            step["env"]["TILELANG_CACHE_DIR"]
+            == f"${{{{ runner.tool_cache }}}}/tilelang-cache-{kind}"
+        )
     # One GPU, one job: the group names the GPU (machine), whatever the runner.
     assert job["concurrency"]["group"] == "gpu-runner-${{ matrix.runner.machine }}"
 

@@ -144,12 +144,13 @@ def unit_of(family: Family) -> str:
 
 
 def listing(root: Path) -> dict[str, dict]:
-    """``{unit: {"solo": bool, "names": {asv name: [asv name, gate name]}}}`` of the
-    suite in ``root``: what a runner needs to select, skip and order its units, as plain
-    data (``python discovery.py --list ROOT`` prints it for another revision's tree)."""
+    """``{unit: {"solo": bool, "gpu": bool, "names": {asv name: [asv name, gate name]}}}``
+    of the suite in ``root``: what a runner needs to select, skip, order and place its
+    units, as plain data (``python discovery.py --list ROOT`` prints it for another
+    revision's tree)."""
     out: dict[str, dict] = {}
     for family in families(root):
-        entry = out.setdefault(unit_of(family), {"solo": False, "names": {}})
+        entry = out.setdefault(unit_of(family), {"solo": False, "gpu": family.is_gpu, "names": {}})
         entry["solo"] = entry["solo"] or bool(getattr(family.cls, "solo", False))
         for combo in family.combinations():
             gate_name = family.combination_name(combo) if combo else family.full

@@ -12,8 +12,14 @@ module's CPU families), so each unit's results are on disk before the next one s
 - ``-b REGEX`` selects benchmarks by asv's name
   (``gemm.Stage.track_latency('4096x4096x4096', 128, 3, 'f16')``) or by the gate's
   combination name (``gemm.Stage(4096x4096x4096, 128, 3, f16)``).
-- ``--gpus`` spreads the units over the host's GPUs (``harness.suite.shard``'s plan),
-  one machine name per GPU; without it every unit runs on the visible device.
+- ``--gpus`` spreads the GPU units over the host's GPUs (``harness.suite.shard``'s plan),
+  one machine name per GPU; without it every GPU unit runs on the visible device.
+- The CPU-only units (``static``: compile time, registers, shared memory) need nvcc, not a
+  GPU: they run in a lane of their own beside the GPU lanes, with no GPU visible, under
+  the asv machine ``<machine>-cpu`` (asv rewrites a commit's whole results file at the end
+  of each run, so two lanes must never share a machine name).
+- Every step prints a line ``timing <step> [<lane>]: <seconds> s`` (precompile, each
+  unit, publish, total): ``harness.suite.cost`` fits its model to those lines.
 
 The same runner measures an older commit in its own worktree (``harness.suite.history``):
 ``Target`` names the tree whose suite and kernels are measured and the asv configuration
@@ -41,6 +47,23 @@ from harness.suite import discovery, shard
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 _PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
+_TIMING = re.compile(r"^timing (\S+)(?: (\S+))?: ([\d.]+) s$")
+
+
+def timing_line(step: str, seconds: float, lane: str = "") -> str:
+    """The log line of one step's wall time: ``timing gemm.Stage gpu0: 23.4 s``."""
+    return f"timing {step}{' ' + lane if lane else ''}: {seconds:.1f} s"
+
+
+def read_timings(lines) -> list[tuple[str, str, float]]:
+    """``(step, lane, seconds)`` of every ``timing_line`` in a log (other lines ignored;
+    ``lane`` is "" for a step that has none)."""
+    out = []
+    for line in lines:
+        found = _TIMING.match(line.strip())
+        if found:
+            out.append((found.group(1), found.group(2) or "", float(found.group(3))))
+    return out
 
 
 @dataclass(frozen=True)
@@ -133,39 +156,85 @@ def machine_name(stem: str, gpu: int | None) -> str:
     return stem if gpu is None else f"{stem}-gpu{gpu}"
 
 
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """Where units run one after another: one GPU of the host (``gpu``), the visible
+    device (neither set), or the host's CPU with no GPU visible (``cpu``)."""
+
+    gpu: int | None = None
+    cpu: bool = False
+
+    def __post_init__(self):
+        if self.cpu and self.gpu is not None:
+            raise ValueError(f"Lane(gpu={self.gpu}, cpu=True): a CPU lane has no GPU")
+
+    def machine(self, stem: str) -> str:
+        return f"{stem}-cpu" if self.cpu else machine_name(stem, self.gpu)
+
+    @property
+    def tag(self) -> str:
+        """``gpu0``, ``cpu``, or ``gpu`` for the visible device."""
+        return "cpu" if self.cpu else "gpu" if self.gpu is None else f"gpu{self.gpu}"
+
+
+CPU_LANE = Lane(cpu=True)
+
+
 @dataclass
 class UnitRun:
     unit: str
-    gpu: int | None
+    lane: Lane
     code: int = 0
     seconds: float = 0.0
     skipped: bool = False
 
 
+def lane_steps(
+    listed: Mapping[str, dict], gpus: list[int] | None, weights: Mapping[str, float]
+) -> list[dict[Lane, list[str]]]:
+    """The steps of a run over the ``listed`` units: each solo unit alone, one after
+    another (it times the host, which any other process would slow); then the GPU units
+    (over ``gpus`` by ``shard.plan`` on ``weights``, else on the visible device in suite
+    order) and, in the CPU lane beside them, the CPU-only units. The CPU lane waits for
+    the solo step for the same reason."""
+    solo = [u for u, entry in listed.items() if entry["solo"]]
+    cpu_units = [u for u, entry in listed.items() if not entry.get("gpu", True) and u not in solo]
+    gpu_units = [u for u in listed if u not in solo and u not in cpu_units]
+    if gpus:
+        *solos, rest = shard.phases({u: weights[u] for u in gpu_units}, gpus, set(solo))
+        steps = [{Lane(g): us for g, us in phase.items()} for phase in solos]
+        last = {Lane(g): us for g, us in rest.items() if us}
+    else:
+        steps = [{Lane(): [u]} for u in solo]
+        last = {Lane(): gpu_units} if gpu_units else {}
+    if cpu_units:
+        last[CPU_LANE] = cpu_units
+    steps.append(last)
+    return [step for step in steps if step]
+
+
 def plan_units(
     target: Target, user: list[str], gpus: list[int] | None
-) -> tuple[list[dict], dict[str, list[str]]]:
-    """The steps of the run (``[{gpu: [unit, ...]}]``, solo units first, one after
-    another) and each selected unit's ``-b`` arguments, minus units already stored."""
+) -> tuple[list[dict[Lane, list[str]]], dict[str, list[str]]]:
+    """The steps of the run (``lane_steps``) and each selected unit's ``-b`` arguments,
+    minus units already stored."""
     listed = suite_listing(target)
     chosen = select(listed, user)
     every = {u: len(entry["names"]) for u, entry in listed.items()}
-    solo = {u for u, entry in listed.items() if entry["solo"]}
-    if gpus:  # weights need the kernels' shapes: this checkout's suite only
-        steps = shard.phases(shard.family_weights(target.tree), gpus, solo)
-    else:  # one device: the solo units first as well, then the rest in suite order
-        steps = [{None: sorted(listed, key=lambda u: u not in solo)}]
+    # weights need the kernels' shapes: this checkout's suite only
+    weights = shard.family_weights(target.tree) if gpus else {}
+    steps = lane_steps(listed, gpus, weights)
     results_dir = target.results_dir()
     done_by_machine: dict[str, set[str]] = {}
     out_steps = []
     for step in steps:
         kept = {}
-        for gpu, us in step.items():
-            machine = machine_name(target.machine, gpu)
+        for lane, us in step.items():
+            machine = lane.machine(target.machine)
             done = done_by_machine.setdefault(machine, stored(results_dir, machine, target.sha))
             todo = [u for u in us if u in chosen and not set(chosen[u]) <= done]
             if todo:
-                kept[gpu] = todo
+                kept[lane] = todo
         if kept:
             out_steps.append(kept)
     args = {u: selectors(u, chosen[u], every[u]) for u in chosen}
@@ -196,14 +265,14 @@ def run_target(
         return EXIT_OK
     if pending < selected:
         log(f"run {target.sha[:10]}: {selected - pending} of {selected} units already stored")
-    machines = {g: machine_name(target.machine, g) for g in (gpus or [None])}
+    lanes = {lane for s in steps for lane in s}
     logs = target.tree / ".asv"
     logs.mkdir(parents=True, exist_ok=True)
-    for gpu in {g for s in steps for g in s}:
+    for lane in lanes:
         subprocess.run(
-            target.asv("machine", "--yes", "--machine", machines[gpu]),
+            target.asv("machine", "--yes", "--machine", lane.machine(target.machine)),
             cwd=target.tree,
-            env=_env(target, gpu),
+            env=_env(target, lane),
             check=True,
             capture_output=True,
         )
@@ -212,19 +281,18 @@ def run_target(
     try:
         for step in steps:
             threads = []
-            for gpu, units in step.items():
+            for lane, units in step.items():
 
-                def lane(gpu=gpu, units=units):
+                def work(lane=lane, units=units):
                     nonlocal count
                     for unit in units:
                         count += 1
-                        tag = "" if gpu is None else f" gpu{gpu}"
-                        log(f"run {target.sha[:10]}{tag}: [{count}/{pending}] {unit}")
-                        runs.append(
-                            _run_unit(target, unit, gpu, machines[gpu], args[unit], asv_args, log)
-                        )
+                        log(f"run {target.sha[:10]} {lane.tag}: [{count}/{pending}] {unit}")
+                        done = _run_unit(target, unit, lane, args[unit], asv_args, log)
+                        log(timing_line(unit, done.seconds, lane.tag))
+                        runs.append(done)
 
-                t = threading.Thread(target=lane, daemon=True)
+                t = threading.Thread(target=work, daemon=True)
                 threads.append(t)
                 t.start()
             for t in threads:
@@ -240,14 +308,25 @@ def run_target(
     return EXIT_FAILURE if failed else EXIT_OK
 
 
-def _env(target: Target, gpu: int | None) -> dict[str, str]:
+def _env(target: Target, lane: Lane | None) -> dict[str, str]:
     env = {**os.environ, **target.env}
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible_entry(gpu)
+    if lane is not None and lane.cpu:
+        # Nothing in the CPU lane may open a CUDA context on a GPU another lane times.
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif lane is not None and lane.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_entry(lane.gpu)
     return env
 
 
-def _run_unit(target, unit, gpu, machine, bench, asv_args, log) -> UnitRun:
+# Every `asv run` rewrites ~/.asv-machine.json in place as it starts (Machine.load), and
+# another one reading it half-written fails. Lanes start their runs one at a time: the
+# next waits until this one logs its discovery, which asv does after that write.
+_ASV_START = threading.Lock()
+_DISCOVERING = "Discovering benchmarks"
+
+
+def _run_unit(target, unit, lane, bench, asv_args, log) -> UnitRun:
+    machine = lane.machine(target.machine)
     cmd = target.asv(
         "run",
         "-E",
@@ -263,22 +342,31 @@ def _run_unit(target, unit, gpu, machine, bench, asv_args, log) -> UnitRun:
     start = time.perf_counter()
     logfile = target.tree / ".asv" / f"run-{machine}.log"
     with logfile.open("a") as fh:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=target.tree,
-            env=_env(target, gpu),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for line in proc.stdout:
-            fh.write(line)
-            if _PROGRESS.match(line):  # asv's line per benchmark: its progress and result
-                log(f"    {line.rstrip()}")
-        proc.wait()
+        _ASV_START.acquire()
+        starting = True
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=target.tree,
+                env=_env(target, lane),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for line in proc.stdout:
+                fh.write(line)
+                if starting and _DISCOVERING in line:
+                    _ASV_START.release()
+                    starting = False
+                if _PROGRESS.match(line):  # asv's line per benchmark: its progress and result
+                    log(f"    {line.rstrip()}")
+            proc.wait()
+        finally:
+            if starting:
+                _ASV_START.release()
     if proc.returncode:
         log(f"    asv exited {proc.returncode}; its whole output is in {logfile}")
-    return UnitRun(unit, gpu, proc.returncode, time.perf_counter() - start)
+    return UnitRun(unit, lane, proc.returncode, time.perf_counter() - start)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     # Options this command does not know (--quick, -e, ...) go to every asv run as well.
     args, extra = p.parse_known_args(argv)
     args.asv_args = [*extra, *args.asv_args]
+    started = time.perf_counter()
     from harness.measure import device
     from harness.suite import precompile
 
@@ -318,14 +407,26 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(str(err))
         # Fill TileLang's disk cache over all cores first; each family's setup_cache then
         # loads its kernels instead of compiling them one by one.
+        start = time.perf_counter()
         precompile.main([])
+        print(timing_line("precompile", time.perf_counter() - start), flush=True)
     sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
     target = Target(ROOT, sha, args.machine or device.machine_name())
-    code = run_target(target, user, args.asv_args, gpus)
+    start = time.perf_counter()
+    code = run_target(target, user, args.asv_args, gpus, log=_log)
+    print(timing_line("measure", time.perf_counter() - start), flush=True)
     if not args.no_publish and code != EXIT_INTERRUPTED:
+        start = time.perf_counter()
         subprocess.run(target.asv("publish"), cwd=ROOT, check=False)
+        print(timing_line("publish", time.perf_counter() - start), flush=True)
         print(f"published {ROOT / '.asv' / 'html' / 'index.html'}; view: python -m asv preview")
+    print(timing_line("total", time.perf_counter() - started), flush=True)
     return code
+
+
+def _log(line: str) -> None:
+    # Lanes log from threads, and the log is read while the run goes on.
+    print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -5,17 +5,19 @@ with ``CUDA_VISIBLE_DEVICES``, each GPU under its own asv machine name (``h200-g
     nox -s bench -- --gpus all        # or --gpus 0,1
 
 The unit is the benchmark class (``gemm.Stage``): asv measures a class as a whole in its
-``setup_cache``, so a class split over two GPUs would be measured on both. Every class of
-the suite is placed, the CPU-only ones of ``static`` too, so ``--gpus`` runs the same grid
-as one ``asv run``. Each class is weighted by the estimated cost of measuring it
-(``unit_weights``: per GPU combination a fixed cost plus a share proportional to its
-flops; per CPU combination a cold compile). A
+``setup_cache``, so a class split over two GPUs would be measured on both. Every GPU class
+of the suite is placed; the CPU-only ones (``static``) need no GPU and run in a lane of
+their own beside the shards (``harness.suite.run``). Each class is weighted by the
+estimated cost of measuring it (``unit_weights``: per GPU combination a fixed cost plus a
+share proportional to its flops). A
 class marked ``solo`` (``gemm.Launch``, which times the host's launch path) runs alone
 before the shards start: on the H200 host it read 17-21 us per call while the other GPU's
 shard ran, against 11-13 us alone. The plan is stable: a class goes to the GPU its name
 hashes to unless that GPU would pass its share of the total weight, so it lands on the
 same GPU index run after run (its history stays comparable) and adding a class moves few
-others. Every unit is assigned exactly once; a GPU left without one runs nothing.
+others. Every unit is assigned exactly once; a GPU left without one runs nothing. The
+largest class bounds the shards' wall time: ``harness.suite.cost`` shows where that
+starts to matter as GPUs are added.
 """
 
 from __future__ import annotations

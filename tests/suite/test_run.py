@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -81,7 +82,12 @@ def repo(tmp_path):
 
 
 def _stored(target):
-    return suite_run.stored(target.results_dir(), target.machine, target.sha)
+    """Both lanes' results: the GPU-like unit's and the CPU units' (``testbox-cpu``)."""
+    return {
+        name
+        for lane in (suite_run.Lane(), suite_run.CPU_LANE)
+        for name in suite_run.stored(target.results_dir(), lane.machine(target.machine), target.sha)
+    }
 
 
 def test_a_failed_unit_is_stored_as_failed_and_the_rest_still_run(repo, capsys):
@@ -92,7 +98,7 @@ def test_a_failed_unit_is_stored_as_failed_and_the_rest_still_run(repo, capsys):
     assert "other.Gpuish.track_value('a')" in done
     assert not any(name.startswith("cpu.Bad") for name in done)
     (result,) = [
-        p for p in (repo.results_dir() / "testbox").glob("*.json") if p.name != "machine.json"
+        p for p in (repo.results_dir() / "testbox-cpu").glob("*.json") if p.name != "machine.json"
     ]
     stored = json.loads(result.read_text())["results"]
     assert stored["cpu.Bad.track_value"][0] in (None, [None])  # asv's record of a failure
@@ -105,22 +111,31 @@ def test_a_failed_unit_is_stored_as_failed_and_the_rest_still_run(repo, capsys):
 
 def test_an_interrupted_run_keeps_the_finished_units_and_resumes(repo, monkeypatch):
     real = suite_run._run_unit
+    cpu_done = threading.Event()
     seen = []
 
-    def interrupt_second(target, unit, *args):
+    def interrupt_gpu_lane(target, unit, *args):
         seen.append(unit)
-        if len(seen) == 2:  # Ctrl-C: SIGINT reaches the main thread, as from a terminal
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(5)
+        if unit == "cpu":  # the CPU lane's unit finishes and is stored
+            result = real(target, unit, *args)
+            cpu_done.set()
+            return result
+        # Ctrl-C while the GPU lane's unit runs: SIGINT reaches the main thread, as from a
+        # terminal.
+        cpu_done.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
         return real(target, unit, *args)
 
-    monkeypatch.setattr(suite_run, "_run_unit", interrupt_second)
+    monkeypatch.setattr(suite_run, "_run_unit", interrupt_gpu_lane)
     assert suite_run.run_target(repo, log=print) == EXIT_INTERRUPTED
-    assert seen == ["cpu", "other.Gpuish"]
-    assert {"cpu.Good.track_value(1)", "cpu.Good.track_value(2)"} <= _stored(repo)
+    assert sorted(seen) == ["cpu", "other.Gpuish"]
+    done = _stored(repo)
+    assert {"cpu.Good.track_value(1)", "cpu.Good.track_value(2)"} <= done
+    assert "other.Gpuish.track_value('a')" not in done
     steps, _ = suite_run.plan_units(repo, [], None)
     # The interrupted unit is planned again (and the failed one, to retry it).
-    assert [u for step in steps for us in step.values() for u in us] == seen
+    assert sorted(u for step in steps for us in step.values() for u in us) == sorted(seen)
 
 
 def test_selection_by_asv_name_or_gate_name(repo):
@@ -182,6 +197,58 @@ def test_the_host_timed_unit_runs_first_alone_and_pins_follow_the_visible_list(
     monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
     assert suite_run.run_target(target, gpus=[0, 1], log=lambda line: None) == EXIT_OK
     assert _patterns(fake_asv[0][0]) == [shard.asv_regex("gemm.Launch")]
-    assert {gpu for _, gpu in fake_asv} == {"5", "7"}
+    # The CPU lane sees no GPU at all.
+    assert {gpu for _, gpu in fake_asv} == {"5", "7", ""}
     units = [p[0] for cmd, _ in fake_asv for p in [_patterns(cmd)]]
     assert len(units) == len(set(units)) == len(shard.family_weights(ROOT))
+
+
+LISTED = {
+    "gemm.Launch": {"solo": True, "gpu": True},
+    "gemm.A": {"solo": False, "gpu": True},
+    "gemm.B": {"solo": False, "gpu": True},
+    "gemm.C": {"solo": False, "gpu": True},
+    "static": {"solo": False, "gpu": False},
+}
+
+
+@pytest.mark.parametrize("gpus", [None, [0], [0, 1], [0, 1, 2, 3]])
+def test_the_cpu_units_run_beside_the_gpu_lanes_after_the_solo_unit(gpus):
+    weights = {"gemm.A": 3.0, "gemm.B": 2.0, "gemm.C": 1.0}
+    steps = suite_run.lane_steps(LISTED, gpus, weights)
+    assert len(steps) == 2
+    assert list(steps[0].values()) == [["gemm.Launch"]] and suite_run.CPU_LANE not in steps[0]
+    assert steps[-1][suite_run.CPU_LANE] == ["static"]
+    gpu_lanes = [lane for lane in steps[-1] if not lane.cpu]
+    assert sorted(u for lane in gpu_lanes for u in steps[-1][lane]) == [
+        "gemm.A",
+        "gemm.B",
+        "gemm.C",
+    ]
+    assert len(gpu_lanes) == min(len(gpus or [None]), 3)
+    # Every lane stores under its own asv machine: asv rewrites a commit's results file at
+    # the end of each run, so two lanes on one machine would drop each other's results.
+    machines = [lane.machine("h200") for step in steps for lane in step]
+    assert len(set(machines[1:])) == len(machines) - 1
+    assert suite_run.CPU_LANE.machine("h200") == "h200-cpu"
+
+
+def test_a_cpu_only_selection_runs_in_the_cpu_lane_alone():
+    steps = suite_run.lane_steps({"static": LISTED["static"]}, None, {})
+    assert steps == [{suite_run.CPU_LANE: ["static"]}]
+    with pytest.raises(ValueError, match="a CPU lane has no GPU"):
+        suite_run.Lane(gpu=0, cpu=True)
+
+
+def test_each_unit_logs_its_seconds_and_the_log_reads_back(fake_asv, monkeypatch, tmp_path):
+    listed = suite_run.discovery.listing(ROOT)
+    monkeypatch.setattr(suite_run, "suite_listing", lambda target: listed)
+    monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
+    lines = []
+    target = suite_run.Target(ROOT, "abc", "h200")
+    assert suite_run.run_target(target, log=lines.append) == EXIT_OK
+    steps = suite_run.read_timings(["noise", *lines, suite_run.timing_line("publish", 3.25)])
+    assert sorted(step for step, _, _ in steps) == sorted([*listed, "publish"])
+    lanes = {step: lane for step, lane, _ in steps}
+    assert lanes["static"] == "cpu" and lanes["gemm.Stage"] == "gpu" and lanes["publish"] == ""
+    assert steps[-1] == ("publish", "", 3.2) or steps[-1] == ("publish", "", 3.3)

@@ -1,0 +1,91 @@
+"""The suite's cost model, on synthetic timings: the fit recovers known coefficients,
+the wall time follows the plan's busiest lane, and the table reads back from its JSON."""
+
+import json
+
+import pytest
+
+from harness.suite import cost
+from harness.suite.run import timing_line
+
+SIZES = {
+    "gemm.A": cost.UnitSize(16, 2.2),
+    "gemm.B": cost.UnitSize(16, 0.0),
+    "gemm.C": cost.UnitSize(12, 7.4),
+    "gemm.D": cost.UnitSize(8, 0.1),
+    "gemm.E": cost.UnitSize(16, 20.0),
+}
+TRUE = cost.Fit(4.0, 0.8, 1.5, points=0)
+
+
+def _log(seconds, lanes, cpu=30.0, solo=9.0, extra=()):
+    lines = [timing_line("precompile", 2.0), timing_line("gemm.Launch", solo, "gpu")]
+    lines += [timing_line(u, s, lanes[u]) for u, s in seconds.items()]
+    lines += [timing_line("static", cpu, "cpu"), *extra, "asv chatter that is not a timing"]
+    return lines
+
+
+def _seconds():
+    return {u: TRUE.seconds(s) for u, s in SIZES.items()}
+
+
+def test_the_fit_recovers_the_coefficients_of_exact_data():
+    got = cost.fit([(SIZES[u], s) for u, s in _seconds().items()])
+    assert (got.a, got.b, got.c) == pytest.approx((TRUE.a, TRUE.b, TRUE.c), rel=1e-6)
+    assert got.points == len(SIZES)
+
+
+def test_a_negative_coefficient_is_dropped_not_kept():
+    # Time falls with TFLOP in these points: noise, not a cost that can be negative.
+    obs = [(cost.UnitSize(10, 0.0), 20.0), (cost.UnitSize(10, 5.0), 18.0)]
+    obs.append((cost.UnitSize(20, 1.0), 30.0))
+    got = cost.fit(obs)
+    assert min(got.a, got.b, got.c) >= 0.0 and got.c == 0.0
+
+
+def test_wall_time_is_serial_plus_the_busiest_lane_and_the_largest_unit_bounds_it():
+    lines = _log(_seconds(), dict.fromkeys(SIZES, "gpu"), extra=[timing_line("publish", 5.0)])
+    m = cost.model([cost.Run.read(lines)], SIZES, {"gemm.Launch"})
+    serial = 2.0 + 9.0 + 5.0  # precompile, solo, publish; no measure line: no overhead
+    close = {"abs": 0.5}  # the log keeps a tenth of a second
+    total = sum(_seconds().values())
+    as_is = cost.GROWTHS["as is"]
+    assert cost.wall(m, 1, as_is) == pytest.approx(serial + total, **close)
+    walls = [cost.wall(m, n, as_is) for n in (1, 2, 4, 8)]
+    assert walls == sorted(walls, reverse=True)
+    largest = max(_seconds().values())
+    assert walls[-1] == pytest.approx(serial + largest, **close)
+    # Doubling the grid doubles what the GPUs measure, not the serial steps.
+    grown = cost.wall(m, 1, cost.GROWTHS["2x shapes"])
+    assert grown > cost.wall(m, 1, as_is)
+    assert grown == pytest.approx(serial + 2.0 + total * 2 - len(SIZES) * TRUE.a, **close)
+
+
+def test_the_cpu_lane_bounds_the_wall_when_it_is_the_longest():
+    m = cost.model(
+        [cost.Run.read(_log(_seconds(), dict.fromkeys(SIZES, "gpu"), cpu=500.0))],
+        SIZES,
+        {"gemm.Launch"},
+    )
+    assert cost.wall(m, 8, cost.GROWTHS["as is"]) == pytest.approx(2.0 + 9.0 + 500.0)
+    assert cost.wall(m, 8, cost.GROWTHS["2x kernels"]) == pytest.approx(4.0 + 9.0 + 1000.0)
+
+
+def test_a_log_without_unit_timings_is_refused():
+    with pytest.raises(ValueError, match="no unit timing lines"):
+        cost.Run.read(["hello", timing_line("publish", 1.0)])
+
+
+def test_the_table_is_written_as_json_and_renders_again(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cost, "unit_sizes", lambda root: SIZES)
+    monkeypatch.setattr(cost.discovery, "listing", lambda root: {"gemm.Launch": {"solo": True}})
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(_log(_seconds(), dict.fromkeys(SIZES, "gpu0"))))
+    out = tmp_path / "cost.json"
+    assert cost.main([str(log), "--json", str(out)]) == 0
+    first = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert [row["grid"] for row in data["table"]] == list(cost.GROWTHS)
+    assert cost.main(["--render", str(out)]) == 0
+    assert capsys.readouterr().out == first
+    assert "| as is | " in first and "| 8 GPUs |" in first
