@@ -68,7 +68,7 @@ def test_self_hosted_jobs_keep_their_caches_to_themselves(name, job_id, job):
     assert nox
     # TileLang's cache persists on the runner, one folder per kind of job: PR jobs
     # (gpu.yml) never name the folder publish loads its kernels from.
-    kind = "main" if name == "publish.yml" else "pr"
+    kind = "pr" if name == "gpu.yml" else "main"
     for step in nox:
         assert (
             step["env"]["TILELANG_CACHE_DIR"]
