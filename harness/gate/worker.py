@@ -286,8 +286,7 @@ def _sleep_cycles_per_ms() -> float:
     import torch
 
     cycles = 2_000_000
-    sleep = [lambda: torch.cuda._sleep(cycles)]
-    ms = interleave.interleaved(sleep, trials=1, launches=5, graphs=False)
+    ms = interleave.interleaved([lambda: torch.cuda._sleep(cycles)], trials=1, launches=5)
     return cycles / statistics.median(ms[0][0])
 
 
@@ -297,7 +296,6 @@ def slowed(fn, fraction: float, cycles_per_ms: float):
     timed region. Returns the launch and the milliseconds added."""
     import torch
 
-    # Timed as the comparison will time it (graphs for a host-bound kernel).
     base_ms = statistics.median(interleave.interleaved([fn], trials=1, launches=20)[0][0])
     added_ms = fraction * base_ms
     cycles = max(1, int(added_ms * cycles_per_ms))
@@ -314,7 +312,7 @@ def run_paired(
 ) -> dict:
     """``{name: {"sides": {side: {"latency": [s...]} | {"error"|"skipped": why}},
     "ratios": {side: [per-trial ratio to the first side]}, "gpu": ..., "shared_inputs":
-    bool, "graph_launches": n}}``."""
+    bool}}``."""
     trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
     prepared = {side: prepare_side(tree, trees, pattern, only) for side, tree in sides.items()}
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
@@ -346,9 +344,7 @@ def run_paired(
                 fns.append(fn)
             if fns:
                 entry["shared_inputs"] = shared
-                timed = partial(
-                    interleave.interleaved, fns, trials=trials, launches=launches, info=entry
-                )
+                timed = partial(interleave.interleaved, fns, trials=trials, launches=launches)
                 if nvml is None:
                     ms = timed()
                 else:
