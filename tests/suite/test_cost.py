@@ -89,3 +89,21 @@ def test_the_table_is_written_as_json_and_renders_again(tmp_path, capsys, monkey
     assert cost.main(["--render", str(out)]) == 0
     assert capsys.readouterr().out == first
     assert "| as is | " in first and "| 8 GPUs |" in first
+
+
+def test_the_runners_doc_shows_the_recorded_model_verbatim():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "runners.md").read_text()
+    block = doc.split("<!-- cost-table: begin -->\n")[1].split("\n<!-- cost-table: end -->")[0]
+    rendered = subprocess.run(
+        [sys.executable, "-m", "harness.suite.cost", "--render", "reports/cost_h200.json"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert block == rendered
