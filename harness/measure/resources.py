@@ -21,11 +21,30 @@ _PTXAS = {
 }
 
 
+# The packed launch arguments in TileLang's host code end with grid x, y, z, block x, y, z
+# and the dynamic shared memory in bytes, each an int64 literal.
+_LAUNCH_INT = re.compile(r"v_int64\) = \(\(int64_t\)(\d+)\)")
+
+
+def dynamic_smem(host_source: str) -> int | None:
+    """The dynamic shared memory the host code launches the kernel with, or None when the
+    launch arguments do not read as expected (block x a whole number of warps, y = z = 1)."""
+    values = [int(v) for v in _LAUNCH_INT.findall(host_source)]
+    if len(values) < 7:
+        return None
+    block, smem = values[-4:-1], values[-1]
+    if block[0] % 32 or block[1:] != [1, 1]:
+        return None
+    return smem
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     registers: int  # per thread
     spill_bytes: int  # spill stores + spill loads
-    smem_bytes: int  # static (ptxas) + the pipeline's dynamic A/B stages
+    # static (ptxas) + dynamic: what the built kernel is launched with, read from its host
+    # code (the config's estimate of the A/B stages where that cannot be read)
+    smem_bytes: int
     has_wgmma: bool
     has_tma: bool
 
@@ -65,10 +84,15 @@ def sm90a_resources(kernel: GemmKernel) -> Resources:
     if proc.returncode:
         raise RuntimeError(f"nvcc failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     stats = parse_ptxas(proc.stdout + proc.stderr)
+    try:
+        dynamic = dynamic_smem(kernel.jit_kernel.get_host_source())
+    except Exception:  # no host code to read (another backend): the config's estimate
+        dynamic = None
     return Resources(
         registers=stats["registers"],
         spill_bytes=stats["spill_stores"] + stats["spill_loads"],
-        smem_bytes=stats["static_smem"] + kernel.config.smem_bytes,
+        smem_bytes=stats["static_smem"]
+        + (kernel.config.smem_bytes if dynamic is None else dynamic),
         has_wgmma="GmmaDescriptor" in src or "wgmma" in src,
         has_tma="tma_load" in src,
     )

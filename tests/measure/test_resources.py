@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.measure.resources import parse_ptxas, sm90a_resources
+from harness.measure.resources import dynamic_smem, parse_ptxas, sm90a_resources
 from kernels import GemmConfig, GemmShape, compile_gemm
 from tests.conftest import requires_nvcc
 
@@ -32,3 +32,27 @@ def test_resources_of_large_tile_on_sm90a():
     assert res.spill_bytes == 0
     assert res.smem_bytes >= config.smem_bytes
     assert res.has_wgmma and res.has_tma
+
+
+def test_dynamic_smem_is_read_from_the_launch_arguments():
+    host = "".join(
+        f"(((TVMFFIAny*)stack)[{i}].v_int64) = ((int64_t){v});\n"
+        for i, v in enumerate([2, 4096, 16, 32, 1, 384, 1, 1, 147456])
+    )
+    assert dynamic_smem(host) == 147456
+    assert dynamic_smem(host.replace("384", "100")) is None  # not a whole number of warps
+    assert dynamic_smem("no launch here") is None
+
+
+@requires_nvcc
+def test_shared_memory_follows_the_built_kernel_not_the_config(monkeypatch):
+    # A kernel built with one stage under a config that says three (a code change the
+    # config cannot see, like a planted num_stages=1): the figure follows the build.
+    import kernels.gemm as gemm
+
+    shape, config = GemmShape(4096, 4096, 4096), GemmConfig(128, 256, 64, 256, 3)
+    built = sm90a_resources(compile_gemm(shape, config, arch="sm_90a"))
+    one_stage = compile_gemm(shape, GemmConfig(128, 256, 64, 256, 1), arch="sm_90a")
+    mislabelled = gemm.GemmKernel(shape, config, one_stage.jit_kernel)
+    smaller = sm90a_resources(mislabelled)
+    assert built.smem_bytes >= 147456 and smaller.smem_bytes < built.smem_bytes - 90000
