@@ -20,16 +20,22 @@ Two modes:
     python harness/gate/worker.py --side base=TREE_A --side head=TREE_B --out pair.json
 """
 
-import argparse
-import importlib
-import json
-import re
-import statistics
 import sys
-import time
-import traceback
-from functools import partial
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# Run as a script, this folder comes first on sys.path, and its bisect.py would stand in
+# for the standard library's (which `statistics` and `random` import): drop it first.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from functools import partial  # noqa: E402
 
 TRACKS = ("track_latency", "track_vs_torch")
 
@@ -47,7 +53,6 @@ def _load_by_path(name: str, path: Path):
     return module
 
 
-HERE = Path(__file__).resolve().parent
 discovery = _load_by_path("_gate_discovery", HERE.parent / "suite" / "discovery.py")
 interleave = _load_by_path("_gate_interleave", HERE.parent / "measure" / "interleave.py")
 
@@ -371,7 +376,23 @@ def _named(text: str, what: str, convert):
     name, sep, value = text.partition("=")
     if not sep or not name or not value:
         raise argparse.ArgumentTypeError(f"{text!r}: must be NAME={what}")
-    return name, convert(value)
+    try:
+        return name, convert(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise ValueError(f"{value} must be a fraction between 0 and 1")
+    return value
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= 1")
+    return int(text)
 
 
 def _tilelang_version() -> str | None:
@@ -418,19 +439,18 @@ def main() -> int:
     parser.add_argument(
         "--inject",
         action="append",
-        type=lambda t: _named(t, "FRACTION", float),
+        type=lambda t: _named(t, "FRACTION", _fraction),
         default=[],
         help="test-only, paired: SIDE=FRACTION slows that side's launches (self-test)",
     )
-    parser.add_argument("--trials", type=int, default=20, help="paired: trials (ratios)")
+    parser.add_argument("--trials", type=_positive, default=20, help="paired: trials (ratios)")
     parser.add_argument(
-        "--launches", type=int, default=6, help="paired: launches per side and trial"
+        "--launches", type=_positive, default=6, help="paired: launches per side and trial"
     )
     args = parser.parse_args()
     start = time.perf_counter()
     if args.side:
         sides = {name: tree.resolve() for name, tree in args.side}
-        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
         try:
             only = None if args.only is None else set(json.loads(args.only.read_text()))
             results = run_paired(
@@ -445,7 +465,7 @@ def main() -> int:
         return 0
     tree = args.tree.resolve()
     # The revision's own code, never this checkout's.
-    sys.path[:] = [str(tree)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
+    sys.path.insert(0, str(tree))
     try:
         import kernels
 

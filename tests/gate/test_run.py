@@ -353,3 +353,37 @@ def test_pool_paired_marks_a_side_error_and_a_benchmark_head_added():
     got = {s.name: s for s in gate.pool_paired([payload])}
     assert got["gemm.S(0)"].error == "head: boom"
     assert got["gemm.S(1)"].missing == "base"
+
+
+def _worker(*args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "harness" / "gate" / "worker.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_worker_runs_as_a_script(tmp_path):
+    # Run as a script, the worker's folder (which holds bisect.py) must not shadow the
+    # standard library's modules.
+    out = tmp_path / "names.json"
+    proc = _worker("--tree", str(ROOT), "--out", str(out), "--list", "--bench", r"gemm\.Tuned")
+    assert proc.returncode == 0, proc.stderr
+    names = json.loads(out.read_text())["names"]
+    assert "gemm.Tuned(square4096, f16)" in names
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--side", "base"], "'base': must be NAME=WORKTREE"),
+        (["--side", "a=x", "--inject", "a=1.5"], "'a=1.5': 1.5 must be a fraction"),
+        (["--side", "a=x", "--inject", "a=two"], "'a=two': could not convert"),
+        (["--side", "a=x", "--trials", "0"], "--trials: '0' must be an integer >= 1"),
+        (["--side", "a=x", "--launches", "-2"], "--launches: '-2' must be an integer >= 1"),
+    ],
+)
+def test_worker_options_name_the_field_and_rule(args, message, tmp_path):
+    proc = _worker(*args, "--out", str(tmp_path / "x.json"))
+    assert proc.returncode == 2 and message in proc.stderr

@@ -186,3 +186,10 @@ def test_slowdown_outside_zero_one_is_refused(bad, capsys):
     with pytest.raises(SystemExit) as exit_:
         selftest.main(["--slowdown", bad])
     assert exit_.value.code == 2 and "--slowdown" in capsys.readouterr().err
+
+
+def test_a_slowdown_the_threshold_would_hide_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        selftest.main(["--slowdown", "0.01", "--method", "paired"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--slowdown=0.01: must exceed the threshold (0.01)" in err
