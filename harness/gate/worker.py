@@ -83,14 +83,32 @@ def discover(tree: Path, pattern: str | None):
     return found
 
 
-def sleep_cycles_per_ms() -> float:
-    """GPU clock cycles that ``torch.cuda._sleep`` spins per millisecond, measured now on
-    the project's one timing path."""
+def sleep_cycles_per_ms(median_ms) -> float:
+    """GPU clock cycles that ``torch.cuda._sleep`` spins per millisecond, timed now by
+    ``median_ms(fn)``: the timer the kernels get."""
     import torch
 
-    measure = _tree_module("harness.measure.timing", "harness.timing").measure
     cycles = 2_000_000
-    return cycles / measure(lambda: torch.cuda._sleep(cycles), warmup=1, repeat=5).median_ms
+    return cycles / median_ms(lambda: torch.cuda._sleep(cycles))
+
+
+def spin_after(fn, added_ms: float, cycles_per_ms: float):
+    """``fn`` followed on the same stream by a spin of ``added_ms`` (test-only)."""
+    import torch
+
+    cycles = max(1, int(added_ms * cycles_per_ms))
+    return lambda: (fn(), torch.cuda._sleep(cycles))
+
+
+def _tree_median_ms(fn) -> float:
+    """Median of a few launches on the timing path of the revision under test."""
+    measure = _tree_module("harness.measure.timing", "harness.timing").measure
+    return measure(fn, warmup=1, repeat=5).median_ms
+
+
+def _paired_median_ms(fn, launches: int = 5) -> float:
+    """Median of a few launches timed as the paired loop times them."""
+    return statistics.median(interleave.interleaved([fn], trials=1, launches=launches)[0][0])
 
 
 def inject_slowdown(bench, fraction: float, cycles_per_ms: float, entry: dict) -> None:
@@ -102,19 +120,15 @@ def inject_slowdown(bench, fraction: float, cycles_per_ms: float, entry: dict) -
     The added milliseconds go to ``entry["injected_ms"]``."""
     import copy
 
-    import torch
-
     prepare = bench.prepare
 
     def slowed_prepare(*params):
         data, config = prepare(*params)
         base_ms = data.time_tilelang(config, warmup=5, repeat=20).median_ms
         entry["injected_ms"] = fraction * base_ms
-        cycles = max(1, int(entry["injected_ms"] * cycles_per_ms))
 
         def slowed_fn(cfg):
-            fn = data.tilelang_fn(cfg)
-            return lambda: (fn(), torch.cuda._sleep(cycles))
+            return spin_after(data.tilelang_fn(cfg), entry["injected_ms"], cycles_per_ms)
 
         slowed = copy.copy(data)
         slowed.tilelang_fn = slowed_fn
@@ -138,7 +152,7 @@ def measure(bench, params: tuple) -> dict[str, list[float]]:
 def run(tree: Path, pattern: str | None, inject: float = 0.0, only: set[str] | None = None) -> dict:
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
     nvml = open_nvml()
-    cycles_per_ms = sleep_cycles_per_ms() if inject else 0.0
+    cycles_per_ms = sleep_cycles_per_ms(_tree_median_ms) if inject else 0.0
     results = {}
     for name, cls, params in discover(tree, pattern):
         if only is not None and name not in only:
@@ -285,26 +299,12 @@ def share_inputs(data, ref) -> bool:
     return same
 
 
-def _sleep_cycles_per_ms() -> float:
-    """GPU clock cycles ``torch.cuda._sleep`` spins per millisecond, timed now the way the
-    kernels are."""
-    import torch
-
-    cycles = 2_000_000
-    ms = interleave.interleaved([lambda: torch.cuda._sleep(cycles)], trials=1, launches=5)
-    return cycles / statistics.median(ms[0][0])
-
-
 def slowed(fn, fraction: float, cycles_per_ms: float):
     """Test-only (``--inject SIDE=FRACTION``, the gate self-test): ``fn`` followed on the
     same stream by a spin of ``fraction`` of ``fn``'s own median latency, inside the
     timed region. Returns the launch and the milliseconds added."""
-    import torch
-
-    base_ms = statistics.median(interleave.interleaved([fn], trials=1, launches=20)[0][0])
-    added_ms = fraction * base_ms
-    cycles = max(1, int(added_ms * cycles_per_ms))
-    return (lambda: (fn(), torch.cuda._sleep(cycles))), added_ms
+    added_ms = fraction * _paired_median_ms(fn, launches=20)
+    return spin_after(fn, added_ms, cycles_per_ms), added_ms
 
 
 def run_paired(
@@ -322,7 +322,7 @@ def run_paired(
     prepared = {side: prepare_side(tree, trees, pattern, only) for side, tree in sides.items()}
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
     nvml = open_nvml()
-    cycles_per_ms = _sleep_cycles_per_ms() if any(inject.values()) else 0.0
+    cycles_per_ms = sleep_cycles_per_ms(_paired_median_ms) if any(inject.values()) else 0.0
     names = list(dict.fromkeys(n for p in prepared.values() for n in p))
     results = {}
     for name in names:
