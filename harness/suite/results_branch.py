@@ -6,21 +6,30 @@ re-images: the folder is a worktree of that branch, filled by ``asv run`` and pu
 
 On GitHub Actions the checkout keeps no credentials; ``$GITHUB_TOKEN`` reaches git through
 ``GIT_ASKPASS`` and the environment, for these two commands only: never on a command line,
-in a file or in an error message.
+in a file or in an error message. The module needs git and the standard library only, so
+the steps that hold the token install nothing and pass it alone (``TOKEN_ENV``):
+
+    env -i PATH="$PATH" HOME="$HOME" GITHUB_TOKEN="$GITHUB_TOKEN" \
+        python3 -S -m harness.suite.results_branch checkout .asv/results
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import stat
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 BRANCH = "asv-results"
 PUSH_ATTEMPTS = 3
+# The whole environment of a process that holds the push token: git needs a PATH and a
+# HOME, nothing else reaches it (.github/workflows/publish.yml, noxfile.py's `results`).
+TOKEN_ENV = ("PATH", "HOME", "GITHUB_TOKEN")
 # Answers git's HTTPS prompts from the environment: the token never reaches an argument
 # list (visible in ps and in error messages) or a file.
 _ASKPASS = """#!/bin/sh
@@ -40,21 +49,28 @@ def _scrub(text: str) -> str:
     return text.replace(token, "***") if token else text
 
 
-def _askpass() -> str:
-    folder = Path(tempfile.gettempdir()) / f"results-branch-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    path = folder / "askpass.sh"
-    if not path.exists() or path.read_text() != _ASKPASS:
-        path.write_text(_ASKPASS)
-        path.chmod(stat.S_IRWXU)
-    return str(path)
+@contextlib.contextmanager
+def _askpass() -> Iterator[str]:
+    """The GIT_ASKPASS helper, in a folder of its own for one git call: ``mkdtemp`` makes
+    it fresh, ours and 0700, so no other user can have made it first, swap the script or
+    read it; it is removed when git is done."""
+    folder = tempfile.mkdtemp(prefix="results-branch-askpass-")
+    try:
+        path = os.path.join(folder, "askpass.sh")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "w") as script:
+            script.write(_ASKPASS)
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _git(*args: str, cwd: Path | str = ".", auth: bool = False, check: bool = True) -> str:
     env = dict(os.environ)
-    if auth and env.get("GITHUB_TOKEN"):
-        env.update(GIT_ASKPASS=_askpass(), GIT_TERMINAL_PROMPT="0")
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    with contextlib.ExitStack() as helper:
+        if auth and env.get("GITHUB_TOKEN"):
+            env.update(GIT_ASKPASS=helper.enter_context(_askpass()), GIT_TERMINAL_PROMPT="0")
+        proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
     if check and proc.returncode:
         raise ResultsBranchError(
             f"git {' '.join(args[:2])} failed (exit {proc.returncode}): "
