@@ -31,7 +31,6 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 import argparse  # noqa: E402
 import importlib  # noqa: E402
 import json  # noqa: E402
-import re  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -70,15 +69,17 @@ def _tree_module(*names: str):
 
 
 def discover(tree: Path, pattern: str | None):
-    """(name, class, params) of every GPU combination of the suite in ``tree`` whose name
-    matches ``pattern``."""
+    """(name, class, params) of every GPU combination of the suite in ``tree`` that
+    ``pattern`` selects by the suite runner's rule (``discovery.selected``: asv's name of
+    any of its benchmarks, or the gate's name of the combination)."""
     found = []
+    regexes = [] if pattern is None else [pattern]
     for family in discovery.families(tree):
         if not family.has_tracks(TRACKS):
             continue
         for params in family.combinations():
             name = family.combination_name(params)
-            if pattern is None or re.search(pattern, name):
+            if discovery.selected(discovery.aliases(family, params), regexes):
                 found.append((name, family.cls, params))
     return found
 
@@ -412,7 +413,7 @@ def main() -> int:
         help="NAME=WORKTREE, two or more times: measure these sides paired, in this process",
     )
     parser.add_argument("--out", type=Path, required=True, help="where to write the samples")
-    parser.add_argument("--bench", default=None, help="regex on combination names")
+    parser.add_argument("--bench", default=None, help="regex on asv or gate names")
     parser.add_argument(
         "--only",
         type=Path,

@@ -143,6 +143,20 @@ def unit_of(family: Family) -> str:
     return family.full if family.is_gpu else family.module
 
 
+def aliases(family: Family, params: tuple) -> list[str]:
+    """Every name a ``-b`` regex may match for one combination: asv's names of its
+    benchmarks (one per method) and the gate's name of the combination."""
+    gate = family.combination_name(params) if params else family.full
+    return [*(family.asv_name(m, params) for m in family.methods()), gate]
+
+
+def selected(names: list[str] | tuple[str, ...], regexes: list[str] | tuple[str, ...]) -> bool:
+    """The one rule of every ``-b``/``--bench`` (the runner, backfill, the gate, bisect,
+    precompile): no regex selects everything; otherwise a benchmark is selected when any
+    regex is found (``re.search``) in any of its ``names``, asv's or the gate's."""
+    return not regexes or any(re.search(r, name) for r in regexes for name in names)
+
+
 def listing(root: Path) -> dict[str, dict]:
     """``{unit: {"solo": bool, "gpu": bool, "names": {asv name: [asv name, gate name]}}}``
     of the suite in ``root``: what a runner needs to select, skip, order and place its

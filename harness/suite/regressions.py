@@ -48,18 +48,28 @@ beyond the noise; a benchmark is reported when its latest one is a slowdown (low
 better, as asv reads every track of this suite). Levels are weighted medians of the
 per-commit values, as in asv's fit.
 
-Output: markdown on stdout (and ``--markdown FILE``), and with ``--json FILE`` a list of
-objects, one per regression::
+Output: markdown on stdout (and ``--markdown FILE``), and with ``--json FILE`` an object
+(``"version": 2``; version 1 was the bare list of regressions) with one entry per
+regression and the newest stored value of every benchmark checked::
 
-    {"benchmark": "gemm.Stage.track_latency('4096x4096x4096', 128, 3, 'f16')",
-     "machine": "h200", "good": "<40 hex>", "bad": "<40 hex>", "range": "1a2b3c4d..5e6f7a8b",
-     "before": 0.00123, "after": 0.00141, "unit": "seconds", "before_text": "1.23ms",
-     "after_text": "1.41ms", "ratio": 1.146, "threshold": 0.02, "spread": 0.003,
-     "threshold_source": "calibration", "commits_after": 5}
+    {"version": 2,
+     "regressions": [
+      {"benchmark": "gemm.Stage.track_latency('4096x4096x4096', 128, 3, 'f16')",
+       "machine": "h200", "good": "<40 hex>", "bad": "<40 hex>", "range": "1a2b3c4d..5e6f7a8b",
+       "before": 0.00123, "after": 0.00141, "unit": "seconds", "before_text": "1.23ms",
+       "after_text": "1.41ms", "ratio": 1.146, "threshold": 0.02, "spread": 0.003,
+       "threshold_source": "calibration", "commits_after": 5,
+       "commits": ["<40 hex>", ...], "bad_subject": "...", "bad_author": "..."}],
+     "latest": [{"benchmark": "...", "machine": "h200", "commit": "<40 hex>",
+                 "value": 0.00124, "text": "1.24ms"}]}
 
 ``good`` is the last measured commit before the step and ``bad`` the first after it, so
 ``git log good..bad`` holds the culprit; benchmark plus ``good..bad`` identifies a step
-(``harness.suite.announce`` keys its issues on it). Exit 0 when the report was made,
+(``harness.suite.announce`` keys its issues on it). ``commits`` are the branch's
+first-parent commits after ``good`` up to ``bad`` (just ``[bad]`` when the two are
+adjacent: then ``bad`` is the culprit), null where git cannot say; ``bad_subject`` and
+``bad_author`` are read from git ("" where it cannot say). ``latest`` lets the announcer
+see a benchmark back under its threshold. Exit 0 when the report was made,
 found or not (1 with ``--fail-on-regression`` when something regressed), 2 on bad input.
 """
 
@@ -75,7 +85,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION, fraction, output_file, regex
@@ -163,6 +173,11 @@ class Regression:
     spread: float | None
     threshold_source: str
     commits_after: int
+    # The branch's first-parent commits after good up to bad (None: git cannot say), and
+    # bad's subject and author: what names the culprit when good and bad are adjacent.
+    commits: tuple[str, ...] | None = None
+    bad_subject: str = ""
+    bad_author: str = ""
 
     @property
     def ratio(self) -> float:
@@ -189,6 +204,9 @@ class Regression:
             "spread": self.spread,
             "threshold_source": self.threshold_source,
             "commits_after": self.commits_after,
+            "commits": None if self.commits is None else list(self.commits),
+            "bad_subject": self.bad_subject,
+            "bad_author": self.bad_author,
         }
 
 
@@ -234,6 +252,54 @@ def commit_order(branch: str = "main", cwd: Path | None = None) -> list[str] | N
         check=False,
     )
     return proc.stdout.split() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def with_commits(
+    found: Sequence[Regression], commits: Sequence[str] | None, cwd: Path | None = None
+) -> list[Regression]:
+    """``found`` with each step's first-parent commits (from ``commits``, the branch
+    oldest first) and its ``bad`` commit's subject and author (from git at ``cwd``)."""
+    index = {sha: i for i, sha in enumerate(commits or ())}
+    bads = sorted({r.bad for r in found})
+    proc = subprocess.run(
+        ["git", "log", "--no-walk=unsorted", "--format=%H%x00%an%x00%s", *bads, "--"],
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    about = {}
+    if bads and proc.returncode == 0:
+        for line in proc.stdout.splitlines():
+            sha, _, rest = line.partition("\0")
+            author, _, subject = rest.partition("\0")
+            about[sha] = (subject, author)
+    out = []
+    for r in found:
+        lo, hi = index.get(r.good), index.get(r.bad)
+        span = tuple(commits[lo + 1 : hi + 1]) if lo is not None and hi is not None else None
+        subject, author = about.get(r.bad, ("", ""))
+        out.append(replace(r, commits=span or None, bad_subject=subject, bad_author=author))
+    return out
+
+
+def latest_values(series: Iterable[Series], machine: str) -> list[dict]:
+    """The newest stored value of each of ``series`` (one machine's), as ``--json`` writes
+    it under ``latest``."""
+    out = []
+    for s in series:
+        if s.points:
+            p = s.points[-1]
+            out.append(
+                {
+                    "benchmark": s.name,
+                    "machine": machine,
+                    "commit": p.commit,
+                    "value": p.value,
+                    "text": human(p.value, s.unit),
+                }
+            )
+    return out
 
 
 def _units(results_dir: Path) -> dict[str, str]:
@@ -530,8 +596,17 @@ def render_markdown(
     return title + "\n".join(rows) + "\n"
 
 
-def render_json(regressions: Sequence[Regression]) -> str:
-    return json.dumps([r.as_json() for r in regressions], indent=1) + "\n"
+JSON_VERSION = 2
+
+
+def render_json(regressions: Sequence[Regression], latest: Sequence[dict] = ()) -> str:
+    """``--json``'s document (see the module's docstring)."""
+    doc = {
+        "version": JSON_VERSION,
+        "regressions": [r.as_json() for r in regressions],
+        "latest": list(latest),
+    }
+    return json.dumps(doc, indent=1) + "\n"
 
 
 # --- command line ----------------------------------------------------------------------
@@ -649,16 +724,17 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
             file=sys.stderr,
         )
         return EXIT_FAILURE
-    found = []
+    found, latest = [], []
     for name, series in histories.items():
         found += detect(series, name, tables.get(name), args.floor, args.min_commits)
+        latest += latest_values(series, name)
     checked = sum(len(s) for s in histories.values())
     markdown = render_markdown(found, checked, chosen, args.branch)
     print(markdown, end="")
     if args.markdown:
         args.markdown.write_text(markdown)
     if args.json:
-        args.json.write_text(render_json(found))
+        args.json.write_text(render_json(with_commits(found, commits), latest))
     return EXIT_REGRESSION if found and args.fail_on_regression else EXIT_OK
 
 

@@ -108,14 +108,11 @@ def suite_listing(target: Target) -> dict[str, dict]:
 
 def select(listed: Mapping[str, dict], user: list[str]) -> dict[str, list[str]]:
     """``{unit: asv names selected}`` for every unit with at least one; all of a unit's
-    names without ``user`` regexes. A regex may match asv's name or the gate's."""
+    names without ``user`` regexes. A regex may match asv's name or the gate's
+    (``discovery.selected``)."""
     out = {}
     for unit, entry in listed.items():
-        chosen = [
-            name
-            for name, aliases in entry["names"].items()
-            if not user or any(re.search(r, a) for r in user for a in aliases)
-        ]
+        chosen = [name for name, aka in entry["names"].items() if discovery.selected(aka, user)]
         if chosen:
             out[unit] = chosen
     return out

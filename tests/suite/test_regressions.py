@@ -175,7 +175,8 @@ def test_the_default_calibration_file_is_the_machines(history, tmp_path, monkeyp
     (tmp_path / "repo" / "calibration" / f"{MACHINE}.json").write_text(json.dumps(body))
     code = rg.main(["--results", str(results), "--json", str(tmp_path / "r.json")])
     assert code == EXIT_OK
-    names = {r["benchmark"] for r in json.loads((tmp_path / "r.json").read_text())}
+    doc = json.loads((tmp_path / "r.json").read_text())
+    names = {r["benchmark"] for r in doc["regressions"]}
     assert names == {QUIET_SMALL}
 
 
@@ -218,12 +219,21 @@ def test_the_report_as_markdown_and_json(history, tmp_path, capsys):
     md, js = tmp_path / "out" / "regressions.md", tmp_path / "out" / "regressions.json"
     code = rg.main(["--results", str(results), "--markdown", str(md), "--json", str(js)])
     assert code == EXIT_OK
-    rows = {r["benchmark"]: r for r in json.loads(js.read_text())}
+    doc = json.loads(js.read_text())
+    assert doc["version"] == rg.JSON_VERSION
+    rows = {r["benchmark"]: r for r in doc["regressions"]}
     assert set(rows) == FLAGGED
     row = rows[QUIET_UP]
     fields = "benchmark machine good bad range before after unit before_text after_text ratio"
-    assert set(row) == {*fields.split(), "threshold", "spread", "threshold_source", "commits_after"}
+    more = "threshold spread threshold_source commits_after commits bad_subject bad_author"
+    assert set(row) == {*fields.split(), *more.split()}
     assert (row["good"], row["bad"]) == (shas[STEP_AT - 1], shas[STEP_AT])
+    # Adjacent on the branch: bad is the culprit, named with its subject and author.
+    assert row["commits"] == [shas[STEP_AT]]
+    assert (row["bad_subject"], row["bad_author"]) == (f"c{STEP_AT}", "t")
+    latest = {(r["benchmark"], r["machine"]): r for r in doc["latest"]}
+    assert len(latest) == len(HISTORIES) and latest[(QUIET_UP, MACHINE)]["commit"] == shas[-1]
+    assert latest[(QUIET_UP, MACHINE)]["text"].endswith("ms")
     assert row["range"] == f"{shas[STEP_AT - 1][:8]}..{shas[STEP_AT][:8]}"
     assert row["machine"] == MACHINE and row["before_text"].endswith("ms")
     text = md.read_text()
@@ -248,6 +258,24 @@ def test_without_the_branch_in_git_the_results_dates_order_the_commits(history, 
     assert set(by_date) == FLAGGED and by_date[QUIET_UP].bad == shas[STEP_AT]
     assert rg.main(["--results", str(results), "--branch", "nosuch"]) == EXIT_OK
     assert "ordered by their results' dates" in capsys.readouterr().err
+
+
+def test_commits_not_measured_between_good_and_bad_are_in_the_record(tmp_path, monkeypatch):
+    shas = _commits(tmp_path / "repo", N_COMMITS)
+    monkeypatch.setattr(rg, "ROOT", tmp_path / "repo")
+    gap = range(STEP_AT - 2, STEP_AT)  # two commits before the step were never measured
+    measured = [sha for i, sha in enumerate(shas) if i not in gap]
+    write_history(tmp_path / "results", MACHINE, shas, HISTORIES, random.Random())
+    for i in gap:
+        for path in (tmp_path / "results" / MACHINE).glob(f"{shas[i][:8]}*.json"):
+            path.unlink()
+    found = rg.find(tmp_path / "results", MACHINE, measured, calibration={})
+    (row,) = [r for r in rg.with_commits(found, shas) if r.benchmark == QUIET_UP]
+    assert (row.good, row.bad) == (shas[STEP_AT - 3], shas[STEP_AT])
+    assert row.commits == tuple(shas[STEP_AT - 2 : STEP_AT + 1]) and row.bad_subject == "c20"
+    # Where git cannot say (no such repository), the record says so instead of guessing.
+    (bare,) = rg.with_commits([row], None, cwd=tmp_path)
+    assert bare.commits is None and bare.bad_subject == ""
 
 
 def test_commits_off_the_branch_are_left_out(history, capsys):
