@@ -133,11 +133,12 @@ def unit_weights(units: Mapping[str, list[discovery.Family]]) -> dict[str, float
     return {unit: sum(family_weight(f) for f in families) for unit, families in units.items()}
 
 
-def combination_weights(root: Path = ROOT) -> dict[str, dict[str, float]]:
-    """``{GPU unit: {combination name: combination_weight}}`` of the suite in ``root``, by
-    the gate's names (``gemm.Stage(4096x4096x4096, 128, 3, f16)``); an invalid combination
-    weighs 0. The CPU units are left out: they run in their own lane."""
-    out: dict[str, dict[str, float]] = {}
+def combination_flops(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
+    """``{GPU unit: {combination name: flops}}`` of the suite in ``root``, by the gate's
+    names (``gemm.Stage(4096x4096x4096, 128, 3, f16)``), from the shapes each family's
+    ``case`` maps them to (no GPU needed); None for an invalid combination. The CPU units
+    are left out: they run in their own lane."""
+    out: dict[str, dict[str, int | None]] = {}
     for unit, families in suite_units(root).items():
         if not all(f.is_gpu for f in families):
             continue
@@ -151,8 +152,16 @@ def combination_weights(root: Path = ROOT) -> dict[str, dict[str, float]]:
                     flops = None
                 else:
                     flops = shape.flops
-                combos[family.combination_name(combo)] = combination_weight(flops)
+                combos[family.combination_name(combo)] = flops
     return out
+
+
+def combination_weights(root: Path = ROOT) -> dict[str, dict[str, float]]:
+    """``{GPU unit: {combination name: combination_weight}}`` (``combination_flops``)."""
+    return {
+        unit: {c: combination_weight(f) for c, f in combos.items()}
+        for unit, combos in combination_flops(root).items()
+    }
 
 
 @dataclass(frozen=True, slots=True)
