@@ -145,6 +145,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False, tags=["gpu"])
+def bench_scaling(session: nox.Session) -> None:
+    """The warm grid on one GPU, then on all (`-- --gpus 0,1`): the speedup, as JSON."""
+    _install(session, "bench")
+    _exit_with(session, "harness.suite.scaling", *session.posargs)
+
+
+@nox.session(default=False, tags=["gpu"])
 def publish(session: nox.Session) -> None:
     """CI on main: measure every main commit after the newest stored one, push, publish."""
     _install(session, "bench")

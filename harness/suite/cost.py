@@ -8,11 +8,20 @@ A GPU unit (one family) takes ``a + b * combinations + c * TFLOP`` seconds: ``a`
 asv's start-up and the family's process (CUDA context, kernel loads), ``b`` each
 combination's fixed cost (timing loops, track processes), ``c`` the launches themselves,
 which grow with the work. The wall time on N GPUs is the serial steps of the first log
-(precompile, the solo unit, publish, the runner's own overhead) plus the longer of the
-CPU lane and the busiest GPU lane, with the units placed by ``shard.plan`` on their
-predicted seconds: a family is not split, so past a few GPUs the largest one bounds the
-wall time. The grown grids scale every GPU family's combinations and TFLOP, and the CPU
-lane and the precompile by what each growth adds to them (``GROWTHS``).
+(precompile, publish, start-up, the runner's own overhead) plus the longer of the CPU lane
+and the busiest GPU lane, with the suite cut and placed by the runner's own plan
+(``shard.plan_pieces`` on the suite's combination weights, recorded in the model). A
+piece costs ``a`` plus its combinations' seconds: each family's measured seconds less
+``a``, shared among its combinations in proportion to ``shard.combination_weight`` (the
+runs timed whole families; that weight is how the plan splits them). The solo family
+(``gemm.Launch``) runs first in its GPU's lane for its measured seconds, and the CPU lane
+starts when it ends. The grown grids repeat every GPU family's combinations, and scale
+the CPU lane and the precompile by what each growth adds to them (``GROWTHS``).
+
+    python -m harness.suite.cost --model reports/cost_h200.json --json reports/cost_h200.json
+
+recomputes a recorded model's plan and table for the suite as it is now, from the
+seconds the model holds (no logs needed).
 """
 
 from __future__ import annotations
@@ -93,19 +102,9 @@ class Run:
 def unit_sizes(root: Path = ROOT) -> dict[str, UnitSize]:
     """``UnitSize`` of every GPU unit of the suite in ``root`` (no GPU needed)."""
     out = {}
-    for unit, families in shard.suite_units(root).items():
-        if not all(f.is_gpu for f in families):
-            continue
-        combos, flops = 0, 0
-        for family in families:
-            bench = family.cls()
-            for combo in family.combinations():
-                try:
-                    shape, _ = bench.case(*combo)
-                except ValueError:
-                    continue
-                combos += 1
-                flops += shape.flops
+    for unit, combos in shard.combination_flops(root).items():
+        valid = [f for f in combos.values() if f is not None]
+        combos, flops = len(valid), sum(valid)
         out[unit] = UnitSize(combos, flops / 1e12)
     return out
 
@@ -132,9 +131,16 @@ def fit(observations: list[tuple[UnitSize, float]]) -> Fit:
     return Fit(*full, points=len(observations))
 
 
-def model(runs: list[Run], sizes: Mapping[str, UnitSize], solo: set[str]) -> dict:
-    """The fit over every run's GPU units, and the serial and CPU-lane figures of the
-    first run (the base the table grows)."""
+def model(
+    runs: list[Run],
+    sizes: Mapping[str, UnitSize],
+    solo: set[str],
+    weights: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict:
+    """The fit over every run's GPU units, the serial and CPU-lane figures of the first
+    run (the base the table grows), and each combination's plan weight and seconds
+    (``per_combination``). ``weights`` are the suite's ``shard.combination_weights``; a
+    unit without them counts as equal combinations."""
     obs = [
         (sizes[u], sec)
         for r in runs
@@ -155,36 +161,76 @@ def model(runs: list[Run], sizes: Mapping[str, UnitSize], solo: set[str]) -> dic
     overhead = max(0.0, measure - solo_s - max([cpu, *lanes.values()]))
     serial = {
         "precompile": base.steps.get("precompile", 0.0),
-        "solo": solo_s,
         "publish": base.steps.get("publish", 0.0),
         "overhead": overhead,
     }
     total = base.steps.get("total")
     if total is not None:
         serial["start-up"] = max(0.0, total - measure - serial["precompile"] - serial["publish"])
-    return {
+    m = {
         "fit": asdict(fit(obs)),
         "serial": serial,
+        "solo": {u: sec for u, (_, sec) in base.units.items() if u in solo},
         "cpu_lane": cpu,
         "gpu_units": gpu_units,
         "sizes": {u: asdict(s) for u, s in sizes.items() if u not in solo},
     }
+    m["per_combination"] = per_combination(m, sizes, weights or {})
+    return m
+
+
+def per_combination(
+    m: Mapping, sizes: Mapping[str, UnitSize], weights: Mapping[str, Mapping[str, float]]
+) -> dict[str, dict[str, list[float]]]:
+    """``{unit: {combination: [plan weight, seconds]}}`` for every GPU unit with measured
+    seconds (the solo one included): its seconds less the fit's ``a``, shared by weight."""
+    a = m["fit"]["a"]
+    measured = {**m["gpu_units"], **m["solo"]}
+    out = {}
+    for unit, seconds in measured.items():
+        combos = dict(weights.get(unit) or {})
+        if not combos:
+            n = sizes[unit].combinations if unit in sizes else 1
+            each = (
+                shard.combination_weight(int(sizes[unit].tflop * 1e12 / n))
+                if unit in sizes
+                else 1.0
+            )
+            combos = {f"{unit}({i})": each for i in range(n)}
+        total = sum(combos.values()) or 1.0
+        share = max(0.0, seconds - a)
+        out[unit] = {c: [w, share * w / total] for c, w in combos.items()}
+    return out
+
+
+def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> dict[int, float]:
+    """Each GPU's seconds under the runner's plan of the grid grown by ``growth``."""
+    copies = max(1, round(growth.combinations))
+    combos = {
+        unit: {f"{c}#{i}" if i else c: wc for c, wc in cs.items() for i in range(copies)}
+        for unit, cs in m["per_combination"].items()
+    }
+    solo = set(m["solo"])
+    weights = {u: {c: wc[0] for c, wc in cs.items()} for u, cs in combos.items()}
+    planned = shard.plan_pieces(weights, list(range(gpus)), solo)
+    a = m["fit"]["a"]
+    out = {}
+    for gpu, pieces in planned.items():
+        out[gpu] = sum(
+            m["solo"][p.unit] if p.unit in solo else a + sum(combos[p.unit][c][1] for c in p.combos)
+            for p in pieces
+        )
+    return out
 
 
 def wall(m: Mapping, gpus: int, growth: Growth) -> float:
     """Predicted wall time of the grid grown by ``growth`` on ``gpus`` GPUs."""
-    f = Fit(**m["fit"])
-    seconds = {
-        u: f.seconds(
-            UnitSize(s["combinations"] * growth.combinations, s["tflop"] * growth.combinations)
-        )
-        for u, s in m["sizes"].items()
-    }
-    lanes = shard.plan(seconds, list(range(gpus))) if seconds else {}
-    busiest = max((sum(seconds[u] for u in us) for us in lanes.values()), default=0.0)
+    busiest = max(lane_seconds(m, gpus, growth).values(), default=0.0)
     serial = dict(m["serial"])
     serial["precompile"] *= growth.kernels
-    return sum(serial.values()) + max(busiest, m["cpu_lane"] * growth.cpu)
+    # The CPU lane waits for the solo family.
+    cpu = sum(m["solo"].values()) + m["cpu_lane"] * growth.cpu
+    return sum(serial.values()) + max(busiest, cpu)
 
 
 def table(m: Mapping, counts: Iterable[int] = GPU_COUNTS) -> list[dict]:
@@ -205,7 +251,9 @@ def render(m: Mapping) -> str:
         f"GPU unit seconds = {f['a']:.1f} + {f['b']:.2f} x combinations + {f['c']:.2f} x TFLOP "
         f"(fitted on {f['points']} unit timings); serial steps "
         + ", ".join(f"{k} {v:.0f} s" for k, v in m["serial"].items())
-        + f"; CPU lane {m['cpu_lane']:.0f} s.",
+        + "; first in its GPU's lane "
+        + ", ".join(f"{u} {v:.0f} s" for u, v in m["solo"].items())
+        + f"; CPU lane {m['cpu_lane']:.0f} s after it.",
         "",
         "| grid | " + " | ".join(f"{n} GPU{'s' if n > 1 else ''}" for n in counts) + " |",
         "|---|" + "---|" * len(counts),
@@ -226,7 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("logs", nargs="*", type=Path, help="logs of harness.suite.run, base first")
     p.add_argument("--json", type=Path, default=None, help="write the model and table here")
     p.add_argument("--render", type=Path, default=None, help="print the table of a --json file")
+    p.add_argument(
+        "--model", type=Path, default=None, help="recompute a --json file's plan and table"
+    )
     args = p.parse_args(argv)
+    if args.model:
+        try:
+            m = upgrade(json.loads(args.model.read_text()), ROOT)
+        except (OSError, ValueError, KeyError) as err:
+            p.error(f"--model {args.model}: {err!r}")
+        return _write(m, args.json)
     if args.render:
         m = json.loads(args.render.read_text())
         m["table"] = [
@@ -241,12 +298,32 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         p.error(str(err))
     solo = {u for u, e in discovery.listing(ROOT).items() if e["solo"]}
-    m = model(runs, unit_sizes(ROOT), solo)
+    m = model(runs, unit_sizes(ROOT), solo, shard.combination_weights(ROOT))
+    return _write(m, args.json)
+
+
+def upgrade(m: dict, root: Path) -> dict:
+    """A recorded model (its fit, serial steps, CPU lane and per-family seconds) with the
+    per-combination figures of the suite in ``root`` and its table recomputed. A model
+    written before the solo family shared the start holds it among the serial steps."""
+    m = {k: v for k, v in m.items() if k != "table"}
+    serial = dict(m["serial"])
+    solo_units = [u for u, e in discovery.listing(root).items() if e["solo"]]
+    if "solo" in serial:
+        seconds = serial.pop("solo")
+        m["solo"] = {u: seconds / len(solo_units) for u in solo_units}
+    m["serial"] = serial
+    sizes = {u: UnitSize(**s) for u, s in m["sizes"].items()}
+    m["per_combination"] = per_combination(m, sizes, shard.combination_weights(root))
+    return m
+
+
+def _write(m: dict, path: Path | None) -> int:
     m["table"] = table(m)
     print(render(m))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(m, indent=1) + "\n")
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(m, indent=1) + "\n")
     return 0
 
 

@@ -20,6 +20,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+# Set by the runner for each ``asv run``: a JSON list of the combination names
+# (``combination_name``) that run measures, so a family's process measures only its share.
+COMBINATIONS_ENV = "SUITE_COMBINATIONS"
 _COMMENT = re.compile(r'^((?:[^"/]|"(?:[^"\\]|\\.)*")*)//.*$')
 BENCH_PREFIXES = ("track_", "time_", "mem_", "peakmem_", "timeraw_")
 
@@ -58,6 +61,23 @@ def benchmark_dir(root: Path) -> Path:
 def combination_name(family: str, params: tuple) -> str:
     """Same form as asv's parameterised names: ``gemm.Stage(4096x4096x4096, 128, 3, f16)``."""
     return f"{family}({', '.join(str(p) for p in params)})"
+
+
+def selected_combinations(environ=None) -> frozenset[str] | None:
+    """The combination names of ``COMBINATIONS_ENV``, or None when it is not set (a plain
+    ``asv run``: every combination)."""
+    import os
+
+    text = (os.environ if environ is None else environ).get(COMBINATIONS_ENV)
+    if text is None:
+        return None
+    try:
+        names = json.loads(text)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{COMBINATIONS_ENV}={text[:80]!r}: must be a JSON list of names")
+    return frozenset(names)
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,28 @@
-"""Plan the asv suite over the GPUs of one host: which unit runs on which GPU, pinned
-with ``CUDA_VISIBLE_DEVICES``, each GPU under its own asv machine name (``h200-gpu0``,
-...). ``harness.suite.run`` carries the plan out, one ``asv run`` per unit.
+"""Plan the asv suite over the GPUs of one host: which combinations run on which GPU,
+pinned with ``CUDA_VISIBLE_DEVICES``, each GPU under its own asv machine name
+(``h200-gpu0``, ...). ``harness.suite.run`` carries the plan out, one ``asv run`` per piece.
 
     nox -s bench -- --gpus all        # or --gpus 0,1
 
-The unit is the benchmark class (``gemm.Stage``): asv measures a class as a whole in its
-``setup_cache``, so a class split over two GPUs would be measured on both. Every GPU class
-of the suite is placed; the CPU-only ones (``static``) need no GPU and run in a lane of
-their own beside the shards (``harness.suite.run``). Each class is weighted by the
-estimated cost of measuring it (``unit_weights``: per GPU combination a fixed cost plus a
-share proportional to its flops). A
-class marked ``solo`` (``gemm.Launch``, which times the host's launch path) runs alone
-before the shards start: on the H200 host it read 17-21 us per call while the other GPU's
-shard ran, against 11-13 us alone. The plan is stable: a class goes to the GPU its name
-hashes to unless that GPU would pass its share of the total weight, so it lands on the
-same GPU index run after run (its history stays comparable) and adding a class moves few
-others. Every unit is assigned exactly once; a GPU left without one runs nothing. The
-largest class bounds the shards' wall time: ``harness.suite.cost`` shows where that
-starts to matter as GPUs are added.
+A piece is a family's combinations on one GPU: a family (benchmark class) stays whole
+where it fits in a GPU's share, and one that would not (``gemm.Tuned`` is a third of the
+work) is cut into balanced groups of combinations, as few as fit (``pieces``). Each piece is
+one ``asv run``, whose family process measures the piece's combinations only (the runner
+lists them in ``discovery.COMBINATIONS_ENV``). A piece costs its combinations' weights
+(``combination_weight``: a fixed cost plus a share proportional to the flops) plus
+``PIECE_WEIGHT``, asv's start-up and the family's process, so a family is cut only when
+the balance gains more than the cut costs. The CPU-only classes (``static``) need no GPU
+and run in a lane of their own beside the GPUs (``harness.suite.run``).
+
+The plan is stable: a combination lands on the same GPU index run after run for a given
+GPU count. It depends on the GPU count and on the whole suite's combination names and
+weights (they set the share, the cuts and the placement), never on ``-b`` or on what is
+stored: the runner plans the whole suite and then narrows each piece to the selection.
+A piece goes to the GPU its key hashes to unless that GPU would pass its share (adding a
+family moves few others). A ``solo`` family (``gemm.Launch``, which times the host's
+launch path) is never cut and runs first in its GPU's lane while the other GPUs start
+their own work; the runner holds the CPU lane until it ends (``harness.suite.run``).
+``harness.suite.cost`` predicts the wall time of the plan per GPU count.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.measure.gpu_state import visible_entry
@@ -39,6 +45,10 @@ SLACK = 0.1
 # compiled kernel's ptxas report. Fitted on an H200 host: the 18 static combinations took
 # about 98 s of a shard where a unit of GPU work took 1.4 s.
 CPU_COMBINATION_WEIGHT = 3.9
+# One asv run of a family, whatever it measures: asv's start-up and discovery, the family's
+# process (torch, TileLang, the CUDA context). The cost model fits 7.5 s of it on an H200
+# host (``reports/cost_h200.json``), about five units of 1.4 s.
+PIECE_WEIGHT = 5.0
 
 
 def _rank(name: str, gpu: int) -> int:
@@ -123,6 +133,108 @@ def unit_weights(units: Mapping[str, list[discovery.Family]]) -> dict[str, float
     return {unit: sum(family_weight(f) for f in families) for unit, families in units.items()}
 
 
+def combination_flops(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
+    """``{GPU unit: {combination name: flops}}`` of the suite in ``root``, by the gate's
+    names (``gemm.Stage(4096x4096x4096, 128, 3, f16)``), from the shapes each family's
+    ``case`` maps them to (no GPU needed); None for an invalid combination. The CPU units
+    are left out: they run in their own lane."""
+    out: dict[str, dict[str, int | None]] = {}
+    for unit, families in suite_units(root).items():
+        if not all(f.is_gpu for f in families):
+            continue
+        combos = out.setdefault(unit, {})
+        for family in families:
+            bench = family.cls()
+            for combo in family.combinations():
+                try:
+                    shape, _ = bench.case(*combo)
+                except ValueError:
+                    flops = None
+                else:
+                    flops = shape.flops
+                combos[family.combination_name(combo)] = flops
+    return out
+
+
+def combination_weights(root: Path = ROOT) -> dict[str, dict[str, float]]:
+    """``{GPU unit: {combination name: combination_weight}}`` (``combination_flops``)."""
+    return {
+        unit: {c: combination_weight(f) for c, f in combos.items()}
+        for unit, combos in combination_flops(root).items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Combinations of one unit that one ``asv run`` measures on one GPU: the whole unit
+    (``key`` is its name) or one of its balanced groups (``gemm.Tuned[2/3]``)."""
+
+    unit: str
+    key: str
+    combos: tuple[str, ...]
+    weight: float  # its combinations' weights plus PIECE_WEIGHT
+
+
+def split(combos: Mapping[str, float], parts: int) -> list[tuple[str, ...]]:
+    """``combos`` cut into ``parts`` groups of near-equal weight: heaviest first (ties by
+    name), each to the lightest group so far (ties: the first). A fixed order whatever the
+    input order, so the groups depend on names and weights alone. Groups keep the names
+    sorted; an empty group is dropped."""
+    if parts < 1:
+        raise ValueError(f"parts={parts}: must be >= 1")
+    groups: list[list[str]] = [[] for _ in range(parts)]
+    load = [0.0] * parts
+    for name in sorted(combos, key=lambda n: (-combos[n], n)):
+        i = min(range(parts), key=lambda j: (load[j], j))
+        groups[i].append(name)
+        load[i] += combos[name]
+    return [tuple(sorted(g)) for g in groups if g]
+
+
+def pieces(
+    units: Mapping[str, Mapping[str, float]], gpus: int, whole: set[str] = frozenset()
+) -> list[Piece]:
+    """The pieces of ``units`` (``{unit: {combination: weight}}``) for ``gpus`` GPUs: a unit
+    stays whole while it fits in a GPU's share (the total weight over the GPUs, one
+    ``PIECE_WEIGHT`` per unit, plus ``SLACK``); a larger one is cut into the fewest balanced
+    groups (``split``) each of which fits, every group paying its own ``PIECE_WEIGHT``.
+    A unit in ``whole`` is never cut."""
+    if gpus < 1:
+        raise ValueError(f"gpus={gpus}: need at least one GPU")
+    bad = {f"{u}/{c}": w for u, cs in units.items() for c, w in cs.items() if not 0 <= w < math.inf}
+    if bad:
+        raise ValueError(f"weights={bad}: must be finite and >= 0")
+    total = sum(PIECE_WEIGHT + sum(cs.values()) for cs in units.values())
+    room = total / gpus * (1 + SLACK)
+    out = []
+    for unit in sorted(units):
+        combos = units[unit]
+        work = sum(combos.values())
+        parts = 1
+        if unit not in whole:
+            while parts < len(combos) and PIECE_WEIGHT + work / parts > room:
+                parts += 1
+        groups = split(combos, parts) if combos else [()]
+        for i, group in enumerate(groups, 1):
+            key = unit if len(groups) == 1 else f"{unit}[{i}/{len(groups)}]"
+            weight = PIECE_WEIGHT + sum(combos[c] for c in group)
+            out.append(Piece(unit, key, group, weight))
+    return out
+
+
+def plan_pieces(
+    units: Mapping[str, Mapping[str, float]], gpus: list[int], solo: set[str] = frozenset()
+) -> dict[int, list[Piece]]:
+    """``pieces`` placed on ``gpus`` by ``plan`` (on their keys and weights), each GPU's
+    list in the order it runs: a ``solo`` unit (never cut) first, then heaviest first."""
+    cut = {p.key: p for p in pieces(units, len(gpus), set(solo))}
+    placed = plan({k: p.weight for k, p in cut.items()}, gpus)
+    return {
+        g: sorted((cut[k] for k in keys), key=lambda p: (p.unit not in solo, -p.weight, p.key))
+        for g, keys in placed.items()
+    }
+
+
 def asv_regex(family: str) -> str:
     """asv ``-b`` pattern for every track of one unit: a class (``gemm.Stage``, not
     ``gemm.Stage128``) or a module (``static``)."""
@@ -161,15 +273,3 @@ def probe_gpus(spec: str) -> str:
     except ValueError as err:
         return f"error: {err}"
     return "ok:" + ",".join(visible_entry(g) for g in gpus)
-
-
-def phases(weights: Mapping[str, float], gpus: list[int], solo: set[str]) -> list[dict]:
-    """The order of the run: each ``solo`` unit alone on its own GPU (the one its name ranks
-    highest, so it stays there), one after another; then every other unit by ``plan``, all
-    GPUs at once. A solo unit times the host (the launch path), which other processes on
-    the host would slow down."""
-    out: list[dict[int, list[str]]] = [
-        {max(gpus, key=lambda g: _rank(unit, g)): [unit]} for unit in sorted(solo)
-    ]
-    out.append(plan({u: w for u, w in weights.items() if u not in solo}, gpus))
-    return out

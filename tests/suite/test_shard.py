@@ -179,13 +179,51 @@ def test_probe_gpus_names_the_pins_or_the_reason(monkeypatch):
     )
 
 
-def test_solo_units_run_first_each_alone_and_once():
+def test_split_balances_groups_and_keeps_every_combination_once():
     from harness.suite import shard
 
-    weights = family_weights()
-    steps = shard.phases(weights, [0, 1], {"gemm.Launch"})
-    assert len(steps) == 2 and list(steps[0].values()) == [["gemm.Launch"]]
-    placed = [u for step in steps for units in step.values() for u in units]
-    assert sorted(placed) == sorted(weights)
-    # Stable: the solo unit keeps its GPU run after run.
-    assert shard.phases(weights, [0, 1], {"gemm.Launch"})[0] == steps[0]
+    combos = {f"gemm.T({i})": w for i, w in enumerate([9.0, 7.0, 6.0, 5.0, 4.0, 1.0, 1.0])}
+    groups = shard.split(combos, 3)
+    assert sorted(c for g in groups for c in g) == sorted(combos)
+    loads = [sum(combos[c] for c in g) for g in groups]
+    assert max(loads) - min(loads) <= max(combos.values())
+    assert shard.split(dict(reversed(list(combos.items()))), 3) == groups
+    with pytest.raises(ValueError, match="parts=0: must be >= 1"):
+        shard.split(combos, 0)
+
+
+def test_a_family_is_cut_only_when_it_does_not_fit_and_a_solo_one_never():
+    from harness.suite import shard
+
+    units = {
+        "gemm.Big": {f"gemm.Big({i})": 4.0 for i in range(12)},
+        "gemm.Small": {f"gemm.Small({i})": 1.0 for i in range(4)},
+        "gemm.Host": {f"gemm.Host({i})": 6.0 for i in range(6)},
+    }
+    one = shard.pieces(units, 1, {"gemm.Host"})
+    assert [p.key for p in one] == ["gemm.Big", "gemm.Host", "gemm.Small"]
+    four = shard.pieces(units, 4, {"gemm.Host"})
+    big = [p for p in four if p.unit == "gemm.Big"]
+    assert len(big) > 1 and [p.unit for p in four].count("gemm.Host") == 1
+    assert sorted(c for p in big for c in p.combos) == sorted(units["gemm.Big"])
+    assert all(
+        p.weight == shard.PIECE_WEIGHT + sum(units["gemm.Big"][c] for c in p.combos) for p in big
+    )
+    placed = shard.plan_pieces(units, [0, 1, 2, 3], {"gemm.Host"})
+    (home,) = [g for g, ps in placed.items() if any(p.unit == "gemm.Host" for p in ps)]
+    assert placed[home][0].unit == "gemm.Host"
+    assert placed == shard.plan_pieces(
+        dict(reversed(list(units.items()))), [0, 1, 2, 3], {"gemm.Host"}
+    )
+    with pytest.raises(ValueError, match="must be finite and >= 0"):
+        shard.pieces({"gemm.X": {"gemm.X(1)": -1.0}}, 2)
+
+
+def test_the_suite_combination_weights_follow_the_family_weights():
+    from harness.suite import shard
+
+    per_combo = shard.combination_weights(ROOT)
+    families = shard.family_weights(ROOT)
+    assert set(per_combo) == {u for u in families if u != "static"}
+    for unit, combos in per_combo.items():
+        assert sum(combos.values()) == pytest.approx(families[unit])
