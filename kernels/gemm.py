@@ -555,6 +555,15 @@ class GemmKernel:
         self.delay_cycles = 0
 
     @property
+    def blocks(self) -> int:
+        """Blocks in one launch's grid."""
+        if self.config.persistent:
+            return self.config.persistent
+        tiles_m = -(-self.shape.m // self.config.block_m)
+        tiles_n = -(-self.shape.n // self.config.block_n)
+        return tiles_m * tiles_n * self.config.split_k
+
+    @property
     def source(self) -> str:
         """Generated CUDA source."""
         return self.jit_kernel.get_kernel_source()

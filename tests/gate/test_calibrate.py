@@ -95,15 +95,18 @@ def test_gate_reads_calibration_thresholds(tmp_path):
     assert gate.load_calibration(path, "process") == {}
 
 
-def _verdict(name, status):
-    return gd.Verdict(name, status, 1.0, 1.0, 1.0, 1.0, 0.5, 0.9, 1.1, 0.05, "")
+def _verdict(name, status, ratio=1.0):
+    return gd.Verdict(name, status, 1.0, 1.0, ratio, 1.0, 0.5, 0.9, 1.1, 0.05, "")
 
 
 def test_tally_counts_false_alarms_and_detections():
     aa = [[_verdict("a", gd.UNCHANGED), _verdict("b", gd.UNCHANGED)] for _ in range(9)]
     aa.append([_verdict("a", gd.REGRESSION), _verdict("b", gd.UNCHANGED)])
     inj = [
-        [_verdict("a", gd.REGRESSION), _verdict("b", gd.REGRESSION if i < 7 else gd.UNCHANGED)]
+        [
+            _verdict("a", gd.REGRESSION, 1.03),
+            _verdict("b", gd.REGRESSION if i < 7 else gd.UNCHANGED, 1.03),
+        ]
         for i in range(10)
     ]
     t = tally(aa, inj)
