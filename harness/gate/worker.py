@@ -100,14 +100,31 @@ def _tree_median_ms(fn) -> float:
     return measure(fn, warmup=1, repeat=5).median_ms
 
 
+# The paired loop's timer: each kernel's own time from CUPTI's records, or CUDA events
+# where this process cannot record kernel activity (said once, and in the payload).
+TIMER = {"name": "cupti", "why": None}
+
+
+def paired_times(fns, **kwargs) -> list[list[list[float]]]:
+    """``interleave.interleaved`` on the paired timer, falling back to events for the
+    rest of the process where CUPTI records nothing."""
+    if TIMER["name"] == "cupti":
+        try:
+            return interleave.interleaved(fns, timer="cupti", **kwargs)
+        except interleave.kernel_timer.CuptiUnavailable as err:
+            TIMER.update(name="event", why=str(err))
+            print(f"  note: timing with CUDA events: {err}", file=sys.stderr, flush=True)
+    return interleave.interleaved(fns, timer="event", **kwargs)
+
+
 def _paired_median_ms(fn, launches: int = 5) -> float:
     """Median of a few launches timed as the paired loop times them."""
-    return statistics.median(interleave.interleaved([fn], trials=1, launches=launches)[0][0])
+    return statistics.median(paired_times([fn], trials=1, launches=launches)[0][0])
 
 
 def _paired_seen(plain, slowed) -> float:
     """The slowdown of ``slowed`` over ``plain`` as the paired gate sees it."""
-    ratios = interleave.trial_ratios(interleave.interleaved([plain, slowed], trials=3))
+    ratios = interleave.trial_ratios(paired_times([plain, slowed], trials=3))
     return statistics.median(ratios[1]) - 1.0
 
 
@@ -400,7 +417,7 @@ def run_paired(
                 fns.append(fn)
             if fns:
                 entry["shared_inputs"] = shared
-                timed = partial(interleave.interleaved, fns, trials=trials, launches=launches)
+                timed = partial(paired_times, fns, trials=trials, launches=launches)
                 if nvml is None:
                     ms = timed()
                 else:
@@ -508,6 +525,7 @@ def main() -> int:
                 sides, args.bench, dict(args.inject), only, args.trials, args.launches
             )
             payload = {"mode": "paired", "sides": list(sides), "results": results}
+            payload["timer"] = TIMER["name"] + (f" ({TIMER['why']})" if TIMER["why"] else "")
             payload["tilelang"] = _tilelang_version()
         except Exception as err:  # a side failed to import or discover
             payload = {"fatal": "".join(traceback.format_exception_only(type(err), err)).strip()}

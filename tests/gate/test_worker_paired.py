@@ -211,3 +211,22 @@ def test_an_injection_into_a_tree_without_the_delay_fails_that_benchmark(
     results = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})
     error = results["gemm.Fam(1)"]["sides"]["injected"]["error"]
     assert error == "RuntimeError: this revision's kernels have no test-only delay to inject with"
+
+
+def test_the_paired_loop_times_kernels_by_cupti_and_says_when_it_cannot(
+    worker, monkeypatch, capsys
+):
+    asked = []
+
+    def interleaved(fns, timer="event", **kw):
+        asked.append(timer)
+        if timer == "cupti":
+            raise worker.interleave.kernel_timer.CuptiUnavailable("no CUPTI in this build")
+        return [[[1.0]] for _ in fns]
+
+    monkeypatch.setattr(worker.interleave, "interleaved", interleaved)
+    assert worker.paired_times([lambda: None]) == [[[1.0]]]
+    worker.paired_times([lambda: None])
+    assert asked == ["cupti", "event", "event"]  # CUPTI tried once, then events
+    assert worker.TIMER == {"name": "event", "why": "no CUPTI in this build"}
+    assert "timing with CUDA events: no CUPTI in this build" in capsys.readouterr().err
