@@ -196,6 +196,17 @@ def inject_slowdown(bench, fraction: float, clock: tuple[float, int], entry: dic
     bench.prepare = slowed_prepare
 
 
+def gpu_entry(state) -> dict:
+    """The GPU's state while a benchmark's launches ran, for the payload: the clock the
+    kernels ran at (the highest reading), the lowest, and a throttle warning only where
+    the readings taken at work clocks say so."""
+    return {
+        "sm_mhz": state.sm_clock_mhz,
+        "sm_mhz_min": getattr(state, "min_sm_clock_mhz", None),
+        "throttle": state.throttled(),
+    }
+
+
 def measure(bench, params: tuple) -> dict[str, list[float]]:
     """The GPU tracks' samples of one combination."""
     if hasattr(bench, "measure"):
@@ -230,7 +241,7 @@ def run(
             else:  # the GPU's state while this benchmark ran, not after it
                 samples, state = nvml.during(partial(measure, bench, params), interval_s=0.01)
                 entry.update(samples)
-                entry["gpu"] = {"sm_mhz": state.sm_clock_mhz, "throttle": state.throttled()}
+                entry["gpu"] = gpu_entry(state)
         except NotImplementedError as skip:
             entry = {"skipped": str(skip)}
         except Exception as err:  # recorded per benchmark; the gate reports it (exit 2)
@@ -422,7 +433,7 @@ def run_paired(
                     ms = timed()
                 else:
                     ms, state = nvml.during(timed, interval_s=0.01)
-                    entry["gpu"] = {"sm_mhz": state.sm_clock_mhz, "throttle": state.throttled()}
+                    entry["gpu"] = gpu_entry(state)
                 ratios = interleave.trial_ratios(ms)
                 for i, side in enumerate(runnable):
                     entry["sides"][side] = {"latency": [x * 1e-3 for t in ms[i] for x in t]}
