@@ -16,7 +16,7 @@ another revision's tree is on ``sys.path``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # The self-test reports a detection rate only where the slowdown the gate saw is within
 # this of the request (absolute, in fractions: 0.003 is 0.3 percentage points).
@@ -64,6 +64,28 @@ def next_cycles(steps: Sequence[tuple[int, float]], fraction: float) -> int:
     if s1 <= 0:
         return 2 * c1
     return max(1, round(c1 * fraction / s1))
+
+
+def calibrate(
+    kernel, fraction: float, base_ms: float, clock: tuple[float, int], seen: Callable[[], float]
+) -> dict:
+    """Set ``kernel.delay_cycles`` (a kernel of ``kernel.blocks`` blocks, ``base_ms`` long
+    undelayed) until ``seen()``, the slowdown measured with those cycles, is ``fraction``
+    within ``CALIBRATION_TOLERANCE``, from the first guess for ``clock`` = (cycles per ms,
+    SMs), at most ``MAX_STEPS`` measurements; the closest step is kept. Returns the
+    record: requested, the cycles set, what they were seen to add, and every step."""
+    cycles_per_ms, sms = clock
+    cycles = initial_cycles(fraction, base_ms, cycles_per_ms, waves(kernel.blocks, sms))
+    steps: list[tuple[int, float]] = []
+    for _ in range(MAX_STEPS):
+        kernel.delay_cycles = cycles
+        steps.append((cycles, seen()))
+        if within(steps[-1][1], fraction, CALIBRATION_TOLERANCE):
+            break
+        cycles = next_cycles(steps, fraction)
+    cycles, got = min(steps, key=lambda step: abs(step[1] - fraction))
+    kernel.delay_cycles = cycles
+    return {"requested": fraction, "cycles": cycles, "seen": got, "steps": steps}
 
 
 def within(seen: float, fraction: float, tolerance: float = TOLERANCE) -> bool:

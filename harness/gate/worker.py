@@ -152,24 +152,10 @@ def sm_count() -> int:
 
 def calibrate_delay(kernel, launch, plain, fraction: float, seen_of, clock) -> dict:
     """Set ``kernel.delay_cycles`` so that ``launch`` (the delayed kernel) is slower than
-    ``plain`` by ``fraction`` as ``seen_of(plain, launch)`` measures it, starting from
-    the guess for ``clock`` = (cycles per ms, SMs). Returns the record: requested, the
-    cycles set, what it was seen to add and each (cycles, seen) step."""
-    cycles_per_ms, sms = clock
+    ``plain`` by ``fraction`` as ``seen_of(plain, launch)`` measures it
+    (``inject.calibrate``); ``clock`` is (cycles per ms, SMs)."""
     base_ms = _paired_median_ms(plain, launches=20)
-    n_waves = inject.waves(kernel.blocks, sms)
-    cycles = inject.initial_cycles(fraction, base_ms, cycles_per_ms, n_waves)
-    steps: list[tuple[int, float]] = []
-    for _ in range(inject.MAX_STEPS):
-        kernel.delay_cycles = cycles
-        seen = seen_of(plain, launch)
-        steps.append((cycles, seen))
-        if inject.within(seen, fraction, inject.CALIBRATION_TOLERANCE):
-            break
-        cycles = inject.next_cycles(steps, fraction)
-    cycles, seen = min(steps, key=lambda step: abs(step[1] - fraction))
-    kernel.delay_cycles = cycles
-    return {"requested": fraction, "cycles": cycles, "seen": seen, "steps": steps}
+    return inject.calibrate(kernel, fraction, base_ms, clock, lambda: seen_of(plain, launch))
 
 
 def inject_slowdown(bench, fraction: float, clock: tuple[float, int], entry: dict) -> None:

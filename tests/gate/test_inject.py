@@ -44,15 +44,19 @@ def test_waves_rejects_an_empty_grid():
     ],
 )
 def test_correction_converges_on_synthetic_kernels(model):
-    """From a poor first guess, the steps reach the request within the worker's
-    calibration tolerance in fewer than MAX_STEPS."""
-    fraction, cycles, steps = 0.02, 1000, []
-    for _ in range(inject.MAX_STEPS):
-        steps.append((cycles, model(cycles)))
-        if inject.within(steps[-1][1], fraction, inject.CALIBRATION_TOLERANCE):
-            break
-        cycles = inject.next_cycles(steps, fraction)
-    assert inject.within(steps[-1][1], fraction, inject.CALIBRATION_TOLERANCE), steps
+    """From the first guess (here far off: the models are not proportional), the steps
+    reach the request within the worker's calibration tolerance, and the kernel is left
+    at the closest step's cycles."""
+
+    class Kernel:
+        blocks, delay_cycles = 1024, 0
+
+    kernel = Kernel()
+    record = inject.calibrate(kernel, 0.02, 0.5, (1.98e6, 132), lambda: model(kernel.delay_cycles))
+    assert record["steps"][0][0] == inject.initial_cycles(0.02, 0.5, 1.98e6, 8)
+    assert len(record["steps"]) < inject.MAX_STEPS
+    assert inject.within(record["seen"], 0.02, inject.CALIBRATION_TOLERANCE), record
+    assert kernel.delay_cycles == record["cycles"] and model(record["cycles"]) == record["seen"]
 
 
 def test_a_step_that_saw_nothing_doubles_the_cycles():
