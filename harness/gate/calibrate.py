@@ -2,7 +2,7 @@
 each benchmark's run-to-run spread, and derive the smallest slowdown the gate can detect
 there. The gate reads the result as per-benchmark thresholds, never below its floor.
 
-    nox -s calibrate -- [--runs 5] [--method paired] [--bench REGEX]
+    nox -s calibrate -- [--runs 5] [--method paired] [--bench REGEX] [--gpus all]
     # writes calibration/<machine>.json (committed: CI and the gate read it from there)
 
 ``--method paired`` (the gate's default) runs the paired worker on the tree against
@@ -28,7 +28,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness.cli import EXIT_FAILURE, fraction, positive_int, regex
+from harness.cli import EXIT_FAILURE, fraction, gpu_list, positive_int, regex
 from harness.gate import decide as gd
 from harness.gate import revisions
 
@@ -175,26 +175,40 @@ def main(argv: list[str] | None = None) -> int:
         "--floor", type=fraction, default=None, help="the gate's floor (default: its own)"
     )
     p.add_argument("--out", type=Path, default=None, help="default calibration/<machine>.json")
+    p.add_argument(
+        "--gpus",
+        type=gpu_list,
+        default=None,
+        help="paired: 'all' or indices like 0,1: shard the benchmarks over these GPUs as the "
+        "gate does (each benchmark always on the same GPU)",
+    )
     args = p.parse_args(argv)
+    if args.gpus is not None and args.method != "paired":
+        p.error(f"--gpus={args.gpus}: needs --method paired")
     args.bench = args.bench or revisions.default_bench()
     if args.runs < MIN_RUNS:
         p.error(f"--runs={args.runs}: must be >= {MIN_RUNS} to measure a robust spread")
     floor = args.floor or (gd.PAIRED_THRESHOLD if args.method == "paired" else gd.DEFAULT_THRESHOLD)
-    reason = device.no_gpu_reason()
-    if reason:
-        print(f"calibrate: error: needs a CUDA GPU: {reason}", file=sys.stderr)
+    try:
+        gpus = revisions.gpus_for(args.gpus)
+    except ValueError as err:
+        print(f"calibrate: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
     work = revisions.ROOT / ".gate"
     work.mkdir(exist_ok=True)
     sha = revisions.resolve("HEAD")
     tree = revisions.worktree(work, "calibrate", sha)
     revisions.precompile({"tree": tree}, args.bench)
+    sides = {"base": tree, "head": tree}
+    names = revisions.list_names({"tree": tree}, args.bench, work) if gpus else []
     runs = []
     for i in range(args.runs):
         print(f"calibrate: run {i + 1}/{args.runs}", file=sys.stderr, flush=True)
         out_file = work / f"calibrate-{i}.json"
-        if args.method == "paired":
-            sides = {"base": tree, "head": tree}
+        if args.method == "paired" and gpus:
+            tag = f"calibrate{i}"
+            runs.append(revisions.paired_gpus(sides, args.bench, work, gpus, names, tag=tag))
+        elif args.method == "paired":
             runs.append(revisions.run_paired(sides, args.bench, out_file))
         else:
             runs.append(revisions.run_worker(tree, args.bench, out_file))

@@ -199,3 +199,36 @@ def test_the_h200_calibration_is_committed_where_the_gate_reads_it():
     assert path.is_file()
     thresholds = gate.load_calibration(path, "paired")
     assert thresholds and all(0 < t <= gd.MAX_THRESHOLD for t in thresholds.values())
+
+
+def test_calibrate_shards_over_gpus_as_the_gate_does(monkeypatch, tmp_path):
+    from harness.gate import calibrate
+    from harness.measure import device
+
+    calls = []
+
+    def paired_gpus(trees, bench, out, gpus, names, tag="pair"):
+        calls.append((gpus, names, tag))
+        return _paired_run({"gemm.Quiet(a)": 1.0})
+
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(device, "gpu_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(calibrate.revisions, "select_gpus", lambda spec: [0, 1])
+    monkeypatch.setattr(calibrate.revisions, "resolve", lambda rev: "0" * 40)
+    monkeypatch.setattr(calibrate.revisions, "worktree", lambda work, name, sha: tmp_path)
+    monkeypatch.setattr(calibrate.revisions, "precompile", lambda trees, bench: None)
+    monkeypatch.setattr(calibrate.revisions, "ROOT", tmp_path)
+    monkeypatch.setattr(calibrate.revisions, "list_names", lambda t, b, o: ["gemm.Quiet(a)"])
+    monkeypatch.setattr(calibrate.revisions, "paired_gpus", paired_gpus)
+    argv = ["--runs", "3", "--bench", ".", "--gpus", "all", "--out", str(tmp_path / "c.json")]
+    assert calibrate.main(argv) == 0
+    assert [c[2] for c in calls] == ["calibrate0", "calibrate1", "calibrate2"]
+    assert all(c[0] == [0, 1] and c[1] == ["gemm.Quiet(a)"] for c in calls)
+
+
+def test_calibrate_gpus_needs_the_paired_method(capsys):
+    from harness.gate import calibrate
+
+    with pytest.raises(SystemExit):
+        calibrate.main(["--method", "process", "--gpus", "all"])
+    assert "--gpus=all: needs --method paired" in capsys.readouterr().err
