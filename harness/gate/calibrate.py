@@ -11,7 +11,7 @@ a one-process paired verdict must clear. ``--method process`` runs the worker on
 run, as the process gate does, and takes the spread of the run medians.
 
 The spread is robust: the median absolute deviation (scaled to a normal sd), so one slow
-run cannot set a huge threshold. And a threshold is capped (``decide.MAX_THRESHOLD``): a
+run cannot set a huge threshold. And a threshold is capped (``POLICY.cap``, ``harness.policy``): a
 benchmark that would need more is written as too noisy, and the gate reports it so
 instead of letting a slowdown that size through. Calibration itself then fails (exit 2),
 naming each such benchmark and what to fix, as it does for a benchmark that was not
@@ -31,12 +31,8 @@ from pathlib import Path
 from harness.cli import EXIT_FAILURE, fraction, gpu_list, positive_int, regex
 from harness.gate import decide as gd
 from harness.gate import revisions
+from harness.policy import POLICY
 
-# Two-sided significance of the gate (asv's Mann-Whitney p < 0.002) and 90% power.
-Z_ALPHA = 3.09
-Z_POWER = 1.28
-# The median absolute deviation of a normal sample is 0.6745 sd.
-MAD_TO_SD = 1.4826
 MIN_RUNS = 3  # a median absolute deviation needs a middle
 
 
@@ -49,21 +45,16 @@ def robust_spread(values: list[float]) -> float:
     if center <= 0:
         raise ValueError(f"values: median {center!r} is not positive")
     mad = statistics.median(abs(x - center) for x in values)
-    return MAD_TO_SD * mad / center
+    return POLICY.robust_sd(mad) / center
 
 
-def spread_and_mde(
-    run_values: list[float],
-    paired: bool = False,
-    z_alpha: float = Z_ALPHA,
-    z_power: float = Z_POWER,
-) -> tuple[float, float]:
-    """Run-to-run spread (``robust_spread``) and the minimum detectable slowdown. A paired
-    run's value is already a ratio of the two sides, so a shift must clear the
-    significance quantile plus the power quantile of its spread; the process gate compares
-    two runs' medians, whose difference has sd sqrt(2) * spread."""
+def spread_and_mde(run_values: list[float], paired: bool = False) -> tuple[float, float]:
+    """Run-to-run spread (``robust_spread``) and the minimum detectable slowdown
+    (``POLICY.mde``). A paired run's value is already a ratio of the two sides, so its
+    spread is the difference's; the process gate compares two runs' medians, whose
+    difference has sd sqrt(2) * spread."""
     spread = robust_spread(run_values)
-    return spread, (z_alpha + z_power) * (1.0 if paired else math.sqrt(2)) * spread
+    return spread, POLICY.mde((1.0 if paired else math.sqrt(2)) * spread)
 
 
 def run_value(payload: dict, name: str, method: str) -> float | None:
@@ -226,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                 "method": args.method,
                 "floor": floor,
                 "cap": gd.MAX_THRESHOLD,
-                "spread": "median absolute deviation x 1.4826 / median",
-                "z_alpha": Z_ALPHA,
-                "z_power": Z_POWER,
+                "spread": f"median absolute deviation x {POLICY.mad_to_sigma} / median",
+                "z_alpha": POLICY.z_alpha,
+                "z_power": POLICY.z_power,
                 "benchmarks": benchmarks,
                 "failures": failed,
             },

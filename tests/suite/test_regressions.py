@@ -1,7 +1,8 @@
 """Regressions in the stored history, on the CPU: a synthetic asv results folder written
 with asv's own ``Results`` writer, over a throwaway git repository whose first-parent
-history orders the commits. Fresh random noise on every run; the steps are far from the
-thresholds either way, so the verdicts do not depend on the draw."""
+history orders the commits. The histories are seeded: a detector has a false-alarm rate,
+not a certainty (test_regressions_noise.py measures it), and the verdicts here should not
+depend on the draw; the steps are far from the thresholds either way."""
 
 import itertools
 import json
@@ -15,6 +16,7 @@ from asv.results import Results
 from asv.runner import BenchmarkResult
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
+from harness.policy import POLICY
 from harness.suite import regressions as rg
 
 MACHINE = "testgpu"
@@ -28,7 +30,7 @@ HISTORIES = {
     ("gemm.Stage.track_latency", SHAPE, "128", "3", "'bf16'"): ("seconds", 0.004, 0.85),
     # The same 4% step: beyond a quiet benchmark's noise, within a noisy one's.
     ("gemm.Stage.track_latency", SHAPE, "256", "3", "'f16'"): ("seconds", 0.002, 1.04),
-    ("gemm.Stage.track_latency", SHAPE, "256", "3", "'bf16'"): ("seconds", 0.03, 1.04),
+    ("gemm.Stage.track_latency", SHAPE, "256", "3", "'bf16'"): ("seconds", 0.05, 1.04),
     ("gemm.Stage.track_latency", SHAPE, "256", "4", "'f16'"): ("seconds", 0.01, 1.0),
     ("gemm.Stage.track_vs_torch", SHAPE, "128", "3", "'f16'"): ("kernel/torch", 0.004, 1.10),
 }
@@ -122,7 +124,7 @@ def history(tmp_path, monkeypatch):
     """A repository of N_COMMITS on main and a results folder for MACHINE covering them."""
     shas = _commits(tmp_path / "repo", N_COMMITS)
     results = tmp_path / "results"
-    write_history(results, MACHINE, shas, HISTORIES, random.Random())
+    write_history(results, MACHINE, shas, HISTORIES, random.Random(20261130))
     monkeypatch.setattr(rg, "ROOT", tmp_path / "repo")  # the git history that orders commits
     return results, shas
 
@@ -139,7 +141,8 @@ def test_the_latest_step_up_beyond_the_noise_is_flagged_with_its_commit_range(hi
     assert (up.good, up.bad) == (shas[STEP_AT - 1], shas[STEP_AT])
     assert up.ratio == pytest.approx(1.12, rel=0.03)
     assert up.before == pytest.approx(2e-3, rel=0.02) and up.unit == "seconds"
-    assert up.commits_after == N_COMMITS - STEP_AT and up.threshold_source == "history"
+    assert up.commits_after == N_COMMITS - STEP_AT
+    assert up.threshold_source in ("history", "floor")  # 0.4% noise: k x spread is near 2%
 
 
 def test_each_benchmark_is_judged_by_its_own_noise(history):
@@ -147,9 +150,9 @@ def test_each_benchmark_is_judged_by_its_own_noise(history):
     series = {s.name: s for s in rg.load_history(results, MACHINE, shas)[0]}
     quiet = rg.threshold_for(series[QUIET_SMALL], {})
     noisy = rg.threshold_for(series[NOISY_UP], {})
-    assert rg.DEFAULT_THRESHOLD <= quiet.value < 0.03  # the floor, or near it
-    assert noisy.value > max(0.08, 3 * quiet.value)  # ~6 x 3% run-to-run: a 4% step is noise
-    assert 0.012 < noisy.spread < 0.06
+    assert POLICY.floor <= quiet.value < 0.03  # the floor, or near it
+    assert noisy.value > max(0.08, 3 * quiet.value)  # ~3 x 5% run-to-run: a 4% step is noise
+    assert 0.02 < noisy.spread < 0.1
     assert series[QUIET_UP].combination == QUIET_UP_GATE
 
 

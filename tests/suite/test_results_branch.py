@@ -1,10 +1,13 @@
 """The asv-results branch round trip against a local bare remote, on the CPU."""
 
+import json
 import os
 import stat
 import subprocess
 import sys
 import tempfile
+
+import pytest
 
 from harness.suite import results_branch as rb
 
@@ -155,3 +158,126 @@ def test_the_results_steps_need_the_standard_library_only(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["['harness']"]
+
+
+def _runner(tmp_path, remote, name, monkeypatch):
+    """A runner's clone of ``remote`` with the results branch checked out."""
+    clone = tmp_path / name
+    _git("clone", "-q", str(remote), str(clone), cwd=tmp_path)
+    monkeypatch.chdir(clone)
+    rb.checkout(clone / ".asv" / "results")
+    return clone / ".asv" / "results"
+
+
+def _write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=4, sort_keys=True))
+
+
+def _on_remote(remote, path):
+    return json.loads(_git("show", f"asv-results:{path}", cwd=remote))
+
+
+@pytest.mark.parametrize("first", ["a", "b"])
+def test_a_push_race_over_benchmarks_json_loses_no_result(tmp_path, monkeypatch, first):
+    work, remote = _repo(tmp_path)
+    monkeypatch.chdir(work)
+    seed = work / ".asv" / "results"
+    rb.checkout(seed)
+    _write(seed / "benchmarks.json", {"gemm.Old.track": {"unit": "s"}, "version": 2})
+    rb.push(seed, message="seed")
+    # Two runners measure their own commits while the suite changed differently in each:
+    # each rewrites benchmarks.json, and both rewrite one shared machine's machine.json.
+    runners = {name: _runner(tmp_path, remote, name, monkeypatch) for name in "ab"}
+    for name, folder in runners.items():
+        bench = {"gemm.Old.track": {"unit": name}, f"gemm.{name}.track": {"unit": "s"}}
+        _write(folder / "benchmarks.json", {**bench, "version": 2})
+        _write(folder / f"gpu-{name}" / "machine.json", {"machine": f"gpu-{name}"})
+        _write(folder / f"gpu-{name}" / f"{name * 8}-existing.json", {"results": {}})
+        _write(folder / "h200" / "machine.json", {"machine": "h200", "cpu": name, name: 1})
+        _write(folder / "h200" / f"{name * 8}-existing.json", {"results": {}})
+    second = "b" if first == "a" else "a"
+    for name in (first, second):
+        monkeypatch.chdir(runners[name].parent.parent)
+        assert "pushed" in rb.push(runners[name], message=f"results of {name}")
+
+    files = set(_git("ls-tree", "-r", "--name-only", "asv-results", cwd=remote).split())
+    for name in "ab":
+        assert {f"gpu-{name}/machine.json", f"gpu-{name}/{name * 8}-existing.json"} <= files
+        assert f"h200/{name * 8}-existing.json" in files
+    # Key by key, the side pushed last winning where both wrote the same key.
+    assert _on_remote(remote, "benchmarks.json") == {
+        "gemm.Old.track": {"unit": second},
+        "gemm.a.track": {"unit": "s"},
+        "gemm.b.track": {"unit": "s"},
+        "version": 2,
+    }
+    assert _on_remote(remote, "h200/machine.json") == {
+        "machine": "h200",
+        "cpu": second,
+        "a": 1,
+        "b": 1,
+    }
+    log = _git("log", "--format=%s", "asv-results", cwd=remote).splitlines()
+    assert log == [f"results of {second}", f"results of {first}", "seed"]  # no force-push
+    # The losing runner's worktree is clean and up to date with the remote.
+    assert _git("status", "--porcelain", cwd=runners[second]) == ""
+
+
+def _results_file(folder, machine, sha, bench, value):
+    """One commit's results of one benchmark, through asv's own writer."""
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    params = {"machine": machine, "python": "3.11"}
+    run = Results(params, {}, sha, 1_700_000_000_000, "3.11", "existing-py", {})
+    result = BenchmarkResult(
+        result=[value], samples=[[value] * 3], number=[1], errcode=0, stderr="", profile=None
+    )
+    run.add_result({"name": bench, "version": "1", "params": []}, result)
+    run.save(str(folder))
+
+
+def test_two_runners_results_of_one_commit_and_machine_are_merged_by_benchmark(
+    tmp_path, monkeypatch
+):
+    from asv.results import iter_results_for_machine
+
+    work, remote = _repo(tmp_path)
+    monkeypatch.chdir(work)
+    rb.checkout(work / ".asv" / "results")
+    _write(work / ".asv" / "results" / "h200" / "machine.json", {"machine": "h200", "version": 1})
+    rb.push(work / ".asv" / "results", message="seed")
+    runners = {name: _runner(tmp_path, remote, name, monkeypatch) for name in "ab"}
+    sha = "c" * 40
+    for value, (name, folder) in enumerate(runners.items(), start=1):
+        _results_file(folder, "h200", sha, f"gemm.{name}.track", float(value))
+    for name in "ab":
+        monkeypatch.chdir(runners[name].parent.parent)
+        rb.push(runners[name], message=name)
+
+    final = tmp_path / "final"
+    _git("clone", "-q", "-b", "asv-results", str(remote), str(final), cwd=tmp_path)
+    (run,) = iter_results_for_machine(str(final), "h200")
+    values = {key: run.get_result_value(key, []) for key in run.get_all_result_keys()}
+    assert values == {"gemm.a.track": [1.0], "gemm.b.track": [2.0]}
+
+
+def test_a_conflict_that_is_not_json_objects_stops_and_names_the_file(tmp_path, monkeypatch):
+    work, remote = _repo(tmp_path)
+    monkeypatch.chdir(work)
+    rb.checkout(work / ".asv" / "results")
+    (work / ".asv" / "results" / "notes.txt").write_text("seed\n")
+    rb.push(work / ".asv" / "results", message="seed")
+    runners = {name: _runner(tmp_path, remote, name, monkeypatch) for name in "ab"}
+    for name, folder in runners.items():
+        (folder / "notes.txt").write_text(f"{name}\n")
+    monkeypatch.chdir(runners["a"].parent.parent)
+    rb.push(runners["a"], message="a")
+    monkeypatch.chdir(runners["b"].parent.parent)
+    with pytest.raises(rb.ResultsBranchError, match=r"notes\.txt: .*resolve it by hand"):
+        rb.push(runners["b"], message="b")
+    # The rebase was aborted: b's own commit is intact, for a person to look at.
+    assert _git("log", "--format=%s", "-1", cwd=runners["b"]) == "b"
+    assert (runners["b"] / "notes.txt").read_text() == "b\n"
+    assert not list((runners["b"].parent.parent / ".git" / "worktrees").glob("*/rebase-merge"))
