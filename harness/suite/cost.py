@@ -8,15 +8,17 @@ A GPU unit (one family) takes ``a + b * combinations + c * TFLOP`` seconds: ``a`
 asv's start-up and the family's process (CUDA context, kernel loads), ``b`` each
 combination's fixed cost (timing loops, track processes), ``c`` the launches themselves,
 which grow with the work. The wall time on N GPUs is the serial steps of the first log
-(precompile, publish, start-up, the runner's own overhead) plus the longer of the CPU lane
-and the busiest GPU lane, with the suite cut and placed by the runner's own plan
-(``shard.plan_pieces`` on the suite's combination weights, recorded in the model). A
-piece costs ``a`` plus its combinations' seconds: each family's measured seconds less
-``a``, shared among its combinations in proportion to ``shard.combination_weight`` (the
-runs timed whole families; that weight is how the plan splits them). The solo family
-(``gemm.Launch``) runs first in its GPU's lane for its measured seconds, and the CPU lane
-starts when it ends. The grown grids repeat every GPU family's combinations, and scale
-the CPU lane and the precompile by what each growth adds to them (``GROWTHS``).
+(precompile, publish, start-up, the runner's own overhead) plus the longer of the CPU
+lanes and the busiest GPU lane, with the suite cut and placed by the runner's own plan
+(``shard.plan_suite``, weighed in seconds by ``shard.Calibration.of_model`` of this
+model). A piece costs ``a`` plus its combinations' seconds: each family's measured
+seconds less ``a``, shared among its combinations in proportion to their ``b + c x
+TFLOP`` (the runs timed whole families); the CPU lane's seconds less ``a`` likewise,
+shared equally among the CPU combinations. The solo family (``gemm.Launch``) runs first
+in its GPU's lane for its measured seconds, and the CPU lanes (as many as
+``shard.cpu_lanes`` allows a host of ``cores_per_gpu`` cores per GPU) start when it
+ends. The grown grids repeat every GPU family's combinations, and scale the CPU
+combinations and the precompile by what each growth adds to them (``GROWTHS``).
 
     python -m harness.suite.cost --model reports/cost_h200.json --json reports/cost_h200.json
 
@@ -33,10 +35,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.cli import positive_int
 from harness.suite import discovery, run, shard
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_COUNTS = (1, 2, 4, 8)
+# Cores per GPU of the H200 runner hosts the recorded runs come from: the model gives a
+# host of N GPUs N times as many (``shard.cpu_lanes``).
+CORES_PER_GPU = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +105,13 @@ class Run:
         return cls(units, steps)
 
 
+def suite_combinations(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
+    """``{unit: {combination: flops}}`` of the suite in ``root``: the GPU units'
+    (``shard.combination_flops``), and the CPU units' with None."""
+    cpu = shard.cpu_combinations(root)
+    return {**shard.combination_flops(root), **{u: dict.fromkeys(n) for u, n in cpu.items()}}
+
+
 def unit_sizes(root: Path = ROOT) -> dict[str, UnitSize]:
     """``UnitSize`` of every GPU unit of the suite in ``root`` (no GPU needed)."""
     out = {}
@@ -136,29 +149,37 @@ def model(
     sizes: Mapping[str, UnitSize],
     solo: set[str],
     weights: Mapping[str, Mapping[str, float]] | None = None,
+    cores_per_gpu: int = CORES_PER_GPU,
 ) -> dict:
     """The fit over every run's GPU units, the serial and CPU-lane figures of the first
     run (the base the table grows), and each combination's plan weight and seconds
-    (``per_combination``). ``weights`` are the suite's ``shard.combination_weights``; a
-    unit without them counts as equal combinations."""
+    (``per_combination``). ``weights`` are the suite's ``{unit: {combination: any}}``
+    (``shard.combination_flops`` and the CPU units' combinations); a GPU unit without
+    them counts as equal combinations."""
     obs = [
         (sizes[u], sec)
         for r in runs
         for u, (lane, sec) in r.units.items()
-        if u in sizes and u not in solo and lane != "cpu"
+        if u in sizes and u not in solo and not _is_cpu(lane)
     ]
+    f = fit(obs)
     base = runs[0]
-    cpu = sum(sec for lane, sec in base.units.values() if lane == "cpu")
+    cpu_pieces = [sec for lane, sec in base.units.values() if _is_cpu(lane)]
+    # One lane's worth: every CPU piece after the first paid its own start-up.
+    cpu = max(0.0, sum(cpu_pieces) - f.a * max(0, len(cpu_pieces) - 1))
     solo_s = sum(sec for u, (_, sec) in base.units.items() if u in solo)
-    gpu_units = {u: sec for u, (lane, sec) in base.units.items() if lane != "cpu" and u not in solo}
+    gpu_units = {
+        u: sec for u, (lane, sec) in base.units.items() if not _is_cpu(lane) and u not in solo
+    }
     lanes: dict[str, float] = {}
     for _u, (lane, sec) in base.units.items():
-        if lane != "cpu" and _u not in solo:
+        if _u not in solo:
             lanes[lane] = lanes.get(lane, 0.0) + sec
-    measure = base.steps.get("measure", solo_s + max([cpu, *lanes.values()]))
+    longest = max(lanes.values(), default=0.0)
+    measure = base.steps.get("measure", solo_s + longest)
     # What the runner spends between units (planning, asv machine files): measure minus
     # its steps, at least 0.
-    overhead = max(0.0, measure - solo_s - max([cpu, *lanes.values()]))
+    overhead = max(0.0, measure - solo_s - longest)
     serial = {
         "precompile": base.steps.get("precompile", 0.0),
         "publish": base.steps.get("publish", 0.0),
@@ -168,10 +189,11 @@ def model(
     if total is not None:
         serial["start-up"] = max(0.0, total - measure - serial["precompile"] - serial["publish"])
     m = {
-        "fit": asdict(fit(obs)),
+        "fit": asdict(f),
         "serial": serial,
         "solo": {u: sec for u, (_, sec) in base.units.items() if u in solo},
         "cpu_lane": cpu,
+        "cores_per_gpu": cores_per_gpu,
         "gpu_units": gpu_units,
         "sizes": {u: asdict(s) for u, s in sizes.items() if u not in solo},
     }
@@ -179,58 +201,77 @@ def model(
     return m
 
 
+def _is_cpu(lane: str) -> bool:
+    return lane.startswith("cpu")
+
+
 def per_combination(
-    m: Mapping, sizes: Mapping[str, UnitSize], weights: Mapping[str, Mapping[str, float]]
+    m: Mapping, sizes: Mapping[str, UnitSize], combos: Mapping[str, Mapping]
 ) -> dict[str, dict[str, list[float]]]:
-    """``{unit: {combination: [plan weight, seconds]}}`` for every GPU unit with measured
-    seconds (the solo one included): its seconds less the fit's ``a``, shared by weight."""
+    """``{unit: {combination: [plan weight, seconds]}}`` for every unit with measured
+    seconds (the solo one and the CPU units included): the weight is
+    ``shard.Calibration.of_model(m)``'s, the seconds the unit's measured seconds less the
+    fit's ``a``, shared by weight. ``combos`` are the suite's ``{unit: {combination:
+    flops}}`` for GPU units (``shard.combination_flops``) and ``{unit: {combination:
+    None}}`` for CPU units (without them, the CPU lane is one combination)."""
     a = m["fit"]["a"]
+    gpu = {u: cs for u, cs in combos.items() if u in sizes or u in m["solo"]}
+    cpu = {u: cs for u, cs in combos.items() if u not in gpu}
+    if not cpu and m["cpu_lane"]:
+        cpu = {"cpu": {"cpu": None}}  # a lane known by its seconds alone: one combination
+    cal = shard.Calibration.of_model(m, sum(len(cs) for cs in cpu.values()))
     measured = {**m["gpu_units"], **m["solo"]}
     out = {}
     for unit, seconds in measured.items():
-        combos = dict(weights.get(unit) or {})
-        if not combos:
+        flops = dict(gpu.get(unit) or {})
+        if not flops:
             n = sizes[unit].combinations if unit in sizes else 1
-            each = (
-                shard.combination_weight(int(sizes[unit].tflop * 1e12 / n))
-                if unit in sizes
-                else 1.0
-            )
-            combos = {f"{unit}({i})": each for i in range(n)}
-        total = sum(combos.values()) or 1.0
+            each = int(sizes[unit].tflop * 1e12 / n) if unit in sizes else 0
+            flops = {f"{unit}({i})": each for i in range(n)}
+        weight = {c: cal.gpu(fl) for c, fl in flops.items()}
+        total = sum(weight.values()) or 1.0
         share = max(0.0, seconds - a)
-        out[unit] = {c: [w, share * w / total] for c, w in combos.items()}
+        out[unit] = {c: [w, share * w / total] for c, w in weight.items()}
+    for unit, cs in cpu.items():
+        out[unit] = {c: [cal.cpu_combination, cal.cpu_combination] for c in cs}
     return out
 
 
-def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> dict[int, float]:
-    """Each GPU's seconds under the runner's plan of the grid grown by ``growth``."""
+def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> tuple[dict[int, float], list[float]]:
+    """Each GPU's seconds and each CPU lane's end under the runner's plan of the grid
+    grown by ``growth`` (``shard.plan_suite`` weighed by the model's plan weights)."""
     copies = max(1, round(growth.combinations))
-    combos = {
-        unit: {f"{c}#{i}" if i else c: wc for c, wc in cs.items() for i in range(copies)}
-        for unit, cs in m["per_combination"].items()
-    }
     solo = set(m["solo"])
+    cpu_units = {u for u in m["per_combination"] if u not in m["gpu_units"] and u not in solo}
+    combos = {}
+    for unit, cs in m["per_combination"].items():
+        if unit in cpu_units:
+            combos[unit] = {c: [w * growth.cpu, s * growth.cpu] for c, (w, s) in cs.items()}
+        else:
+            combos[unit] = {
+                f"{c}#{i}" if i else c: wc for c, wc in cs.items() for i in range(copies)
+            }
     weights = {u: {c: wc[0] for c, wc in cs.items()} for u, cs in combos.items()}
-    planned = shard.plan_pieces(weights, list(range(gpus)), solo)
     a = m["fit"]["a"]
-    out = {}
-    for gpu, pieces in planned.items():
-        out[gpu] = sum(
-            m["solo"][p.unit] if p.unit in solo else a + sum(combos[p.unit][c][1] for c in p.combos)
-            for p in pieces
-        )
-    return out
+    lanes_cpu = shard.cpu_lanes(m["cores_per_gpu"] * gpus)
+    planned = shard.plan_suite(weights, list(range(gpus)), a, solo, cpu_units, lanes_cpu)
+
+    def seconds(p: shard.Piece) -> float:
+        if p.unit in solo:
+            return m["solo"][p.unit]
+        return a + sum(combos[p.unit][c][1] for c in p.combos)
+
+    start = sum(m["solo"].values())
+    gpu = {g: sum(seconds(p) for p in ps) for g, ps in planned.gpu.items()}
+    return gpu, [start + sum(seconds(p) for p in ps) for ps in planned.cpu]
 
 
 def wall(m: Mapping, gpus: int, growth: Growth) -> float:
     """Predicted wall time of the grid grown by ``growth`` on ``gpus`` GPUs."""
-    busiest = max(lane_seconds(m, gpus, growth).values(), default=0.0)
+    gpu, cpu = lane_seconds(m, gpus, growth)
     serial = dict(m["serial"])
     serial["precompile"] *= growth.kernels
-    # The CPU lane waits for the solo family.
-    cpu = sum(m["solo"].values()) + m["cpu_lane"] * growth.cpu
-    return sum(serial.values()) + max(busiest, cpu)
+    return sum(serial.values()) + max([*gpu.values(), *cpu], default=0.0)
 
 
 def table(m: Mapping, counts: Iterable[int] = GPU_COUNTS) -> list[dict]:
@@ -253,7 +294,8 @@ def render(m: Mapping) -> str:
         + ", ".join(f"{k} {v:.0f} s" for k, v in m["serial"].items())
         + "; first in its GPU's lane "
         + ", ".join(f"{u} {v:.0f} s" for u, v in m["solo"].items())
-        + f"; CPU lane {m['cpu_lane']:.0f} s after it.",
+        + f"; CPU lane {m['cpu_lane']:.0f} s after it, cut over up to one CPU lane per"
+        + f" {shard.CORES_PER_CPU_LANE} cores ({m['cores_per_gpu']} per GPU).",
         "",
         "| grid | " + " | ".join(f"{n} GPU{'s' if n > 1 else ''}" for n in counts) + " |",
         "|---|" + "---|" * len(counts),
@@ -277,10 +319,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--model", type=Path, default=None, help="recompute a --json file's plan and table"
     )
+    p.add_argument(
+        "--cores-per-gpu",
+        type=positive_int,
+        default=None,
+        help=f"the measured host's CPU cores per GPU (default: the model's, else {CORES_PER_GPU})",
+    )
     args = p.parse_args(argv)
     if args.model:
         try:
-            m = upgrade(json.loads(args.model.read_text()), ROOT)
+            m = upgrade(json.loads(args.model.read_text()), ROOT, args.cores_per_gpu)
         except (OSError, ValueError, KeyError) as err:
             p.error(f"--model {args.model}: {err!r}")
         return _write(m, args.json)
@@ -298,14 +346,17 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         p.error(str(err))
     solo = {u for u, e in discovery.listing(ROOT).items() if e["solo"]}
-    m = model(runs, unit_sizes(ROOT), solo, shard.combination_weights(ROOT))
+    cores = args.cores_per_gpu or CORES_PER_GPU
+    m = model(runs, unit_sizes(ROOT), solo, suite_combinations(ROOT), cores)
     return _write(m, args.json)
 
 
-def upgrade(m: dict, root: Path) -> dict:
+def upgrade(m: dict, root: Path, cores_per_gpu: int | None = None) -> dict:
     """A recorded model (its fit, serial steps, CPU lane and per-family seconds) with the
     per-combination figures of the suite in ``root`` and its table recomputed. A model
-    written before the solo family shared the start holds it among the serial steps."""
+    written before the solo family shared the start holds it among the serial steps; one
+    written before the CPU lanes were counted gets ``cores_per_gpu`` (given, else
+    ``CORES_PER_GPU``)."""
     m = {k: v for k, v in m.items() if k != "table"}
     serial = dict(m["serial"])
     solo_units = [u for u, e in discovery.listing(root).items() if e["solo"]]
@@ -314,7 +365,9 @@ def upgrade(m: dict, root: Path) -> dict:
         m["solo"] = {u: seconds / len(solo_units) for u in solo_units}
     m["serial"] = serial
     sizes = {u: UnitSize(**s) for u, s in m["sizes"].items()}
-    m["per_combination"] = per_combination(m, sizes, shard.combination_weights(root))
+    if cores_per_gpu or "cores_per_gpu" not in m:
+        m["cores_per_gpu"] = cores_per_gpu or CORES_PER_GPU
+    m["per_combination"] = per_combination(m, sizes, suite_combinations(root))
     return m
 
 

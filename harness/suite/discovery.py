@@ -23,6 +23,8 @@ from pathlib import Path
 # Set by the runner for each ``asv run``: a JSON list of the combination names
 # (``combination_name``) that run measures, so a family's process measures only its share.
 COMBINATIONS_ENV = "SUITE_COMBINATIONS"
+# Set by the runner when several CPU lanes run at once: the compile workers each may use.
+CPU_WORKERS_ENV = "SUITE_CPU_WORKERS"
 _COMMENT = re.compile(r'^((?:[^"/]|"(?:[^"\\]|\\.)*")*)//.*$')
 BENCH_PREFIXES = ("track_", "time_", "mem_", "peakmem_", "timeraw_")
 
@@ -78,6 +80,18 @@ def selected_combinations(environ=None) -> frozenset[str] | None:
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{COMBINATIONS_ENV}={text[:80]!r}: must be a JSON list of names")
     return frozenset(names)
+
+
+def cpu_workers(default: int, environ=None) -> int:
+    """The compile workers of ``CPU_WORKERS_ENV``, or ``default`` when it is not set."""
+    import os
+
+    text = (os.environ if environ is None else environ).get(CPU_WORKERS_ENV)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{CPU_WORKERS_ENV}={text!r}: must be a whole number >= 1")
+    return int(text)
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,14 @@ piece's results are on disk before the next one starts.
   Each ``asv run`` lists its combinations in ``discovery.COMBINATIONS_ENV``, so the
   family's process measures those only.
 - The host-timing (``solo``) family runs first in its lane, beside the other GPU lanes;
-  the CPU lane starts when it ends.
+  the CPU lanes start when it ends, so no compile runs while it times the host.
 - The CPU-only units (``static``: compile time, registers, shared memory) need nvcc, not a
   GPU: they run in a lane of their own beside the GPU lanes, with no GPU visible, under
   the asv machine ``<machine>-cpu`` (asv rewrites a commit's whole results file at the end
-  of each run, so two lanes must never share a machine name).
+  of each run, so two lanes must never share a machine name). Under ``--gpus``, where
+  they would end after the busiest GPU, the plan cuts them over several CPU lanes (one
+  per ``shard.CORES_PER_CPU_LANE`` cores; ``<machine>-cpu1``, ...), whose compile workers
+  together keep to half the cores (``discovery.CPU_WORKERS_ENV``).
 - Every step prints a line ``timing <step> [<lane>]: <seconds> s`` (precompile, each
   piece, publish, total): ``harness.suite.cost`` fits its model to those lines.
 
@@ -44,7 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, gpu_list, regex
@@ -162,22 +165,29 @@ def machine_name(stem: str, gpu: int | None) -> str:
 @dataclass(frozen=True, slots=True)
 class Lane:
     """Where units run one after another: one GPU of the host (``gpu``), the visible
-    device (neither set), or the host's CPU with no GPU visible (``cpu``)."""
+    device (neither set), or one of the host's CPU lanes with no GPU visible (``cpu``,
+    numbered by ``slot``)."""
 
     gpu: int | None = None
     cpu: bool = False
+    slot: int = 0
 
     def __post_init__(self):
         if self.cpu and self.gpu is not None:
             raise ValueError(f"Lane(gpu={self.gpu}, cpu=True): a CPU lane has no GPU")
+        if self.slot < 0 or (self.slot and not self.cpu):
+            raise ValueError(f"Lane(slot={self.slot}): only a CPU lane has a slot, >= 0")
 
     def machine(self, stem: str) -> str:
-        return f"{stem}-cpu" if self.cpu else machine_name(stem, self.gpu)
+        """``<stem>-cpu``, ``<stem>-cpu1``, ... or the GPU's (``machine_name``)."""
+        return f"{stem}-{self.tag}" if self.cpu else machine_name(stem, self.gpu)
 
     @property
     def tag(self) -> str:
-        """``gpu0``, ``cpu``, or ``gpu`` for the visible device."""
-        return "cpu" if self.cpu else "gpu" if self.gpu is None else f"gpu{self.gpu}"
+        """``gpu0``, ``cpu`` (``cpu1``, ...), or ``gpu`` for the visible device."""
+        if self.cpu:
+            return f"cpu{self.slot or ''}"
+        return "gpu" if self.gpu is None else f"gpu{self.gpu}"
 
 
 CPU_LANE = Lane(cpu=True)
@@ -203,12 +213,18 @@ class Job:
 
 
 def lane_pieces(
-    listed: Mapping[str, dict], gpus: list[int] | None, weights: Mapping[str, Mapping]
+    listed: Mapping[str, dict],
+    gpus: list[int] | None,
+    weights: Mapping[str, Mapping],
+    piece: float = 0.0,
+    cpu_lanes: int = 1,
 ) -> dict[Lane, list[shard.Piece]]:
-    """Each lane's pieces in the order it runs them: the GPU units over ``gpus`` by
-    ``shard.plan_pieces`` on ``weights`` (``shard.combination_weights``; the whole suite,
-    so a combination's GPU does not depend on the selection), else whole on the visible
-    device, a solo unit first; the CPU-only units whole in the CPU lane."""
+    """Each lane's pieces in the order it runs them. With ``gpus``: ``shard.plan_suite``
+    on ``weights`` (``shard.combination_weights``, seconds; ``piece`` the seconds of one
+    ``asv run``; the whole suite, so a combination's lane does not depend on the
+    selection): the GPU units over ``gpus``, the CPU-only units over at most
+    ``cpu_lanes`` CPU lanes. Without: the GPU units whole on the visible device, a solo
+    unit first, and the CPU-only units whole in one CPU lane."""
 
     def whole(unit: str) -> shard.Piece:
         combos = tuple(sorted({aliases[1] for aliases in listed[unit]["names"].values()}))
@@ -219,9 +235,12 @@ def lane_pieces(
     gpu_units = [u for u in listed if u not in cpu_units]
     out: dict[Lane, list[shard.Piece]] = {}
     if gpus:
-        planned = shard.plan_pieces({u: weights[u] for u in gpu_units}, gpus, solo)
-        out = {Lane(g): ps for g, ps in planned.items() if ps}
-    elif gpu_units:
+        units = {u: weights[u] for u in listed}
+        planned = shard.plan_suite(units, gpus, piece, solo, set(cpu_units), cpu_lanes)
+        out = {Lane(g): ps for g, ps in planned.gpu.items() if ps}
+        out.update({Lane(cpu=True, slot=i): ps for i, ps in enumerate(planned.cpu)})
+        return out
+    if gpu_units:
         out[Lane()] = [whole(u) for u in sorted(gpu_units, key=lambda u: u not in solo)]
     if cpu_units:
         out[CPU_LANE] = [whole(u) for u in cpu_units]
@@ -238,12 +257,15 @@ def plan_units(
     chosen = select(listed, user)
     every = {u: len(entry["names"]) for u, entry in listed.items()}
     # weights need the kernels' shapes: this checkout's suite only
-    weights = shard.combination_weights(target.tree) if gpus else {}
+    cal = shard.recorded_calibration(target.tree) if gpus else None
+    weights = shard.combination_weights(target.tree, cal) if cal else {}
+    piece = cal.piece if cal else 0.0
     results_dir = target.results_dir()
     done_by_machine: dict[str, set[str]] = {}
     lanes: dict[Lane, list[Job]] = {}
     selected = 0
-    for lane, lane_ps in lane_pieces(listed, gpus, weights).items():
+    cpu_lanes = shard.cpu_lanes(os.cpu_count() or 1)
+    for lane, lane_ps in lane_pieces(listed, gpus, weights, piece, cpu_lanes).items():
         machine = lane.machine(target.machine)
         done = done_by_machine.setdefault(machine, stored(results_dir, machine, target.sha))
         for piece in lane_ps:
@@ -271,11 +293,17 @@ def run_target(
     """Measure every selected combination of ``target`` not stored yet, one ``asv run``
     per piece, the lanes in parallel; the worst exit status, EXIT_INTERRUPTED on Ctrl-C
     (finished pieces stay stored). A solo piece (it times the host) runs first in its
-    lane while the other GPU lanes start; the CPU lane, whose compiles load every core,
-    waits until it ends. A selection that matches nothing is bad input, unless
-    ``none_ok`` (an older commit that predates the selected benchmarks)."""
+    lane while the other GPU lanes start; the CPU lanes, whose compiles load the cores,
+    wait until it ends (no compile runs while it times the host). A selection that
+    matches nothing is bad input, unless ``none_ok`` (an older commit that predates the
+    selected benchmarks)."""
     user, asv_args = list(user or []), list(asv_args or [])
     lanes, selected = plan_units(target, user, gpus)
+    cpu_lanes = sum(lane.cpu for lane in lanes)
+    if cpu_lanes > 1:
+        # The CPU lanes' compile workers together stay within half the cores, as one's did.
+        workers = max(1, (os.cpu_count() or 2) // 2 // cpu_lanes)
+        target = replace(target, env={**target.env, discovery.CPU_WORKERS_ENV: str(workers)})
     pending = sum(len(jobs) for jobs in lanes.values())
     if not selected:
         log(f"run: no benchmark matches -b {' -b '.join(user)}" if user else "run: empty suite")

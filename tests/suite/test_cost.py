@@ -73,7 +73,10 @@ def test_the_cpu_lane_bounds_the_wall_when_it_is_the_longest():
         {"gemm.Launch"},
     )
     assert cost.wall(m, 8, cost.GROWTHS["as is"]) == pytest.approx(2.0 + 9.0 + 500.0)
-    assert cost.wall(m, 8, cost.GROWTHS["2x kernels"]) == pytest.approx(4.0 + 9.0 + 1000.0)
+    # Twice the CPU work, one start-up (the fit's a).
+    a = m["fit"]["a"]
+    grown = 4.0 + 9.0 + a + 2 * (500.0 - a)
+    assert cost.wall(m, 8, cost.GROWTHS["2x kernels"]) == pytest.approx(grown)
 
 
 def test_a_log_without_unit_timings_is_refused():
@@ -112,3 +115,17 @@ def test_the_runners_doc_shows_the_recorded_model_verbatim():
         check=True,
     ).stdout.strip()
     assert block == rendered
+
+
+def test_the_recorded_model_predicts_the_two_gpu_target_and_no_compile_beside_launch():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    m = cost.upgrade(json.loads((root / "reports" / "cost_h200.json").read_text()), root)
+    walls = {n: cost.wall(m, n, cost.GROWTHS["as is"]) for n in (1, 2, 4)}
+    assert walls[1] / walls[2] >= 1.85
+    # Four GPUs: the static work is cut over CPU lanes, each starting after Launch.
+    gpu, cpu = cost.lane_seconds(m, 4, cost.GROWTHS["as is"])
+    launch = sum(m["solo"].values())
+    assert len(cpu) > 1 and all(end > launch + m["fit"]["a"] for end in cpu)
+    assert max(cpu) <= max(gpu.values())

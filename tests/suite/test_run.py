@@ -222,14 +222,15 @@ def test_every_combination_runs_exactly_once_and_no_gpu_carries_the_largest_fami
     gpu_jobs = [j for lane, jobs in lanes.items() if not lane.cpu for j in jobs]
     measured = [c for j in gpu_jobs for c in j.combos]
     assert sorted(measured) == sorted(_gpu_combos())
-    # Balanced: the busiest GPU within the plan's slack (plus one piece) of an even share,
-    # and from four GPUs on less than the largest family measured whole.
+    cpu_jobs = [j for lane, jobs in lanes.items() if lane.cpu for j in jobs]
+    every_cpu = shard.cpu_combinations(ROOT)["static"]
+    assert sorted(c for j in cpu_jobs for c in j.combos) == sorted(every_cpu)
+    # Balanced: the busiest GPU within one piece of an even share.
     units = shard.combination_weights(ROOT)
     loads = [sum(j.piece.weight for j in jobs) for lane, jobs in lanes.items() if not lane.cpu]
-    share = sum(loads) / gpus
-    assert max(loads) <= share * (1 + shard.SLACK) + max(j.piece.weight for j in gpu_jobs)
-    # The largest family (Tuned, a third of the work) is cut once its share is smaller.
-    largest = max(units, key=lambda u: sum(units[u].values()))
+    assert max(loads) <= sum(loads) / gpus + max(j.piece.weight for j in gpu_jobs)
+    # The largest GPU family (Tuned, a third of the work) is cut once its share is smaller.
+    largest = max((u for u in units if u != "static"), key=lambda u: sum(units[u].values()))
     cut = {j.piece.key for j in gpu_jobs if j.piece.unit == largest}
     assert (len(cut) > 1) == (gpus >= 4)
 
@@ -271,9 +272,12 @@ def test_resuming_measures_only_the_combinations_not_stored(monkeypatch, tmp_pat
     assert all(re.escape(n) not in " ".join(j.bench) for j in jobs for n in half)
 
 
-def test_the_host_timed_family_shares_the_start_and_the_cpu_lane_waits_for_it(
-    monkeypatch, tmp_path
+@pytest.mark.parametrize("gpus, cores", [(2, 32), (4, 64)])
+def test_the_host_timed_family_shares_the_start_and_the_cpu_lanes_wait_for_it(
+    monkeypatch, tmp_path, gpus, cores
 ):
+    monkeypatch.setattr(suite_run.os, "cpu_count", lambda: cores)
+    workers = []
     events = []
     other_started = threading.Event()
     lock = threading.Lock()
@@ -284,6 +288,8 @@ def test_the_host_timed_family_shares_the_start_and_the_cpu_lane_waits_for_it(
             self.name = _patterns(cmd)[0]
             self.combos = json.loads(env[suite_run.discovery.COMBINATIONS_ENV])
             self.gpu = env.get("CUDA_VISIBLE_DEVICES")
+            if self.gpu == "":
+                workers.append(env.get(suite_run.discovery.CPU_WORKERS_ENV))
             with lock:
                 events.append(("start", self.name, self.gpu))
             if "Launch" not in self.name and self.gpu != "":
@@ -306,7 +312,7 @@ def test_the_host_timed_family_shares_the_start_and_the_cpu_lane_waits_for_it(
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
     target = suite_run.Target(ROOT, "abc", "h200")
-    assert suite_run.run_target(target, gpus=[0, 1], log=lambda line: None) == EXIT_OK
+    assert suite_run.run_target(target, gpus=list(range(gpus)), log=lambda line: None) == EXIT_OK
     launch = [i for i, e in enumerate(events) if "Launch" in e[1]]
     start_launch, end_launch = launch
     launch_gpu = events[start_launch][2]
@@ -315,7 +321,14 @@ def test_the_host_timed_family_shares_the_start_and_the_cpu_lane_waits_for_it(
     others = [i for i, e in enumerate(events) if e[0] == "start" and e[2] not in ("", launch_gpu)]
     assert others and others[0] < end_launch
     cpu = [i for i, e in enumerate(events) if e[0] == "start" and e[2] == ""]
-    assert cpu and cpu[0] > end_launch
+    # No compile while Launch times the host: every CPU lane starts after it ends.
+    assert cpu and min(cpu) > end_launch
+    # Two GPUs: one CPU lane, whole, with its default workers. Four: the static work cut
+    # over CPU lanes whose workers share half the cores.
+    if gpus == 2:
+        assert len(cpu) == 1 and workers == [None]
+    else:
+        assert len(cpu) > 1 and set(workers) == {str(cores // 2 // len(cpu))}
 
 
 LISTED = {
@@ -349,6 +362,20 @@ def test_a_cpu_only_selection_runs_in_the_cpu_lane_alone():
     assert list(lanes) == [suite_run.CPU_LANE]
     with pytest.raises(ValueError, match="a CPU lane has no GPU"):
         suite_run.Lane(gpu=0, cpu=True)
+    # Several CPU lanes run at once: each stores under its own machine.
+    assert suite_run.Lane(cpu=True, slot=2).machine("h200") == "h200-cpu2"
+    assert suite_run.Lane(cpu=True, slot=2).tag == "cpu2"
+    with pytest.raises(ValueError, match="only a CPU lane has a slot"):
+        suite_run.Lane(gpu=1, slot=1)
+
+
+@pytest.mark.parametrize("text", ["0", "x", "-2", ""])
+def test_the_cpu_workers_variable_is_checked(text):
+    env = suite_run.discovery.CPU_WORKERS_ENV
+    with pytest.raises(ValueError, match=f"{env}={text!r}: must be a whole number >= 1"):
+        suite_run.discovery.cpu_workers(4, {env: text})
+    assert suite_run.discovery.cpu_workers(4, {}) == 4
+    assert suite_run.discovery.cpu_workers(4, {env: "3"}) == 3
 
 
 def test_each_unit_logs_its_seconds_and_the_log_reads_back(fake_asv, monkeypatch, tmp_path):
