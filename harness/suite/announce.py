@@ -367,7 +367,25 @@ def build_parser() -> argparse.ArgumentParser:
         "an installation token that is refused there: github-actions[bot])",
     )
     p.add_argument("--dry-run", action="store_true", help="read issues, write nothing")
+    p.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write each step's new-issue text to DIR/step-N.md and stop: no token, no API",
+    )
     return p
+
+
+def render_steps(entries: Sequence[Entry], folder: Path, repo: str, server: str) -> list[Path]:
+    """Each step's issue text as a new issue would carry it (title line, then body)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, state in enumerate(steps(entries), 1):
+        path = folder / f"step-{i}.md"
+        path.write_text(f"# {text.title(state)}\n\n{text.render_body(state, repo, server)}")
+        out.append(path)
+    return out
 
 
 def main(argv: list[str] | None = None, transport: Transport = urllib_transport) -> int:
@@ -382,14 +400,24 @@ def main(argv: list[str] | None = None, transport: Transport = urllib_transport)
         return fail(f"--repo={args.repo!r}: need OWNER/NAME (or $GITHUB_REPOSITORY)")
     if args.author is not None and not _LOGIN.match(args.author):
         return fail(f"--author={args.author!r}: not a GitHub login (or an app's NAME[bot])")
-    token = os.environ.get("GITHUB_TOKEN", "")
-    if not token:
-        return fail("$GITHUB_TOKEN is not set")
     try:
         found = files(args.paths)
         entries, latest = load(found)
     except AnnounceError as err:
         return fail(str(err))
+    server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
+    if args.render is not None:
+        try:
+            written = render_steps(entries, args.render, args.repo, server)
+        except OSError as err:
+            return fail(f"--render={args.render}: cannot write there ({err.strerror})")
+        for path in written:
+            print(f"wrote {path}")
+        print(f"{len(entries)} regression row(s) from {len(found)} file(s), {len(written)} step(s)")
+        return EXIT_OK
+    token = os.environ.get("GITHUB_TOKEN", "")
+    if not token:
+        return fail("$GITHUB_TOKEN is not set")
     if not found:
         print(f"no {FILE_NAME} under {', '.join(map(str, args.paths))}: nothing to announce")
         return EXIT_OK
@@ -400,7 +428,6 @@ def main(argv: list[str] | None = None, transport: Transport = urllib_transport)
         api=os.environ.get("GITHUB_API_URL", "https://api.github.com"),
         dry_run=args.dry_run,
     )
-    server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
     try:
         me = args.author or (gh.login() if entries or latest else "")
         outcomes = announce(entries, gh, me, server, max_new=args.max_new, latest=latest)

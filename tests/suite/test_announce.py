@@ -418,3 +418,19 @@ def test_a_refused_connection_exits_2_in_one_line(gh, tmp_path, capsys, monkeypa
     assert run(gh, [entry()], tmp_path) == EXIT_FAILURE
     err = capsys.readouterr().err
     assert "no reply" in err and len(err.strip().splitlines()) == 1
+
+
+def test_render_writes_each_steps_text_without_a_token_or_the_api(gh, tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_TOKEN")
+    out = tmp_path / "bodies"
+    rows = [entry(), entry(benchmark=HOSTILE, good=C[1], bad=C[5])]
+    assert run(gh, rows, tmp_path, "--render", str(out)) == EXIT_OK
+    assert gh.calls == [] and sorted(p.name for p in out.iterdir()) == ["step-1.md", "step-2.md"]
+    texts = [p.read_text() for p in sorted(out.iterdir())]
+    adjacent = next(t for t in texts if C[4][:7] in t.splitlines()[0] or "Ada Lovelace" in t)
+    assert "subject of" in adjacent and "nox -s bisect" not in adjacent
+    gapped = next(t for t in texts if t is not adjacent)
+    line = _command(gapped, "bisect")
+    assert re.search(shlex.split(line)[-1], HOSTILE)  # one inert argument, the exact name
+    (tmp_path / "ro").write_text("a file, not a folder")
+    assert run(gh, rows, tmp_path, "--render", str(tmp_path / "ro")) == EXIT_FAILURE
