@@ -338,9 +338,13 @@ def interleave_gpus(
 
 def merge(payloads: list[dict]) -> dict:
     """One payload from several GPUs' shards of one side and round."""
-    fatal = [p["fatal"] for p in payloads if "fatal" in p]
+    fatal = [p for p in payloads if "fatal" in p]
     if fatal:
-        return {"fatal": "; ".join(fatal)}
+        merged = {"fatal": "; ".join(dict.fromkeys(p["fatal"] for p in fatal))}
+        sides = {p.get("side") for p in fatal}
+        if len(sides) == 1 and None not in sides:
+            merged["side"] = sides.pop()  # a paired worker named the side that failed
+        return merged
     results: dict = {}
     for p in payloads:
         results.update(p.get("results", {}))

@@ -307,6 +307,14 @@ def slowed(fn, fraction: float, cycles_per_ms: float):
     return spin_after(fn, added_ms, cycles_per_ms), added_ms
 
 
+class SideFailed(Exception):
+    """One side of a paired run failed as a whole (its suite does not import or list)."""
+
+    def __init__(self, side: str):
+        super().__init__(side)
+        self.side = side
+
+
 def run_paired(
     sides: dict[str, Path],
     pattern: str | None,
@@ -319,7 +327,12 @@ def run_paired(
     "ratios": {side: [per-trial ratio to the first side]}, "gpu": ..., "shared_inputs":
     bool}}``."""
     trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
-    prepared = {side: prepare_side(tree, trees, pattern, only) for side, tree in sides.items()}
+    prepared = {}
+    for side, tree in sides.items():
+        try:
+            prepared[side] = prepare_side(tree, trees, pattern, only)
+        except Exception as err:  # that revision's suite does not import: its failure alone
+            raise SideFailed(side) from err
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
     nvml = open_nvml()
     cycles_per_ms = sleep_cycles_per_ms(_paired_median_ms) if any(inject.values()) else 0.0
@@ -459,7 +472,12 @@ def main() -> int:
             payload = {"mode": "paired", "sides": list(sides), "results": results}
             payload["tilelang"] = _tilelang_version()
         except Exception as err:  # a side failed to import or discover
-            payload = {"fatal": "".join(traceback.format_exception_only(type(err), err)).strip()}
+            cause = err.__cause__ if isinstance(err, SideFailed) else err
+            payload = {
+                "fatal": "".join(traceback.format_exception_only(type(cause), cause)).strip()
+            }
+            if isinstance(err, SideFailed):
+                payload["side"] = err.side  # the other sides did not fail
         payload["seconds"] = time.perf_counter() - start
         args.out.write_text(json.dumps(payload))
         return 0
