@@ -73,7 +73,7 @@ def worktree(out: Path, name: str, sha: str) -> Path:
             check=False,
             capture_output=True,
         )
-    git("worktree", "add", "--detach", "--force", str(path), sha)
+    git("worktree", "add", "--detach", "--force", str(path), sha, cwd=ROOT)
     return path
 
 

@@ -81,7 +81,7 @@ from pathlib import Path
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION, fraction, output_file, regex
 from harness.gate.calibrate import Z_ALPHA, Z_POWER
 from harness.gate.decide import DEFAULT_THRESHOLD
-from harness.suite import discovery
+from harness.suite import discovery, result_files
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MIN_HISTORY = 8  # commits before the history's own spread is trusted (7 differences)
@@ -242,7 +242,9 @@ def _units(results_dir: Path) -> dict[str, str]:
         data = json.loads((Path(results_dir) / "benchmarks.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {k: v.get("unit", "") for k, v in data.items() if isinstance(v, dict)}
+    if not isinstance(data, dict):
+        return {}
+    return {k: str(v.get("unit", "")) for k, v in data.items() if isinstance(v, dict)}
 
 
 def _weight(stats) -> float | None:
@@ -251,15 +253,32 @@ def _weight(stats) -> float | None:
     return _stats.get_weight(stats)
 
 
+@dataclass(frozen=True, slots=True)
+class History:
+    """One machine's stored history as read: its series, how many stored commits the
+    branch does not hold, and what was left out unread (``result_files``)."""
+
+    series: list[Series]
+    ignored: int
+    failed: tuple[result_files.Failure, ...]
+    damaged: tuple[result_files.Damaged, ...]
+
+
 def load_history(
     results_dir: Path, machine: str, commits: Sequence[str] | None = None
 ) -> tuple[list[Series], int]:
     """Every benchmark's series on ``machine``, and how many stored commits were left out
-    because ``commits`` (the branch, oldest first) does not hold them. Without ``commits``
-    the results' own dates order them. A failed or skipped combination is a gap."""
-    from asv.results import iter_results_for_machine
+    because ``commits`` (the branch, oldest first) does not hold them (``read_history``)."""
+    read = read_history(results_dir, machine, commits)
+    return read.series, read.ignored
 
-    runs = list(iter_results_for_machine(str(results_dir), machine))
+
+def read_history(results_dir: Path, machine: str, commits: Sequence[str] | None = None) -> History:
+    """Every benchmark's series on ``machine``, in the order of ``commits`` (the branch,
+    oldest first; without it the results' own dates). A failed or skipped combination is
+    a gap; a commit stored as failed and a damaged file are left out, and listed."""
+    files = result_files.read_machine(results_dir, machine)
+    runs = list(files.runs)
     if commits is None:
         runs.sort(key=lambda r: (r.date or 0, r.commit_hash))
         order = {}
@@ -297,7 +316,8 @@ def load_history(
         for (key, params), slot in table.items()
     ]
     series.sort(key=lambda s: s.name)
-    return series, len(ignored)
+    failed = sorted(files.failed, key=lambda f: (order.get(f.sha, len(order)), f.sha))
+    return History(series, len(ignored), tuple(failed), files.damaged)
 
 
 def load_calibration(path: Path, missing_ok: bool = True) -> dict[str, dict]:
@@ -636,13 +656,24 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
     if commits is None:
         note(f"git has no branch {args.branch!r} here: commits ordered by their results' dates")
     histories = {}
+    unread: list[str] = []  # files that could not be read: an error, exit 2 at the end
     for name in chosen:
-        series, ignored = load_history(results, name, commits)
-        if ignored:
-            hint = "" if series else f" (none is: is {args.branch!r} the branch, up to date?)"
-            note(f"{name}: {ignored} stored commit(s) not on {args.branch} left out{hint}")
-        histories[name] = select(series, args.bench)
-    if args.bench is not None and not any(histories.values()):
+        broken = result_files.check_machine(results, name)
+        if broken:
+            unread.append(f"{results / name / 'machine.json'}: damaged ({broken})")
+            continue
+        read = read_history(results, name, commits)
+        unread += [f"{d.path}: damaged ({d.reason})" for d in read.damaged]
+        if read.failed:
+            shas = ", ".join(f.sha[:8] for f in read.failed)
+            note(f"{name}: {len(read.failed)} commit(s) stored as failed left out: {shas}")
+        if read.ignored:
+            hint = "" if read.series else f" (none is: is {args.branch!r} the branch?)"
+            note(f"{name}: {read.ignored} stored commit(s) not on {args.branch} left out{hint}")
+        histories[name] = select(read.series, args.bench)
+    for line in unread:
+        print(f"{p.prog}: error: {line}; left out", file=sys.stderr)
+    if args.bench is not None and not any(histories.values()) and not unread:
         print(
             f"{p.prog}: error: -b/--bench={args.bench!r}: matches no stored benchmark of "
             f"{', '.join(chosen)} in {results}",
@@ -654,11 +685,16 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
         found += detect(series, name, tables.get(name), args.floor, args.min_commits)
     checked = sum(len(s) for s in histories.values())
     markdown = render_markdown(found, checked, chosen, args.branch)
+    if unread:
+        markdown += f"\n{len(unread)} results file(s) could not be read and were left out:\n\n"
+        markdown += "".join(f"- `{_cell(line)}`\n" for line in unread)
     print(markdown, end="")
     if args.markdown:
         args.markdown.write_text(markdown)
     if args.json:
         args.json.write_text(render_json(found))
+    if unread:
+        return EXIT_FAILURE
     return EXIT_REGRESSION if found and args.fail_on_regression else EXIT_OK
 
 

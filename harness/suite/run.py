@@ -43,7 +43,7 @@ from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, gpu_list, regex
 from harness.measure.gpu_state import visible_entry
-from harness.suite import discovery, shard
+from harness.suite import discovery, result_files, shard
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 _PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
@@ -88,22 +88,39 @@ class Target:
         return (path.parent / conf.get("results_dir", "results")).resolve()
 
 
+class SuiteError(RuntimeError):
+    """The target's suite cannot be listed (it does not import: a syntax error in its
+    kernels, say); the message is the error's one line."""
+
+
 def suite_listing(target: Target) -> dict[str, dict]:
     """``discovery.listing`` of the target's suite: in this process for this checkout;
     for another revision's tree in a child process with that tree on the path, since its
-    suite imports that revision's harness and kernels."""
+    suite imports that revision's harness and kernels. SuiteError when it fails."""
     if target.tree.resolve() == ROOT:
-        return discovery.listing(ROOT)
+        try:
+            return discovery.listing(ROOT)
+        except Exception as err:  # anything the suite's import raises
+            raise SuiteError(f"{type(err).__name__}: {err}") from err
     script = Path(discovery.__file__).resolve()
     out = subprocess.run(
         [target.python, str(script), "--list", str(target.tree)],
         cwd=target.tree,
         env=_env(target, None),
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
     )
-    return json.loads(out.stdout)
+    lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
+    if out.returncode:
+        raise SuiteError(lines[-1] if lines else f"listing exited {out.returncode}")
+    try:
+        listed = json.loads(out.stdout)
+    except ValueError as err:
+        raise SuiteError(f"the listing is not JSON ({err})") from None
+    if not isinstance(listed, dict):
+        raise SuiteError(f"the listing is a JSON {type(listed).__name__}, not an object")
+    return listed
 
 
 def select(listed: Mapping[str, dict], user: list[str]) -> dict[str, list[str]]:
@@ -214,10 +231,11 @@ def lane_steps(
 
 
 def plan_units(
-    target: Target, user: list[str], gpus: list[int] | None
+    target: Target, user: list[str], gpus: list[int] | None, log: Callable[[str], None] = print
 ) -> tuple[list[dict[Lane, list[str]]], dict[str, list[str]]]:
     """The steps of the run (``lane_steps``) and each selected unit's ``-b`` arguments,
-    minus units already stored."""
+    minus units already stored. A damaged results file of the commit is set aside first
+    (``result_files.sweep``), so its units count as not stored."""
     listed = suite_listing(target)
     chosen = select(listed, user)
     every = {u: len(entry["names"]) for u, entry in listed.items()}
@@ -231,7 +249,10 @@ def plan_units(
         kept = {}
         for lane, us in step.items():
             machine = lane.machine(target.machine)
-            done = done_by_machine.setdefault(machine, stored(results_dir, machine, target.sha))
+            if machine not in done_by_machine:
+                result_files.sweep(results_dir, machine, target.sha, lambda s: log(f"run: {s}"))
+                done_by_machine[machine] = stored(results_dir, machine, target.sha)
+            done = done_by_machine[machine]
             todo = [u for u in us if u in chosen and not set(chosen[u]) <= done]
             if todo:
                 kept[lane] = todo
@@ -254,7 +275,7 @@ def run_target(
     Ctrl-C (finished units stay stored). A selection that matches nothing is bad input,
     unless ``none_ok`` (an older commit that predates the selected benchmarks)."""
     user, asv_args = list(user or []), list(asv_args or [])
-    steps, args = plan_units(target, user, gpus)
+    steps, args = plan_units(target, user, gpus, log)
     selected = len(args)
     pending = sum(len(us) for s in steps for us in s.values())
     if not args:
@@ -413,7 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
     target = Target(ROOT, sha, args.machine or device.machine_name())
     start = time.perf_counter()
-    code = run_target(target, user, args.asv_args, gpus, log=_log)
+    try:
+        code = run_target(target, user, args.asv_args, gpus, log=_log)
+    except SuiteError as err:
+        print(f"run: error: the suite of {sha[:10]} cannot be listed: {err}", file=sys.stderr)
+        return EXIT_FAILURE
     print(timing_line("measure", time.perf_counter() - start), flush=True)
     if not args.no_publish and code != EXIT_INTERRUPTED:
         start = time.perf_counter()

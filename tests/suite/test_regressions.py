@@ -313,3 +313,38 @@ def test_a_folder_without_machines_is_refused(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert rg.main(["--results", str(tmp_path / "empty")]) == EXIT_FAILURE
     assert "holds no asv machine" in _error(capsys)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "truncated",  # asv writes in place; an interrupted write leaves half a file
+        "a list",
+        "a string for a value",
+        "machine.json truncated",
+        "machine.json a list",
+    ],
+)
+def test_a_damaged_file_is_an_error_naming_it_never_a_silent_report(history, capsys, damage):
+    results, shas = history
+    path = next((results / MACHINE).glob(f"{shas[3][:8]}-*.json"))
+    if damage.startswith("machine.json"):
+        path = results / MACHINE / "machine.json"
+    text = path.read_text()
+    if damage.endswith("truncated"):
+        path.write_text(text[: len(text) // 2])
+    elif damage.endswith("a list"):
+        path.write_text("[1, 2]")
+    else:
+        data = json.loads(text)
+        key = next(iter(data["results"]))
+        data["results"][key][0] = ["fast"] * len(data["results"][key][0])
+        path.write_text(json.dumps(data))
+    assert rg.main(["--results", str(results)]) == EXIT_FAILURE
+    captured = capsys.readouterr()
+    assert f"error: {path}: damaged (" in captured.err
+    assert "Traceback" not in captured.err
+    if not damage.startswith("machine.json"):
+        # The rest of the history is still read and judged.
+        assert f"({len(HISTORIES)} benchmarks checked on {MACHINE})" in captured.out
+        assert "1 results file(s) could not be read" in captured.out
