@@ -145,25 +145,34 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False, tags=["gpu"])
+def bench_scaling(session: nox.Session) -> None:
+    """The warm grid on one GPU, then on all (`-- --gpus 0,1`): the speedup, as JSON."""
+    _install(session, "bench")
+    _exit_with(session, "harness.suite.scaling", *session.posargs)
+
+
+@nox.session(default=False, tags=["gpu"])
 def publish(session: nox.Session) -> None:
     """CI on main: measure every main commit after the newest stored one, push, publish."""
     _install(session, "bench")
     _exit_with(session, "harness.suite.history", "publish", *session.posargs)
 
 
-@nox.session(default=False, tags=["history"])
+@nox.session(venv_backend="none", default=False, tags=["history"])
 def results(session: nox.Session) -> None:
-    """The asv-results branch: `-- checkout` before a run, `-- push` after it."""
+    """The asv-results branch: `-- checkout` before a run, `-- push` after it (installs nothing)."""
     if not session.posargs or session.posargs[0] not in ("checkout", "push"):
         session.error("usage: nox -s results -- checkout|push [--message TEXT]")
-    _install(session, "bench")
-    _exit_with(
-        session,
-        "harness.suite.results_branch",
-        session.posargs[0],
-        ".asv/results",
-        *session.posargs[1:],
-    )
+    # It may hold the push token: git and the standard library only (-S: no site-packages,
+    # no .pth file), nothing installed, and an environment of the token, PATH and HOME.
+    sys.path.insert(0, str(ROOT))
+    from harness.suite.results_branch import TOKEN_ENV
+
+    env = {k: os.environ[k] for k in TOKEN_ENV if k in os.environ}
+    command = [sys.executable, "-S", "-m", "harness.suite.results_branch", session.posargs[0]]
+    code = subprocess.call([*command, ".asv/results", *session.posargs[1:]], cwd=ROOT, env=env)
+    if code:
+        raise SystemExit(code)
 
 
 @nox.session(default=False, tags=["gpu"])

@@ -8,7 +8,8 @@ imports torch and TileLang, creates the CUDA context and goes through every para
 combination, timing all of the family's tracks and printing a line per combination.
 asv still starts a process per track and combination, but those only hand back the
 cached samples: this module imports nothing heavy at the top, so they start fast. The
-family is also the unit ``python -m harness.suite.shard`` spreads over GPUs.
+runner (``harness.suite.run``) may hand a process a share of the family, the
+combinations listed in ``discovery.COMBINATIONS_ENV``; it then measures those only.
 
 All tracks return ``{"samples": [...], "number": 1}``, so asv stores the samples and
 computes its CIs and Mann-Whitney test on them. asv reads lower as better, so latency and
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING
 # Only light modules here; torch, TileLang and the timing path load where they are used.
 from harness.measure import device as _device
 from harness.suite.discovery import combination_name as _combination_name
+from harness.suite.discovery import selected_combinations as _selected_combinations
 from kernels.gemm import SHORT_DTYPES as DTYPES
 from kernels.tuned import CASES as _TUNED_CASES
 
@@ -163,7 +165,14 @@ class _GpuGemm:
         reason = _device.no_gpu_reason()
         if reason:
             return {"no_gpu": f"GPU track skipped: {reason}"}
-        combos = list(itertools.product(*self.params))
+        # The runner's share for this asv run (a piece of the family on one GPU); the
+        # tracks asv runs are the same combinations.
+        only = _selected_combinations()
+        combos = [
+            c
+            for c in itertools.product(*self.params)
+            if only is None or self.combination_name(c) in only
+        ]
         results: dict[tuple, dict] = {}
         for i, params in enumerate(combos, 1):
             start = time.perf_counter()
@@ -307,7 +316,7 @@ class Launch(_GpuGemm):
         ["b128x128x32_t128_s3", "b128x256x64_t256_s3", TORCH],
     )
     param_names = ["shape", "kernel"]
-    # It times the host: `nox -s bench -- --gpus` runs it alone, before the other shards.
+    # It times the host: never cut, first in its GPU's lane, the CPU lane held back.
     solo = True
     track_latency = None  # this family tracks the launch path only
     track_vs_torch = None

@@ -14,6 +14,9 @@ from harness.measure.resources import cold_compile_seconds as _cold_compile_seco
 from harness.measure.resources import sm90a_resources as _sm90a_resources
 
 # asv instantiates every public class in a benchmark module: import under private names.
+from harness.suite.discovery import combination_name as _combination_name
+from harness.suite.discovery import cpu_workers as _cpu_workers
+from harness.suite.discovery import selected_combinations as _selected_combinations
 from harness.suite.precompile import precompile as _precompile
 from kernels import GemmConfig as _Config
 from kernels import GemmShape as _Shape
@@ -21,6 +24,7 @@ from kernels import compile_gemm as _compile_gemm
 from kernels.gemm import SHORT_DTYPES as DTYPES
 
 SHAPE = _Shape(4096, 4096, 4096)
+_MODULE = __name__.rsplit(".", 1)[-1]  # asv's name of this module: "static"
 CONFIGS = [
     "b128x128x32_t128_s3",
     "b128x128x32_t256_s4",
@@ -33,8 +37,9 @@ CONFIGS = [
 # core, and the compiler path they exercise (lowering, wgmma/TMA codegen, nvcc) is the
 # same. The training stage's tile, one consumer warpgroup; the large tile, two of them.
 COMPILE_CONFIGS = ["b128x128x32_t128_s3", "b128x256x64_t256_s3"]
-# This module runs beside the GPU lanes, whose timing loops each need a free core.
-WORKERS = max(1, (os.cpu_count() or 2) // 2)
+# This module runs beside the GPU lanes, whose timing loops each need a free core; the
+# runner gives each of several CPU lanes its part of those.
+WORKERS = _cpu_workers(max(1, (os.cpu_count() or 2) // 2))
 
 
 def _need_nvcc():
@@ -54,6 +59,8 @@ class Sm90aResources:
         # cores, then read each one's ptxas report (nvcc runs in parallel threads).
         if shutil.which("nvcc") is None:
             return None
+        # Only this run's combinations (the runner may cut the class over CPU lanes).
+        only = _selected_combinations()
         pairs = {
             (config, dtype): (
                 _Shape(SHAPE.m, SHAPE.n, SHAPE.k, DTYPES[dtype]),
@@ -61,6 +68,8 @@ class Sm90aResources:
             )
             for config in CONFIGS
             for dtype in DTYPES
+            if only is None
+            or _combination_name(f"{_MODULE}.{type(self).__name__}", (config, dtype)) in only
         }
         _precompile(pairs.values(), arch="sm_90a", workers=WORKERS, log=lambda line: None)
 

@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=BACKENDS,
         default="event",
-        help="event: CUDA events per launch; cupti: kernel time from CUPTI (one mean per run)",
+        help="event: CUDA events per launch; cupti: each launch's kernel time from CUPTI",
     )
     t.add_argument("--seed", type=count, default=0, help="seed of the random inputs")
     o = p.add_argument_group("what to run and write")

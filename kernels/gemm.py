@@ -65,6 +65,15 @@ MAX_ACCUM_PER_THREAD = 128
 SM90_SMEM_LIMIT = 232_448
 
 
+# The test-only delay (``make_gemm(..., delay=True)``): a spin on the SM's cycle counter.
+DELAY_FUNCTION = "tl_test_delay"
+DELAY_SOURCE = f"""
+__device__ __forceinline__ void {DELAY_FUNCTION}(long long cycles) {{
+  long long start = clock64();
+  while (clock64() - start < cycles) {{ }}
+}}
+"""
+
 # Warp partition of the tile among the consumer warps (T.GemmWarpPolicy).
 POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 _CONFIG_ID = re.compile(
@@ -361,8 +370,18 @@ class GemmConfig:
         return stages + epilogue
 
 
-def make_gemm(shape: GemmShape, config: GemmConfig):
-    """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing."""
+def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
+    """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing.
+
+    ``delay`` (test-only, never part of a config's identity): the kernel takes a fourth
+    argument, ``delay_cycles``, and every thread of every block spins that many SM clock
+    cycles once the block's barriers are set up, before its pipeline starts. The gate's
+    self-test slows a kernel this way, with no second launch."""
+    if delay and config.async_mma:
+        raise ValueError(
+            f"GemmConfig.async_mma={config.async_mma}: the test-only delay is built into "
+            "the TileLang-scheduled kernel only (async_mma=False)"
+        )
     if config.async_mma:
         from kernels.gemm_async import make_gemm_async
 
@@ -424,21 +443,44 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
     staged_c = config.smem_epilogue or config.split_k > 1
     c_tile = (block_M, block_N) if staged_c else (1, 1)
 
-    if config.persistent:
+    @T.macro
+    def launch(A, B, C, delay):
+        """The grid, its buffers and its tiles; ``delay`` (None: none) is the test-only
+        spin every thread of a block runs once its barriers are set up."""
+        if config.persistent:
+            with T.Kernel(config.persistent, threads=config.threads) as block_id:
+                A_shared = T.alloc_shared((block_M, block_K), dtype)
+                B_shared = T.alloc_shared(b_tile, dtype)
+                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+                C_shared = T.alloc_shared(c_tile, dtype)
+                if delay is not None:
+                    T.import_source(DELAY_SOURCE)
+                    T.call_extern("handle", DELAY_FUNCTION, delay)
+                for tm, tn in T.Persistent([tiles_m, tiles_n], config.persistent, block_id):
+                    tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, 0)
+        else:
+            with T.Kernel(tiles_n, tiles_m, config.split_k, threads=config.threads) as (bx, by, bz):
+                A_shared = T.alloc_shared((block_M, block_K), dtype)
+                B_shared = T.alloc_shared(b_tile, dtype)
+                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+                C_shared = T.alloc_shared(c_tile, dtype)
+                if config.swizzle:
+                    T.use_swizzle(panel_size=config.swizzle)
+                if delay is not None:
+                    T.import_source(DELAY_SOURCE)
+                    T.call_extern("handle", DELAY_FUNCTION, delay)
+                tile(A, B, C, A_shared, B_shared, C_local, C_shared, by, bx, bz)
+
+    if delay:
 
         @T.prim_func
         def gemm(
             A: T.Tensor((M, K), dtype),
             B: T.Tensor(b_shape, dtype),
             C: T.Tensor((M, N), dtype),
+            delay_cycles: T.int64,
         ):
-            with T.Kernel(config.persistent, threads=config.threads) as block_id:
-                A_shared = T.alloc_shared((block_M, block_K), dtype)
-                B_shared = T.alloc_shared(b_tile, dtype)
-                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-                C_shared = T.alloc_shared(c_tile, dtype)
-                for tm, tn in T.Persistent([tiles_m, tiles_n], config.persistent, block_id):
-                    tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, 0)
+            launch(A, B, C, delay_cycles)
 
     else:
 
@@ -448,14 +490,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig):
             B: T.Tensor(b_shape, dtype),
             C: T.Tensor((M, N), dtype),
         ):
-            with T.Kernel(tiles_n, tiles_m, config.split_k, threads=config.threads) as (bx, by, bz):
-                A_shared = T.alloc_shared((block_M, block_K), dtype)
-                B_shared = T.alloc_shared(b_tile, dtype)
-                C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-                C_shared = T.alloc_shared(c_tile, dtype)
-                if config.swizzle:
-                    T.use_swizzle(panel_size=config.swizzle)
-                tile(A, B, C, A_shared, B_shared, C_local, C_shared, by, bx, bz)
+            launch(A, B, C, None)
 
     return gemm
 
@@ -481,32 +516,52 @@ def _target(arch: str | None) -> Any:
 
 
 @functools.cache
-def _compile_gemm(shape: GemmShape, config: GemmConfig, arch: str | None = None):
-    """Compile entry point: lower and build one (shape, config, arch), memoised."""
+def _compile_gemm(
+    shape: GemmShape, config: GemmConfig, arch: str | None = None, delay: bool = False
+):
+    """Compile entry point: lower and build one (shape, config, arch, delay), memoised."""
     import tilelang
 
-    return tilelang.compile(make_gemm(shape, config), target=_target(arch))
+    return tilelang.compile(make_gemm(shape, config, delay), target=_target(arch))
 
 
-def compile_gemm(shape: GemmShape, config: GemmConfig, arch: str | None = None) -> "GemmKernel":
-    """Compiled kernel for ``shape`` under ``config``, wrapped with argument checks."""
+def compile_gemm(
+    shape: GemmShape, config: GemmConfig, arch: str | None = None, *, delay: bool = False
+) -> "GemmKernel":
+    """Compiled kernel for ``shape`` under ``config``, wrapped with argument checks.
+    ``delay=True`` builds the test-only variant (``make_gemm``); set the wrapper's
+    ``delay_cycles`` to slow it."""
     if arch is None:
         _check_device_smem(config)
-    return GemmKernel(shape, config, _compile_gemm(shape, config, arch))
+    return GemmKernel(shape, config, _compile_gemm(shape, config, arch, delay), delay)
 
 
 class GemmKernel:
     """A compiled GEMM that checks its tensors before launching.
 
-    ``kernel(a, b)`` returns a new C; ``kernel(a, b, out)`` writes into ``out``.
+    ``kernel(a, b)`` returns a new C; ``kernel(a, b, out)`` writes into ``out``. A kernel
+    built with the test-only delay spins ``delay_cycles`` per block (0: no spin).
     """
 
-    __slots__ = ("shape", "config", "jit_kernel")
+    __slots__ = ("shape", "config", "jit_kernel", "delay", "delay_cycles")
 
-    def __init__(self, shape: GemmShape, config: GemmConfig, jit_kernel: Any) -> None:
+    def __init__(
+        self, shape: GemmShape, config: GemmConfig, jit_kernel: Any, delay: bool = False
+    ) -> None:
         self.shape = shape
         self.config = config
         self.jit_kernel = jit_kernel
+        self.delay = delay
+        self.delay_cycles = 0
+
+    @property
+    def blocks(self) -> int:
+        """Blocks in one launch's grid."""
+        if self.config.persistent:
+            return self.config.persistent
+        tiles_m = -(-self.shape.m // self.config.block_m)
+        tiles_n = -(-self.shape.n // self.config.block_n)
+        return tiles_m * tiles_n * self.config.split_k
 
     @property
     def source(self) -> str:
@@ -572,5 +627,8 @@ class GemmKernel:
         self.check_args(a, b, out)
         if self.config.split_k > 1:
             out.zero_()  # the splits add their partial tiles into C
-        self.jit_kernel(a, b, out)
+        if self.delay:
+            self.jit_kernel(a, b, out, self.delay_cycles)
+        else:
+            self.jit_kernel(a, b, out)
         return out

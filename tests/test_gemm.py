@@ -11,7 +11,7 @@ import torch
 
 from harness.measure.correctness import check_kernel
 from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm, make_gemm
-from kernels.gemm import _compile_gemm
+from kernels.gemm import DELAY_FUNCTION, _compile_gemm
 from tests.conftest import requires_gpu, requires_nvcc
 
 # --- values -------------------------------------------------------------------------
@@ -343,6 +343,59 @@ def test_compile_is_memoised():
     assert compile_gemm(shape, config, arch="sm_90a").jit_kernel is first
 
 
+DELAY_CASES = [
+    (GemmShape(128, 128, 128), GemmConfig(128, 128, 32, 128, 4)),
+    (GemmShape(8192, 8192, 8192), GemmConfig.from_id("b128x256x64_t256_s2_e_p132")),
+    (GemmShape(16, 8192, 8192, "bfloat16"), GemmConfig.from_id("b64x256x64_t128_s4_k4")),
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("shape, config", DELAY_CASES, ids=lambda v: v.id)
+def test_test_only_delay_is_in_the_source_only_when_asked(shape, config):
+    """The self-test's delay is compiled into the kernel: one spin on clock64 taking the
+    cycles as a kernel argument, reached by every thread of the block (outside the
+    producer/consumer branches), and absent from the kernel the suite tracks."""
+    plain = compile_gemm(shape, config, arch="sm_90a")
+    slowed = compile_gemm(shape, config, arch="sm_90a", delay=True)
+    assert DELAY_FUNCTION not in plain.source and "clock64" not in plain.source
+    src = slowed.source
+    assert src.count(f"{DELAY_FUNCTION}(") == 2  # its definition and one call
+    assert "clock64()" in src
+    signature = next(line for line in src.splitlines() if "__global__" in line)
+    assert "int64_t" in signature
+    # The call sits at the kernel body's top level (two spaces in), before the
+    # warp-specialised split: no branch skips it.
+    call = [line for line in src.splitlines() if f"{DELAY_FUNCTION}(" in line][-1]
+    assert call.startswith(f"  {DELAY_FUNCTION}(")
+    assert plain.config == slowed.config and plain.config.id == slowed.config.id
+
+
+def test_delayed_kernel_passes_its_cycles(monkeypatch):
+    monkeypatch.setattr(GemmKernel, "check_args", lambda *a: None)  # another test's rule
+    calls = []
+
+    def record(*args):
+        calls.append(args)
+
+    shape = GemmShape(8, 8, 8)
+    kernel = GemmKernel(shape, GemmConfig(), record, delay=True)
+    kernel.delay_cycles = 1234
+    args = [torch.empty(s, dtype=torch.float16) for s in (shape.a_shape, shape.b_shape)]
+    out = torch.empty(shape.c_shape, dtype=torch.float16)
+    kernel(*args, out)
+    assert calls[-1][3] == 1234 and len(calls[-1]) == 4
+    plain = GemmKernel(shape, GemmConfig(), record)
+    plain(*args, out)
+    assert len(calls[-1]) == 3
+
+
+def test_test_only_delay_refuses_the_async_pipeline():
+    config = GemmConfig(128, 128, 64, 128, 4, async_mma=True)
+    with pytest.raises(ValueError, match="async_mma=True: the test-only delay"):
+        make_gemm(GemmShape(256, 256, 256), config, delay=True)
+
+
 # --- correctness on a GPU ------------------------------------------------------------
 
 CONFIGS = [
@@ -401,6 +454,16 @@ def test_matches_float64_reference(shape, config):
         result = check_kernel(kernel, seed=seed)
         assert result.unwritten == 0, f"{result.unwritten} outputs never written"
         assert result.ok, str(result)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("shape, config", DELAY_CASES[:1], ids=lambda v: v.id)
+def test_delayed_kernel_matches_float64_reference(shape, config):
+    kernel = compile_gemm(shape, config, delay=True)
+    kernel.delay_cycles = 20_000
+    result = check_kernel(kernel, seed=13)
+    assert result.unwritten == 0 and result.ok, str(result)
 
 
 @pytest.mark.gpu

@@ -4,6 +4,11 @@
                               [--out .gate/bisect] [--max-commits 256] [--calibration FILE]
     python -m harness.gate.bisect GOOD BAD ...
 
+``-b REGEX`` selects as the suite runner does (``harness.suite.discovery.selected``): by
+asv's name of a benchmark (``gemm.Stage.track_latency('4096x4096x4096', 128, 3, 'f16')``,
+as ``nox -s regressions`` and its issues name it) or by the gate's name of its combination
+(``gemm.Stage(4096x4096x4096, 128, 3, f16)``); a combination is measured whole.
+
 First GOOD is compared against BAD with ``harness.gate.run.compare`` (worktrees, the same
 GPU, interleaved rounds, the same thresholds and calibration). The benchmarks that regressed
 there are the only ones measured afterwards: each step compares GOOD against one commit of

@@ -42,6 +42,7 @@ from asv import _stats
 from asv_runner.statistics import compute_stats
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
+from harness.policy import POLICY
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
@@ -62,17 +63,12 @@ STATUS_ORDER = {
     UNCHANGED: 6,
 }
 
-# The slowdown that counts unless a calibration raises it for a noisy benchmark. The gate
-# self-test on the H200 (reports/measurement_h200.md) measured the gate at this floor:
-# no false alarm in 140 A/A verdicts, and a 3% slowdown caught on small and medium shapes.
-DEFAULT_THRESHOLD = 0.02
-# Paired samples: the ratio's spread between processes is 0.1-0.3% on the H200 (the gate
-# self-test's A/A runs, reports/measurement_h200.md), so 1% is far outside noise and a 2%
-# slowdown clears it.
-PAIRED_THRESHOLD = 0.01
-# Calibration may raise a benchmark's threshold up to this and no further: a benchmark
-# that needs more is reported as too noisy to gate, never silently let through.
-MAX_THRESHOLD = 0.05
+# The rule's numbers live in harness.policy; these are its names in the gate. The slowdown
+# that counts unless a calibration raises it for a noisy benchmark; the same for paired
+# samples; the most a calibration may raise it to.
+DEFAULT_THRESHOLD = POLICY.floor
+PAIRED_THRESHOLD = POLICY.paired_floor
+MAX_THRESHOLD = POLICY.cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +176,7 @@ def _rel_ratio(s: BenchSamples) -> float | None:
 
 
 def decide(
-    s: BenchSamples, threshold: float = DEFAULT_THRESHOLD, p_threshold: float = 0.002
+    s: BenchSamples, threshold: float = DEFAULT_THRESHOLD, p_threshold: float = POLICY.alpha
 ) -> Verdict:
     """Verdict on one benchmark; see the module docstring for the rule."""
     _check_threshold(threshold, p_threshold)
@@ -301,7 +297,7 @@ def decide_all(
     samples: Iterable[BenchSamples],
     threshold: float = DEFAULT_THRESHOLD,
     thresholds: Mapping[str, float] | None = None,
-    p_threshold: float = 0.002,
+    p_threshold: float = POLICY.alpha,
     cap: float = MAX_THRESHOLD,
 ) -> list[Verdict]:
     """Verdicts in input order. ``thresholds`` holds per-benchmark overrides (from

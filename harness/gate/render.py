@@ -113,6 +113,14 @@ def render_markdown(
         + "".join(f", {counts[k]} {k}" for k in (NOISY, NEW, REMOVED) if counts[k])
         + f" ({limit})",
     ]
+    ungated = [v for v in rows if v.status == NOISY]
+    if ungated:
+        lines += [
+            "",
+            f"**Not gated: {_plural(len(ungated), 'benchmark', 'benchmarks')}** "
+            "(a slowdown there passes unseen; calibration marked them too noisy):",
+        ]
+        lines += [f"- {_name(v.name)}: {_text(v.reason)}" for v in ungated]
     if context:
         lines.append("")
         lines.extend(f"- {_text(key)}: {_text(value)}" for key, value in context.items())

@@ -52,7 +52,7 @@ def add_comparison_options(p: argparse.ArgumentParser) -> None:
         "--bench",
         type=regex,
         default=None,
-        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
+        help="regex on asv or gate names (default: the suite's GATE_SUBSET)",
     )
     p.add_argument(
         "--method",

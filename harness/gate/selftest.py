@@ -19,12 +19,14 @@ or temperature reaches every side alike. With ``--rounds R`` each comparison poo
 rounds, as the gate does. ``--gpus`` splits the benchmarks over GPUs with the plan the
 gate uses; a benchmark's three runs always share one GPU.
 
-The injection is test-only: the gate worker's ``--inject-slowdown`` makes each timed
-kernel launch also spin the GPU (``torch.cuda._sleep``) for that fraction of the
-kernel's own median latency, calibrated against CUDA events at start. The suite and the
-kernels are untouched, and nothing on the normal gate path passes the flag. The ratio the
-gate then sees is recorded too: on small kernels the extra launch adds more than the
-asked fraction.
+The injection is test-only: the injected side launches its kernel's delayed build
+(``kernels.gemm.make_gemm(..., delay=True)``: every block spins on the SM clock before
+its pipeline starts), one launch as before, whose cycles the worker calibrates with the
+gate's own timer until the slowdown it sees is the request (``harness.gate.inject``).
+The tracked kernels are untouched, and nothing on the normal gate path passes the flag.
+The slowdown the gate then saw is recorded per benchmark, and where it misses the
+request by more than ``inject.TOLERANCE`` the benchmark gets no detection rate: it is
+listed as refused, with why.
 
 The calibration file is in force (``--calibration``, default the machine's), as in the
 gate: a benchmark it marks too noisy is counted as such, neither detected nor alarmed.
@@ -45,7 +47,7 @@ from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, fraction, gpu_list, positive_int, regex
 from harness.gate import decide as gd
-from harness.gate import revisions
+from harness.gate import inject, revisions
 from harness.gate import run as gate
 
 SIDES = ("base", "head", "injected")
@@ -126,15 +128,37 @@ def render(t: Tally, slowdown: float) -> str:
         "",
         f"{'benchmark':<60} {'false alarms':>12} {'detected':>9} {'A/A ratio':>10} {'seen':>7}",
     ]
+    refused = refusals(t, slowdown)
     for name in t.detections:
         aa = _median(t.aa_ratios, name)
         seen = _median(t.injected_ratios, name)
         noisy = (t.noisy or {}).get(name, 0)
+        detected = "refused" if name in refused else f"{t.detections[name]}/{t.comparisons}"
         lines.append(
-            f"{name:<60} {t.false_alarms[name]:>12} {t.detections[name]:>5}/{t.comparisons}"
+            f"{name:<60} {t.false_alarms[name]:>12} {detected:>9}"
             f" {_fmt(aa):>10} {_fmt(seen):>7}" + (f"  too noisy {noisy}x" if noisy else "")
         )
+    if refused:
+        lines += ["", f"no detection rate for {len(refused)} benchmark(s):"]
+        lines += [f"  {name}: {why}" for name, why in refused.items()]
     return "\n".join(lines)
+
+
+def seen_injection(t: Tally, name: str) -> float | None:
+    """The slowdown the gate saw on the injected side: the median ratio, minus 1."""
+    ratio = _median(t.injected_ratios, name)
+    return None if ratio is None else ratio - 1.0
+
+
+def refusals(t: Tally, slowdown: float) -> dict[str, str]:
+    """The benchmarks whose seen injection misses ``slowdown`` by more than
+    ``inject.TOLERANCE``, each with why: their detection rate would not show it."""
+    out = {}
+    for name in t.detections:
+        why = inject.miss(seen_injection(t, name), slowdown)
+        if why:
+            out[name] = why
+    return out
 
 
 def _median(table: dict[str, list[float]] | None, name: str) -> float | None:
@@ -155,8 +179,11 @@ def to_json(
     gpus: list[int] | None = None,
 ) -> dict:
     """The tally for the record: settings, rates, and counts per benchmark. The overall
-    detection rate is over all (comparison, benchmark) pairs."""
+    detection rate is over all (comparison, benchmark) pairs of the benchmarks whose seen
+    injection met the request; the others have none and are listed under ``refused``."""
     n = t.comparisons
+    refused = refusals(t, slowdown)
+    counted = [name for name in t.detections if name not in refused]
 
     def rate(k: int, out_of: int) -> float:
         return k / out_of if out_of else 0.0
@@ -170,13 +197,17 @@ def to_json(
         "gpus": gpus,
         "false_alarm_runs": t.false_alarm_runs,
         "false_alarm_rate": t.false_alarm_rate,
-        "detection_rate": rate(sum(t.detections.values()), n * len(t.detections)),
+        "detection_rate": rate(sum(t.detections[x] for x in counted), n * len(counted)),
+        "injection_tolerance": inject.TOLERANCE,
+        "refused": refused,
         "benchmarks": {
             name: {
                 "false_alarms": t.false_alarms[name],
                 "false_alarm_rate": rate(t.false_alarms[name], n),
                 "detections": t.detections[name],
-                "detection_rate": rate(t.detections[name], n),
+                "detection_rate": None if name in refused else rate(t.detections[name], n),
+                "seen_injection": seen_injection(t, name),
+                "refused": refused.get(name),
                 "too_noisy": (t.noisy or {}).get(name, 0),
                 # What the gate saw: median and extremes of the per-comparison ratios.
                 "aa_ratio": _summary((t.aa_ratios or {}).get(name)),

@@ -30,8 +30,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
+import inspect  # noqa: E402
 import json  # noqa: E402
-import re  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -55,6 +55,7 @@ def _load_by_path(name: str, path: Path):
 
 discovery = _load_by_path("_gate_discovery", HERE.parent / "suite" / "discovery.py")
 interleave = _load_by_path("_gate_interleave", HERE.parent / "measure" / "interleave.py")
+inject = _load_by_path("_gate_inject", HERE / "inject.py")
 
 
 def _tree_module(*names: str):
@@ -70,34 +71,28 @@ def _tree_module(*names: str):
 
 
 def discover(tree: Path, pattern: str | None):
-    """(name, class, params) of every GPU combination of the suite in ``tree`` whose name
-    matches ``pattern``."""
+    """(name, class, params) of every GPU combination of the suite in ``tree`` that
+    ``pattern`` selects by the suite runner's rule (``discovery.selected``: asv's name of
+    any of its benchmarks, or the gate's name of the combination)."""
     found = []
+    regexes = [] if pattern is None else [pattern]
     for family in discovery.families(tree):
         if not family.has_tracks(TRACKS):
             continue
         for params in family.combinations():
             name = family.combination_name(params)
-            if pattern is None or re.search(pattern, name):
+            if discovery.selected(discovery.aliases(family, params), regexes):
                 found.append((name, family.cls, params))
     return found
 
 
 def sleep_cycles_per_ms(median_ms) -> float:
     """GPU clock cycles that ``torch.cuda._sleep`` spins per millisecond, timed now by
-    ``median_ms(fn)``: the timer the kernels get."""
+    ``median_ms(fn)``: the SM clock the kernels' test-only delay counts in."""
     import torch
 
     cycles = 2_000_000
     return cycles / median_ms(lambda: torch.cuda._sleep(cycles))
-
-
-def spin_after(fn, added_ms: float, cycles_per_ms: float):
-    """``fn`` followed on the same stream by a spin of ``added_ms`` (test-only)."""
-    import torch
-
-    cycles = max(1, int(added_ms * cycles_per_ms))
-    return lambda: (fn(), torch.cuda._sleep(cycles))
 
 
 def _tree_median_ms(fn) -> float:
@@ -106,35 +101,97 @@ def _tree_median_ms(fn) -> float:
     return measure(fn, warmup=1, repeat=5).median_ms
 
 
+# The paired loop's timer: each kernel's own time from CUPTI's records, or CUDA events
+# where this process cannot record kernel activity (said once, and in the payload).
+TIMER = {"name": "cupti", "why": None}
+
+
+def paired_times(fns, **kwargs) -> list[list[list[float]]]:
+    """``interleave.interleaved`` on the paired timer, falling back to events for the
+    rest of the process where CUPTI records nothing."""
+    if TIMER["name"] == "cupti":
+        try:
+            return interleave.interleaved(fns, timer="cupti", **kwargs)
+        except interleave.kernel_timer.CuptiUnavailable as err:
+            TIMER.update(name="event", why=str(err))
+            print(f"  note: timing with CUDA events: {err}", file=sys.stderr, flush=True)
+    return interleave.interleaved(fns, timer="event", **kwargs)
+
+
 def _paired_median_ms(fn, launches: int = 5) -> float:
     """Median of a few launches timed as the paired loop times them."""
-    return statistics.median(interleave.interleaved([fn], trials=1, launches=launches)[0][0])
+    return statistics.median(paired_times([fn], trials=1, launches=launches)[0][0])
 
 
-def inject_slowdown(bench, fraction: float, cycles_per_ms: float, entry: dict) -> None:
-    """Test-only (``--inject-slowdown``, used by the gate self-test): every timed launch of
-    this benchmark's kernel also spins the GPU for ``fraction`` of the kernel's median
-    latency, on the same stream, inside the timed region. Only this instance's
-    ``prepare`` is wrapped, and it hands ``measure`` a copy of the shared inputs whose
-    kernel launch is slowed: the suite's code and other combinations are untouched.
-    The added milliseconds go to ``entry["injected_ms"]``."""
+def _paired_seen(plain, slowed) -> float:
+    """The slowdown of ``slowed`` over ``plain`` as the paired gate sees it."""
+    ratios = interleave.trial_ratios(paired_times([plain, slowed], trials=3))
+    return statistics.median(ratios[1]) - 1.0
+
+
+def _tree_seen(plain, slowed) -> float:
+    """The slowdown of ``slowed`` over ``plain`` on the revision's timing path, the two
+    timed in turn."""
+    ratios = [_tree_median_ms(slowed) / _tree_median_ms(plain) for _ in range(3)]
+    return statistics.median(ratios) - 1.0
+
+
+def delayed_kernel(data, config):
+    """The test-only delayed build of ``data``'s kernel under ``config``, by the
+    revision's own ``kernels`` (the one on ``sys.path`` now)."""
+    compile_gemm = getattr(importlib.import_module("kernels"), "compile_gemm", None)
+    if compile_gemm is None or "delay" not in inspect.signature(compile_gemm).parameters:
+        raise RuntimeError("this revision's kernels have no test-only delay to inject with")
+    return compile_gemm(data.shape, config, delay=True)
+
+
+def sm_count() -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def calibrate_delay(kernel, launch, plain, fraction: float, seen_of, clock) -> dict:
+    """Set ``kernel.delay_cycles`` so that ``launch`` (the delayed kernel) is slower than
+    ``plain`` by ``fraction`` as ``seen_of(plain, launch)`` measures it
+    (``inject.calibrate``); ``clock`` is (cycles per ms, SMs)."""
+    base_ms = _paired_median_ms(plain, launches=20)
+    return inject.calibrate(kernel, fraction, base_ms, clock, lambda: seen_of(plain, launch))
+
+
+def inject_slowdown(bench, fraction: float, clock: tuple[float, int], entry: dict) -> None:
+    """Test-only (``--inject-slowdown``, used by the gate self-test): this benchmark's
+    kernel is replaced by its delayed build (``kernels.gemm.make_gemm(delay=True)``), its
+    delay calibrated on the revision's timing path to ``fraction`` of the plain kernel's
+    latency. Only this instance's ``prepare`` is wrapped, and it hands ``measure`` a copy
+    of the shared inputs whose kernel is the delayed one: the suite's code and other
+    combinations are untouched. The calibration goes to ``entry["injection"]``."""
     import copy
 
     prepare = bench.prepare
 
     def slowed_prepare(*params):
         data, config = prepare(*params)
-        base_ms = data.time_tilelang(config, warmup=5, repeat=20).median_ms
-        entry["injected_ms"] = fraction * base_ms
-
-        def slowed_fn(cfg):
-            return spin_after(data.tilelang_fn(cfg), entry["injected_ms"], cycles_per_ms)
-
+        kernel = delayed_kernel(data, config)
+        plain = data.tilelang_fn(config)
+        launch = partial(kernel, data.a, data.b, data.out)
+        entry["injection"] = calibrate_delay(kernel, launch, plain, fraction, _tree_seen, clock)
         slowed = copy.copy(data)
-        slowed.tilelang_fn = slowed_fn
+        slowed.tilelang_fn = lambda cfg: launch
         return slowed, config
 
     bench.prepare = slowed_prepare
+
+
+def gpu_entry(state) -> dict:
+    """The GPU's state while a benchmark's launches ran, for the payload: the clock the
+    kernels ran at (the highest reading), the lowest, and a throttle warning only where
+    the readings taken at work clocks say so."""
+    return {
+        "sm_mhz": state.sm_clock_mhz,
+        "sm_mhz_min": getattr(state, "min_sm_clock_mhz", None),
+        "throttle": state.throttled(),
+    }
 
 
 def measure(bench, params: tuple) -> dict[str, list[float]]:
@@ -149,10 +206,12 @@ def measure(bench, params: tuple) -> dict[str, list[float]]:
     return {t: list(samples[t]) for t in TRACKS}
 
 
-def run(tree: Path, pattern: str | None, inject: float = 0.0, only: set[str] | None = None) -> dict:
+def run(
+    tree: Path, pattern: str | None, slowdown: float = 0.0, only: set[str] | None = None
+) -> dict:
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
     nvml = open_nvml()
-    cycles_per_ms = sleep_cycles_per_ms(_tree_median_ms) if inject else 0.0
+    clock = (sleep_cycles_per_ms(_tree_median_ms), sm_count()) if slowdown else None
     results = {}
     for name, cls, params in discover(tree, pattern):
         if only is not None and name not in only:
@@ -160,16 +219,16 @@ def run(tree: Path, pattern: str | None, inject: float = 0.0, only: set[str] | N
         entry: dict = {}
         try:
             bench = cls()
-            if inject:
+            if slowdown:
                 if not hasattr(bench, "prepare"):
                     raise RuntimeError("--inject-slowdown needs a suite with prepare/measure")
-                inject_slowdown(bench, inject, cycles_per_ms, entry)
+                inject_slowdown(bench, slowdown, clock, entry)
             if nvml is None:
                 entry.update(measure(bench, params))
             else:  # the GPU's state while this benchmark ran, not after it
                 samples, state = nvml.during(partial(measure, bench, params), interval_s=0.01)
                 entry.update(samples)
-                entry["gpu"] = {"sm_mhz": state.sm_clock_mhz, "throttle": state.throttled()}
+                entry["gpu"] = gpu_entry(state)
         except NotImplementedError as skip:
             entry = {"skipped": str(skip)}
         except Exception as err:  # recorded per benchmark; the gate reports it (exit 2)
@@ -252,11 +311,17 @@ def _enter_tree(tree: Path, trees: list[Path]) -> None:
         raise RuntimeError(f"kernels imported from {kernels.__file__}, not from {tree}")
 
 
-def prepare_side(tree: Path, trees: list[Path], pattern: str | None, only: set[str] | None):
+def prepare_side(
+    tree: Path,
+    trees: list[Path],
+    pattern: str | None,
+    only: set[str] | None,
+    delayed: bool = False,
+):
     """``{name: {"data": inputs, "config": config}}`` (or ``{"skipped"|"error": why}``)
-    for every GPU
-    combination of ``tree``'s suite: its inputs and kernel made by that revision's own
-    ``prepare``, compiled (or loaded from TileLang's disk cache) now."""
+    for every GPU combination of ``tree``'s suite: its inputs and kernel made by that
+    revision's own ``prepare``, compiled (or loaded from TileLang's disk cache) now; with
+    ``delayed`` (test-only) also its delayed build, under ``"delayed"``."""
     _enter_tree(tree, trees)
     out = {}
     for name, cls, params in discover(tree, pattern):
@@ -268,6 +333,8 @@ def prepare_side(tree: Path, trees: list[Path], pattern: str | None, only: set[s
                 raise RuntimeError("paired mode needs a suite with prepare(); use --method process")
             data, config = bench.prepare(*params)
             out[name] = {"data": data, "config": config}
+            if delayed:
+                out[name]["delayed"] = delayed_kernel(data, config)
         except NotImplementedError as skip:
             out[name] = {"skipped": str(skip)}
         except Exception as err:  # this side of this combination fails alone
@@ -299,14 +366,6 @@ def share_inputs(data, ref) -> bool:
     return same
 
 
-def slowed(fn, fraction: float, cycles_per_ms: float):
-    """Test-only (``--inject SIDE=FRACTION``, the gate self-test): ``fn`` followed on the
-    same stream by a spin of ``fraction`` of ``fn``'s own median latency, inside the
-    timed region. Returns the launch and the milliseconds added."""
-    added_ms = fraction * _paired_median_ms(fn, launches=20)
-    return spin_after(fn, added_ms, cycles_per_ms), added_ms
-
-
 class SideFailed(Exception):
     """One side of a paired run failed as a whole (its suite does not import or list)."""
 
@@ -318,24 +377,27 @@ class SideFailed(Exception):
 def run_paired(
     sides: dict[str, Path],
     pattern: str | None,
-    inject: dict[str, float],
+    injected: dict[str, float],
     only: set[str] | None = None,
     trials: int = 20,
     launches: int = 6,
 ) -> dict:
     """``{name: {"sides": {side: {"latency": [s...]} | {"error"|"skipped": why}},
     "ratios": {side: [per-trial ratio to the first side]}, "gpu": ..., "shared_inputs":
-    bool}}``."""
+    bool}}``; an ``injected`` side (test-only, side -> fraction) launches its kernel's
+    delayed build, calibrated to that fraction (``"injection": {side: record}``)."""
     trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
     prepared = {}
     for side, tree in sides.items():
         try:
-            prepared[side] = prepare_side(tree, trees, pattern, only)
+            prepared[side] = prepare_side(
+                tree, trees, pattern, only, delayed=bool(injected.get(side))
+            )
         except Exception as err:  # that revision's suite does not import: its failure alone
             raise SideFailed(side) from err
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
     nvml = open_nvml()
-    cycles_per_ms = sleep_cycles_per_ms(_paired_median_ms) if any(inject.values()) else 0.0
+    clock = (sleep_cycles_per_ms(_paired_median_ms), sm_count()) if any(injected.values()) else None
     names = list(dict.fromkeys(n for p in prepared.values() for n in p))
     results = {}
     for name in names:
@@ -356,18 +418,21 @@ def run_paired(
                 data, config = prepared[side][name]["data"], prepared[side][name]["config"]
                 shared = share_inputs(data, ref) and shared
                 fn = data.tilelang_fn(config)
-                if inject.get(side):
-                    fn, added = slowed(fn, inject[side], cycles_per_ms)
-                    entry.setdefault("injected_ms", {})[side] = added
+                if injected.get(side):
+                    kernel = prepared[side][name]["delayed"]
+                    plain, fn = fn, partial(kernel, data.a, data.b, data.out)
+                    entry.setdefault("injection", {})[side] = calibrate_delay(
+                        kernel, fn, plain, injected[side], _paired_seen, clock
+                    )
                 fns.append(fn)
             if fns:
                 entry["shared_inputs"] = shared
-                timed = partial(interleave.interleaved, fns, trials=trials, launches=launches)
+                timed = partial(paired_times, fns, trials=trials, launches=launches)
                 if nvml is None:
                     ms = timed()
                 else:
                     ms, state = nvml.during(timed, interval_s=0.01)
-                    entry["gpu"] = {"sm_mhz": state.sm_clock_mhz, "throttle": state.throttled()}
+                    entry["gpu"] = gpu_entry(state)
                 ratios = interleave.trial_ratios(ms)
                 for i, side in enumerate(runnable):
                     entry["sides"][side] = {"latency": [x * 1e-3 for t in ms[i] for x in t]}
@@ -425,7 +490,7 @@ def main() -> int:
         help="NAME=WORKTREE, two or more times: measure these sides paired, in this process",
     )
     parser.add_argument("--out", type=Path, required=True, help="where to write the samples")
-    parser.add_argument("--bench", default=None, help="regex on combination names")
+    parser.add_argument("--bench", default=None, help="regex on asv or gate names")
     parser.add_argument(
         "--only",
         type=Path,
@@ -470,6 +535,7 @@ def main() -> int:
                 sides, args.bench, dict(args.inject), only, args.trials, args.launches
             )
             payload = {"mode": "paired", "sides": list(sides), "results": results}
+            payload["timer"] = TIMER["name"] + (f" ({TIMER['why']})" if TIMER["why"] else "")
             payload["tilelang"] = _tilelang_version()
         except Exception as err:  # a side failed to import or discover
             cause = err.__cause__ if isinstance(err, SideFailed) else err

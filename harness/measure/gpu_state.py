@@ -31,6 +31,8 @@ class GpuState:
     temperature_c: int
     power_w: float
     reasons: tuple[str, ...]  # active throttle reasons, by name
+    # A window's lowest reading (``summarise``); None for a single reading.
+    min_sm_clock_mhz: int | None = None
 
     def throttled(self, min_clock_fraction: float = MIN_CLOCK_FRACTION) -> str | None:
         """Why a sample taken now should not count, or None."""
@@ -101,7 +103,8 @@ class Nvml:
     def during(self, fn: Callable[[], T], interval_s: float = 0.002) -> tuple[T, GpuState]:
         """Run ``fn`` while a thread reads the GPU state every ``interval_s``; return its
         result and the state of that window (``summarise``). One reading taken after
-        ``fn`` alone would often see the GPU already idle, clocking down."""
+        ``fn`` alone would often see the GPU already idle, clocking down; so would one
+        between launches."""
         readings: list[GpuState] = []
         done = threading.Event()
 
@@ -124,22 +127,30 @@ class Nvml:
         return version.decode() if isinstance(version, bytes) else version
 
 
-def summarise(readings: Sequence[GpuState]) -> GpuState:
-    """The state of a window from its readings: the median SM clock (the ramp from idle at
-    its start does not count), the highest temperature and power, and each throttle
-    reason that at least half of the readings saw (a limiter that flickers once is not the
-    window's state)."""
+def summarise(
+    readings: Sequence[GpuState], min_clock_fraction: float = MIN_CLOCK_FRACTION
+) -> GpuState:
+    """The state of a window from readings taken while its work ran: the clock the
+    kernels ran at is the highest reading (the ramp from idle at its start, and the
+    idle gaps between launches and trials, read lower and say nothing about the
+    kernels), and the lowest is kept beside it. The readings taken at work clocks (within
+    ``min_clock_fraction`` of that highest) decide the throttle reasons: each reason that
+    at least half of them saw (a limiter that flickers once, or one the driver reports
+    while the GPU idles between launches, is not the state the kernels ran in). The
+    highest temperature and power."""
     if not readings:
         raise ValueError("readings: need at least one GpuState")
-    clocks = sorted(r.sm_clock_mhz for r in readings)
-    seen = [name for r in readings for name in r.reasons]
-    reasons = tuple(name for name in dict.fromkeys(seen) if 2 * seen.count(name) >= len(readings))
+    top = max(r.sm_clock_mhz for r in readings)
+    busy = [r for r in readings if r.sm_clock_mhz >= min_clock_fraction * top]
+    seen = [name for r in busy for name in r.reasons]
+    reasons = tuple(name for name in dict.fromkeys(seen) if 2 * seen.count(name) >= len(busy))
     return GpuState(
-        sm_clock_mhz=clocks[(len(clocks) - 1) // 2],
+        sm_clock_mhz=top,
         max_sm_clock_mhz=readings[0].max_sm_clock_mhz,
         temperature_c=max(r.temperature_c for r in readings),
         power_w=max(r.power_w for r in readings),
         reasons=reasons,
+        min_sm_clock_mhz=min(r.sm_clock_mhz for r in readings),
     )
 
 

@@ -6,6 +6,8 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from harness.policy import POLICY
+
 # H200 SXM datasheet figures (dense, no sparsity); the report also quotes measured cuBLAS.
 H200_PEAK_TFLOPS = {"float16": 989.4, "bfloat16": 989.4}
 H200_HBM_TBPS = 4.8
@@ -60,7 +62,7 @@ def median_rsd(samples: Sequence[float]) -> float:
     mad = statistics.median(abs(x - med) for x in samples)
     if med == 0:
         return math.inf
-    return math.sqrt(math.pi / 2) * 1.4826 * mad / math.sqrt(n) / abs(med)
+    return math.sqrt(math.pi / 2) * POLICY.robust_sd(mad) / math.sqrt(n) / abs(med)
 
 
 def arithmetic_intensity(flops: int, bytes_moved: int) -> float:

@@ -2,7 +2,10 @@
 
 It is built on ``tilelang.profiler.do_bench``: the L2 cache is flushed before every
 launch, warm-up launches are kept out of the samples, and the device is timed with CUDA
-events (one sample per launch) or CUPTI (kernel time only, one sample per batch).
+events (one sample per launch). The ``cupti`` backend gives one sample per launch as well:
+the launch's kernel time from CUPTI's activity records (``kernel_timer``), without the
+launch gaps and event overhead that weigh on a kernel of a few microseconds; the gate's
+paired loop (``interleave``) reads the same records.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.measure import metrics
+from harness.measure import kernel_timer, metrics
+from harness.measure.interleave import FLUSH_BYTES
 
 BACKENDS = ("event", "cupti")
 
@@ -67,18 +71,35 @@ def _check_stopping(target_rsd, max_rounds, rounds, budget_s, max_retakes) -> No
 
 
 def _batch(fn, warmup: int, repeat: int, backend: str) -> list[float]:
-    """One do_bench call: ``repeat`` per-launch samples (events) or one mean (CUPTI)."""
-    from tilelang.profiler import do_bench
-
+    """``repeat`` per-launch samples: one do_bench call (events), or the kernel times CUPTI
+    recorded (each launch after an L2 flush)."""
     n_warmup = max(warmup, 1)
     if backend == "cupti":
-        return [float(do_bench(fn, _n_warmup=n_warmup, _n_repeat=repeat, backend="cupti"))]
+        return _cupti_batch(fn, n_warmup, repeat)
+    from tilelang.profiler import do_bench
+
     if repeat == 1:
         return [float(do_bench(fn, _n_warmup=n_warmup, _n_repeat=1))]
     # Asking for the quantiles at i/(n-1) returns every sample, sorted: do_bench keeps
     # the per-launch event times but otherwise hands back only an aggregate.
     qs = [i / (repeat - 1) for i in range(repeat)]
     return [float(x) for x in do_bench(fn, _n_warmup=n_warmup, _n_repeat=repeat, quantiles=qs)]
+
+
+def _cupti_batch(fn, warmup: int, repeat: int) -> list[float]:
+    import torch
+
+    cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int, device="cuda")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+
+    def run() -> None:
+        for _ in range(repeat):
+            kernel_timer.flush(cache)
+            fn()
+
+    return kernel_timer.segment_durations(kernel_timer.capture(run), repeat)
 
 
 def measure(
@@ -103,8 +124,8 @@ def measure(
 
     - ``event``: ``repeat`` samples, one per launch, each bracketed by CUDA events with the
       L2 flushed before it;
-    - ``cupti``: one sample, the mean kernel time of ``repeat`` launches as CUPTI records
-      it (no launch gaps, no flush kernel): do_bench's CUPTI path reports only a mean.
+    - ``cupti``: ``repeat`` samples, each launch's kernel time as CUPTI records it, the
+      L2 flushed before each (``kernel_timer.CuptiUnavailable`` where it records none).
 
     At least ``rounds`` batches are taken. With ``target_rsd`` set, batches continue until
     the relative standard error of the median falls to the target, ``max_rounds`` batches

@@ -1,29 +1,43 @@
 """Announce the regressions ``harness.suite.regressions`` found as GitHub issues: one issue
-per regression, keyed by benchmark and step, opened once and kept up to date after.
+per step of a benchmark, opened once, kept up to date, and closed once the benchmark is
+back under its threshold.
 
-    python -m harness.suite.announce [--repo OWNER/NAME] [--dry-run] PATH [PATH ...]
+    python -m harness.suite.announce [--repo OWNER/NAME] [--author LOGIN] [--max-new N]
+                                     [--dry-run] PATH [PATH ...]
 
 PATH is a ``regressions.json`` (``nox -s publish`` writes ``.asv/regressions.json``) or a
 folder searched for them, one per machine's artifact. The publish workflow runs this in a
 job on a GitHub-hosted runner that holds ``issues: write`` and reads only the artifact;
 the GPU runner that measured never holds that permission. Stdlib only (the REST API via
-urllib, ``$GITHUB_TOKEN``), so it needs nothing installed.
+urllib, ``$GITHUB_TOKEN``; ``harness.suite.github_api``), so it needs nothing installed.
 
-Deduplication: every issue carries a hidden marker ``<!-- regression: BENCHMARK
-GOOD..BAD -->`` (full commit hashes) and the label ``perf-regression``. The labelled
-issues are listed (open and closed) and searched for the marker:
+A step is a benchmark and a range of the branch's first-parent commits (after GOOD, up to
+BAD). Machines whose ranges for one benchmark overlap show one step: one issue, with one
+table row per machine, on the commits all of them hold. When GOOD and BAD are adjacent
+(publish measures every commit, so this is the usual case) the issue names BAD as the
+culprit, with its subject and author; otherwise it says how many commits were not
+measured and gives the ``bisect`` and ``backfill`` commands (``harness.suite.issue_text``).
 
-- none: a new issue, with one table row per machine that shows the step;
-- an open one: its body is rewritten with the latest numbers (an edit notifies nobody, so
-  an unchanged regression, reported again on every push to main, makes no noise), and a
-  comment is added when a machine that was not in it yet shows the step;
-- a closed one: left alone, a person closed it (a step that reappears later is another
-  step, with another marker).
+Only issues with the label ``perf-regression`` that this identity opened are read or
+written (``--author``, default the token's login: ``harness.suite.github_api``); a
+person's issue that quotes the marker is never touched. For each step:
+
+- no issue of ours whose range overlaps it: a new issue;
+- an open one: its body is rewritten with the latest numbers and the narrowest range (an
+  edit notifies nobody, so an unchanged regression, reported again on every push to main,
+  makes no noise); a comment is added when a machine that was not in it yet shows the
+  step, or when the range narrowed;
+- a closed one: left alone (a step that reappears later is another step).
+
+An open issue of ours whose benchmark is no longer a regression on any of its machines,
+and whose newest value on each is within the threshold of the level before the step
+(``latest`` in regressions.json), gets a comment saying so and is closed. A machine whose
+file is missing from the run leaves the issue open.
 
 The body is the announcer's own: discussion belongs in comments. ``--max-new`` bounds the
 issues one run opens (a commit that slows the whole suite should not open hundreds): past
 it, the rest are listed and the exit status is 1. Exit 0 when done, 2 on bad input or an
-API error.
+API error (one line, the token scrubbed).
 """
 
 from __future__ import annotations
@@ -33,100 +47,125 @@ import json
 import os
 import re
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
+from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION, count
+from harness.suite import issue_text as text
+from harness.suite.github_api import ApiError, GitHub, Transport, urllib_transport
 
-LABEL = "perf-regression"
-LABEL_COLOR = "d93f0b"
 FILE_NAME = "regressions.json"
 MAX_NEW = 20
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-_MACHINE = re.compile(r"^[\w.-]{1,100}$")
-_DATA = re.compile(r"<!-- regression-data: (\{.*?\}) -->")
-
-# (method, url, headers, body) -> (status, headers, body)
-Transport = Callable[[str, str, Mapping[str, str], bytes | None], tuple[int, dict, bytes]]
+_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
 
 
 class AnnounceError(RuntimeError):
-    """Input that cannot be announced, or an API call that failed."""
+    """Input that cannot be announced."""
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One row of a regressions.json: one benchmark's step on one machine."""
+    """One regression of a regressions.json: one benchmark's step on one machine."""
 
     benchmark: str
     machine: str
-    good: str
-    bad: str
-    before_text: str
-    after_text: str
-    ratio: float
-    threshold: float
-    threshold_source: str
+    span: text.Span
+    row: Mapping[str, object]
 
-    @property
-    def key(self) -> str:
-        return f"{self.benchmark} {self.good}..{self.bad}"
 
-    def row(self) -> dict:
-        return {
-            "before": self.before_text,
-            "after": self.after_text,
-            "ratio": self.ratio,
-            "threshold": self.threshold,
-            "source": self.threshold_source,
-        }
+@dataclass(frozen=True, slots=True)
+class Latest:
+    """The newest stored value of one benchmark on one machine."""
+
+    benchmark: str
+    machine: str
+    commit: str
+    value: float
+    text: str
+
+
+def _field(obj: dict, where: str, name: str, kind: type | tuple[type, ...]):
+    value = obj.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise AnnounceError(f"{where}: {name!r} is missing or not {kind}")
+    return value
+
+
+def _benchmark(obj: dict, where: str) -> str:
+    benchmark = _field(obj, where, "benchmark", str)
+    # The name goes into an HTML comment: one line, no comment end.
+    if not 0 < len(benchmark) <= 300 or "--" in benchmark or not benchmark.isprintable():
+        raise AnnounceError(f"{where}: 'benchmark' {benchmark!r} is not a benchmark name")
+    return benchmark
+
+
+def _machine(obj: dict, where: str) -> str:
+    machine = _field(obj, where, "machine", str)
+    if not text.MACHINE.match(machine):
+        raise AnnounceError(f"{where}: 'machine' {machine!r} is not a machine name")
+    return machine
+
+
+def _sha(obj: dict, where: str, name: str) -> str:
+    sha = _field(obj, where, name, str)
+    if not _SHA.match(sha):
+        raise AnnounceError(f"{where}: {name!r} {sha!r} is not a full commit hash")
+    return sha
 
 
 def _entry(obj: object, where: str) -> Entry:
     if not isinstance(obj, dict):
         raise AnnounceError(f"{where}: not an object")
+    benchmark, machine = _benchmark(obj, where), _machine(obj, where)
+    good, bad = _sha(obj, where, "good"), _sha(obj, where, "bad")
+    commits = obj.get("commits")  # absent in files written before it was recorded
+    if commits is not None:
+        if not (
+            isinstance(commits, list)
+            and commits
+            and all(isinstance(c, str) and _SHA.match(c) for c in commits)
+            and commits[-1] == bad
+        ):
+            raise AnnounceError(f"{where}: 'commits' must list full hashes ending with 'bad'")
+        commits = tuple(commits)
+    span = text.Span(
+        good,
+        bad,
+        commits,
+        str(obj.get("bad_subject") or "")[:200],
+        str(obj.get("bad_author") or "")[:100],
+    )
+    before = obj.get("before")
+    row = {
+        "before_text": _field(obj, where, "before_text", str)[:40],
+        "after_text": _field(obj, where, "after_text", str)[:40],
+        "ratio": float(_field(obj, where, "ratio", (int, float))),
+        "threshold": float(_field(obj, where, "threshold", (int, float))),
+        "source": _field(obj, where, "threshold_source", str)[:40],
+        "range": f"{good[:8]}..{bad[:8]}",
+    }
+    if isinstance(before, (int, float)) and not isinstance(before, bool) and before > 0:
+        row["before_value"] = float(before)
+    return Entry(benchmark, machine, span, row)
 
-    def field(name: str, kind: type | tuple[type, ...]):
-        value = obj.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise AnnounceError(f"{where}: {name!r} is missing or not {kind}")
-        return value
 
-    benchmark = field("benchmark", str)
-    # The name goes into an HTML comment and a code span: one line, no comment end.
-    if not 0 < len(benchmark) <= 300 or "--" in benchmark or not benchmark.isprintable():
-        raise AnnounceError(f"{where}: 'benchmark' {benchmark!r} is not a benchmark name")
-    machine = field("machine", str)
-    if not _MACHINE.match(machine):
-        raise AnnounceError(f"{where}: 'machine' {machine!r} is not a machine name")
-    good, bad = field("good", str), field("bad", str)
-    for name, sha in (("good", good), ("bad", bad)):
-        if not _SHA.match(sha):
-            raise AnnounceError(f"{where}: {name!r} {sha!r} is not a full commit hash")
-    return Entry(
-        benchmark=benchmark,
-        machine=machine,
-        good=good,
-        bad=bad,
-        before_text=field("before_text", str)[:40],
-        after_text=field("after_text", str)[:40],
-        ratio=float(field("ratio", (int, float))),
-        threshold=float(field("threshold", (int, float))),
-        threshold_source=field("threshold_source", str)[:40],
+def _latest(obj: object, where: str) -> Latest:
+    if not isinstance(obj, dict):
+        raise AnnounceError(f"{where}: not an object")
+    return Latest(
+        _benchmark(obj, where),
+        _machine(obj, where),
+        _sha(obj, where, "commit"),
+        float(_field(obj, where, "value", (int, float))),
+        _field(obj, where, "text", str)[:40],
     )
 
 
-def _text(value: str) -> str:
-    """A short value as inert text of a table cell."""
-    value = " ".join(str(value).split())[:40]
-    value = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    for ch in "\\`*_[]|":
-        value = value.replace(ch, "\\" + ch)
-    return value
+def load_rows(rows: Sequence[object], where: str = "regressions") -> list[Entry]:
+    """The entries of a ``regressions`` list."""
+    return [_entry(obj, f"{where}[{i}]") for i, obj in enumerate(rows)]
 
 
 def files(paths: Iterable[Path]) -> list[Path]:
@@ -142,167 +181,26 @@ def files(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
-def load(paths: Iterable[Path]) -> list[Entry]:
-    entries = []
+def load(paths: Iterable[Path]) -> tuple[list[Entry], list[Latest]]:
+    """The regressions and newest values of every file: version 2 (an object with
+    ``regressions`` and ``latest``) or version 1 (the bare list of regressions)."""
+    entries, latest = [], []
     for path in paths:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as err:
             raise AnnounceError(f"{path}: not a regressions file ({err})") from None
-        if not isinstance(data, list):
-            raise AnnounceError(f"{path}: not a regressions file (not a list)")
-        entries += [_entry(obj, f"{path}[{i}]") for i, obj in enumerate(data)]
-    return entries
-
-
-# --- issue text --------------------------------------------------------------------------
-
-
-def marker(key: str) -> str:
-    return f"<!-- regression: {key} -->"
-
-
-def title(entry: Entry) -> str:
-    return f"Perf regression: {entry.benchmark} ({entry.good[:8]}..{entry.bad[:8]})"[:250]
-
-
-def _row_line(machine: str, row: Mapping) -> str:
-    return (
-        f"| {_text(machine)} | {_text(row['before'])} → {_text(row['after'])} "
-        f"| {row['ratio']:.3f} | {row['threshold']:.1%} ({_text(row['source'])}) |"
-    )
-
-
-def render_body(entry: Entry, rows: Mapping[str, Mapping], repo: str, server: str) -> str:
-    """The issue's body for ``entry``'s step, one table row per machine in ``rows``."""
-    data = json.dumps(rows, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e")
-    regex = "^" + re.escape(entry.benchmark) + "$"
-    lines = [
-        marker(entry.key),
-        f"<!-- regression-data: {data} -->",
-        f"`{entry.benchmark}` got slower between {entry.good[:8]} and {entry.bad[:8]} on "
-        "main: its latest step in the stored asv history is a slowdown beyond the "
-        "benchmark's noise threshold.",
-        "",
-        "| machine | before → after | ratio | threshold |",
-        "|---|---|---|---|",
-        *(_row_line(m, rows[m]) for m in sorted(rows)),
-        "",
-        f"Commits: {server}/{repo}/compare/{entry.good}...{entry.bad}",
-        "",
-        "Find the culprit on a GPU runner:",
-        "```",
-        f"nox -s bisect -- {entry.good} {entry.bad} -b '{regex}'",
-        "```",
-        "",
-        "_Kept up to date by the publish workflow (`harness.suite.announce`): the table "
-        "holds the latest numbers, and a comment names each machine that shows the step "
-        "later. Discuss in comments; the body is rewritten._",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def parse_rows(body: str) -> dict[str, dict]:
-    """The machines' rows an issue body holds (``{}`` if it holds none)."""
-    found = _DATA.search(body or "")
-    if not found:
-        return {}
-    try:
-        rows = json.loads(found.group(1))
-    except ValueError:
-        return {}
-    if not isinstance(rows, dict):
-        return {}
-    kinds = {"before": str, "after": str, "ratio": float, "threshold": float, "source": str}
-
-    def valid(row: object) -> bool:
-        return isinstance(row, dict) and all(
-            isinstance(row.get(k), (int, float) if t is float else t) for k, t in kinds.items()
-        )
-
-    return {m: r for m, r in rows.items() if _MACHINE.match(str(m)) and valid(r)}
-
-
-# --- GitHub ------------------------------------------------------------------------------
-
-
-def urllib_transport(
-    method: str, url: str, headers: Mapping[str, str], body: bytes | None
-) -> tuple[int, dict, bytes]:
-    request = urllib.request.Request(url, data=body, headers=dict(headers), method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers or {}), err.read()
-
-
-class GitHub:
-    """The few REST calls the announcer makes, over a replaceable transport."""
-
-    def __init__(
-        self,
-        repo: str,
-        token: str,
-        transport: Transport = urllib_transport,
-        api: str = "https://api.github.com",
-        dry_run: bool = False,
-        log: Callable[[str], None] = print,
-    ):
-        self.repo, self.token, self.transport = repo, token, transport
-        self.api, self.dry_run, self.log = api.rstrip("/"), dry_run, log
-
-    def call(self, method: str, path: str, body: dict | None = None) -> tuple[object, dict]:
-        url = path if path.startswith("http") else f"{self.api}/repos/{self.repo}{path}"
-        if self.dry_run and method != "GET":
-            self.log(f"dry run: {method} {url} {json.dumps(body)[:200]}")
-            return {"number": 0}, {}
-        headers = {
-            "Accept": "application/vnd.github+json",
-            "Authorization": f"Bearer {self.token}",
-            "X-GitHub-Api-Version": "2022-11-28",
-            "User-Agent": "tilelang-gemm-perf-announce",
-        }
-        data = None
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-            data = json.dumps(body).encode()
-        status, got_headers, raw = self.transport(method, url, headers, data)
-        if not 200 <= status < 300:
-            raise AnnounceError(f"{method} {url}: HTTP {status}: {raw[:300]!r}")
-        return (json.loads(raw) if raw else None), got_headers
-
-    def labelled_issues(self) -> list[dict]:
-        """Every issue (open or closed, no pull request) with the label, following pages."""
-        query = urllib.parse.urlencode({"labels": LABEL, "state": "all", "per_page": 100})
-        url, out = f"{self.api}/repos/{self.repo}/issues?{query}", []
-        while url:
-            page, headers = self.call("GET", url)
-            out += [i for i in page or [] if "pull_request" not in i]
-            url = _next_link(headers)
-        return out
-
-    def ensure_label(self) -> None:
-        try:
-            self.call("GET", f"/labels/{LABEL}")
-        except AnnounceError:
-            self.call("POST", "/labels", {"name": LABEL, "color": LABEL_COLOR})
-
-    def create_issue(self, title: str, body: str) -> int:
-        issue, _ = self.call("POST", "/issues", {"title": title, "body": body, "labels": [LABEL]})
-        return int(issue["number"])
-
-    def edit_issue(self, number: int, body: str) -> None:
-        self.call("PATCH", f"/issues/{number}", {"body": body})
-
-    def comment(self, number: int, body: str) -> None:
-        self.call("POST", f"/issues/{number}/comments", {"body": body})
-
-
-def _next_link(headers: Mapping[str, str]) -> str | None:
-    link = next((v for k, v in headers.items() if k.lower() == "link"), "")
-    found = re.search(r'<([^>]+)>;\s*rel="next"', link)
-    return found.group(1) if found else None
+        if isinstance(data, list):
+            data = {"regressions": data, "latest": []}
+        if not (
+            isinstance(data, dict)
+            and isinstance(data.get("regressions"), list)
+            and isinstance(data.get("latest", []), list)
+        ):
+            raise AnnounceError(f"{path}: not a regressions file (no 'regressions' list)")
+        entries += load_rows(data["regressions"], str(path))
+        latest += [_latest(o, f"{path} latest[{i}]") for i, o in enumerate(data.get("latest", []))]
+    return entries, latest
 
 
 # --- deciding ----------------------------------------------------------------------------
@@ -310,61 +208,145 @@ def _next_link(headers: Mapping[str, str]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    action: str  # created, updated, unchanged, closed, held (past --max-new)
+    action: str  # created, updated, unchanged, closed (back under), left (closed), held
     key: str
     number: int | None = None
+
+
+def steps(entries: Sequence[Entry]) -> list[text.State]:
+    """The steps ``entries`` show: one per benchmark and overlapping range, on the
+    commits every machine's range holds, with each machine's row."""
+    out: list[text.State] = []
+    for e in entries:
+        i = next(
+            (
+                i
+                for i, s in enumerate(out)
+                if s.benchmark == e.benchmark and s.span.overlaps(e.span)
+            ),
+            None,
+        )
+        if i is None:
+            out.append(text.State(e.benchmark, e.span, {e.machine: e.row}))
+        else:
+            s = out[i]
+            out[i] = text.State(s.benchmark, s.span.narrow(e.span), {**s.rows, e.machine: e.row})
+    return out
+
+
+def _ours(issues: Iterable[dict], me: str) -> list[tuple[dict, text.State]]:
+    """The issues ``me`` opened that hold a step, oldest first."""
+    out = []
+    for issue in sorted(issues, key=lambda i: int(i.get("number", 0))):
+        author = (issue.get("user") or {}).get("login", "")
+        if not isinstance(author, str) or author.lower() != me.lower():
+            continue
+        state = text.parse(issue.get("body"))
+        if state is not None:
+            out.append((issue, state))
+    return out
+
+
+def _new_machines_comment(rows: Mapping[str, Mapping], news: Sequence[str]) -> str:
+    lines = [f"Also slower on {', '.join(news)}:", "", *text.TABLE_HEAD]
+    lines += [text.row_line(m, rows[m]) for m in news]
+    return "\n".join(lines) + "\n"
+
+
+def _narrowed_comment(span: text.Span) -> str:
+    if span.culprit:
+        subject = f" {text.code(span.subject)}" if span.subject else ""
+        return f"The range narrowed to one commit: the culprit is {span.bad[:10]}{subject}.\n"
+    between = "" if span.between is None else f" ({span.between} commit(s) not measured)"
+    return f"The range narrowed to {span.good[:10]}..{span.bad[:10]}{between}.\n"
+
+
+def _recovered(state: text.State, latest: Mapping, regressing: set) -> list[str] | None:
+    """Per machine of the issue, why it is back under its threshold; None while any
+    machine still regresses, lacks a newest value, or is not back within it."""
+    lines = []
+    for machine, row in sorted(state.rows.items()):
+        now = latest.get((state.benchmark, machine))
+        before = row.get("before_value")
+        if (state.benchmark, machine) in regressing or now is None:
+            return None
+        if not isinstance(before, (int, float)) or now.value > before * (1 + row["threshold"]):
+            return None
+        lines.append(
+            f"- {text.cell(machine)}: {text.cell(now.text)} at {now.commit[:10]}, against "
+            f"{text.cell(row['before_text'])} before the step (threshold {row['threshold']:.1%})"
+        )
+    return lines or None
 
 
 def announce(
     entries: Sequence[Entry],
     gh: GitHub,
+    me: str,
     server: str = "https://github.com",
     max_new: int = MAX_NEW,
+    latest: Sequence[Latest] = (),
 ) -> list[Outcome]:
-    """Open or update one issue per step (benchmark and ``good..bad``) in ``entries``."""
-    steps: dict[str, dict[str, Entry]] = {}
-    for e in entries:
-        steps.setdefault(e.key, {})[e.machine] = e
-    if not steps:
+    """Open, update or close this identity's (``me``) issues for ``entries``' steps."""
+    found = steps(entries)
+    if not found and not latest:
         return []
-    issues = sorted(gh.labelled_issues(), key=lambda i: i["number"])
-    outcomes, created = [], 0
-    for key, by_machine in steps.items():
-        first = next(iter(by_machine.values()))
-        rows = {m: e.row() for m, e in by_machine.items()}
-        found = [i for i in issues if marker(key) in (i.get("body") or "")]
-        issue = next((i for i in found if i.get("state") == "open"), found[0] if found else None)
-        if issue is None:
+    ours = _ours(gh.labelled_issues(), me)
+    outcomes, created, matched = [], 0, set()
+    for step in found:
+        hits = [
+            (i, s) for i, s in ours if s.benchmark == step.benchmark and s.span.overlaps(step.span)
+        ]
+        matched.update(int(i["number"]) for i, _ in hits)
+        open_ = [(i, s) for i, s in hits if i.get("state") == "open"]
+        if not hits:
             if created >= max_new:
-                outcomes.append(Outcome("held", key))
+                outcomes.append(Outcome("held", step.key))
                 continue
             if created == 0:
                 gh.ensure_label()
-            body = render_body(first, rows, gh.repo, server)
-            outcomes.append(Outcome("created", key, gh.create_issue(title(first), body)))
+            body = text.render_body(step, gh.repo, server)
+            outcomes.append(Outcome("created", step.key, gh.create_issue(text.title(step), body)))
             created += 1
             continue
+        if not open_:
+            outcomes.append(Outcome("left", step.key, int(hits[0][0]["number"])))
+            continue
+        issue, old = open_[0]
         number = int(issue["number"])
-        if issue.get("state") != "open":
-            outcomes.append(Outcome("closed", key, number))
+        new = text.State(step.benchmark, old.span.narrow(step.span), {**old.rows, **step.rows})
+        body, title = text.render_body(new, gh.repo, server), text.title(new)
+        news = sorted(set(step.rows) - set(old.rows))
+        narrowed = (new.span.good, new.span.bad) != (old.span.good, old.span.bad)
+        if body == issue.get("body") and title == issue.get("title") and not news:
+            outcomes.append(Outcome("unchanged", new.key, number))
             continue
-        old = parse_rows(issue.get("body") or "")
-        body = render_body(first, {**old, **rows}, gh.repo, server)
-        news = sorted(set(rows) - set(old))
-        if body == issue.get("body") and not news:
-            outcomes.append(Outcome("unchanged", key, number))
-            continue
-        gh.edit_issue(number, body)
+        gh.edit_issue(number, body=body, title=title)
         if news:
-            lines = [f"Also slower on {', '.join(news)}:", ""]
-            lines += ["| machine | before → after | ratio | threshold |", "|---|---|---|---|"]
-            lines += [_row_line(m, rows[m]) for m in news]
-            gh.comment(number, "\n".join(lines) + "\n")
-        outcomes.append(Outcome("updated", key, number))
+            gh.comment(number, _new_machines_comment(step.rows, news))
+        if narrowed:
+            gh.comment(number, _narrowed_comment(new.span))
+        outcomes.append(Outcome("updated", new.key, number))
+    by_key = {(x.benchmark, x.machine): x for x in latest}
+    regressing = {(e.benchmark, e.machine) for e in entries}
+    for issue, state in ours:
+        if issue.get("state") != "open" or int(issue["number"]) in matched:
+            continue
+        why = _recovered(state, by_key, regressing)
+        if why is None:
+            continue
+        number = int(issue["number"])
+        lines = [f"{text.code(state.benchmark)} is back under its threshold:", "", *why]
+        gh.comment(number, "\n".join(lines) + "\n\nClosing; a new step opens a new issue.\n")
+        gh.edit_issue(number, state="closed", state_reason="completed")
+        outcomes.append(Outcome("closed", state.key, number))
     return outcomes
 
 
-def main(argv: list[str] | None = None, transport: Transport = urllib_transport) -> int:
+# --- command line ------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness.suite.announce",
         description=__doc__,
@@ -372,8 +354,24 @@ def main(argv: list[str] | None = None, transport: Transport = urllib_transport)
     )
     p.add_argument("paths", nargs="+", type=Path, help="regressions.json files or folders")
     p.add_argument("--repo", default=os.environ.get("GITHUB_REPOSITORY"), help="OWNER/NAME")
-    p.add_argument("--max-new", type=int, default=MAX_NEW, help="issues one run may open")
+    p.add_argument(
+        "--max-new",
+        type=count,
+        default=MAX_NEW,
+        help=f"issues one run may open, >= 0 (default {MAX_NEW})",
+    )
+    p.add_argument(
+        "--author",
+        default=None,
+        help="the login whose issues are ours (default: the token's, from GET /user; "
+        "an installation token that is refused there: github-actions[bot])",
+    )
     p.add_argument("--dry-run", action="store_true", help="read issues, write nothing")
+    return p
+
+
+def main(argv: list[str] | None = None, transport: Transport = urllib_transport) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
 
     def fail(why: str) -> int:
@@ -382,12 +380,14 @@ def main(argv: list[str] | None = None, transport: Transport = urllib_transport)
 
     if not args.repo or not re.match(r"^[\w.-]+/[\w.-]+$", args.repo):
         return fail(f"--repo={args.repo!r}: need OWNER/NAME (or $GITHUB_REPOSITORY)")
+    if args.author is not None and not _LOGIN.match(args.author):
+        return fail(f"--author={args.author!r}: not a GitHub login (or an app's NAME[bot])")
     token = os.environ.get("GITHUB_TOKEN", "")
     if not token:
         return fail("$GITHUB_TOKEN is not set")
     try:
         found = files(args.paths)
-        entries = load(found)
+        entries, latest = load(found)
     except AnnounceError as err:
         return fail(str(err))
     if not found:
@@ -402,8 +402,9 @@ def main(argv: list[str] | None = None, transport: Transport = urllib_transport)
     )
     server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
     try:
-        outcomes = announce(entries, gh, server, max_new=args.max_new)
-    except AnnounceError as err:
+        me = args.author or (gh.login() if entries or latest else "")
+        outcomes = announce(entries, gh, me, server, max_new=args.max_new, latest=latest)
+    except ApiError as err:
         return fail(str(err))
     for o in outcomes:
         print(f"{o.action}{'' if o.number is None else f' #{o.number}'}: {o.key}")

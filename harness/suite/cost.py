@@ -8,11 +8,22 @@ A GPU unit (one family) takes ``a + b * combinations + c * TFLOP`` seconds: ``a`
 asv's start-up and the family's process (CUDA context, kernel loads), ``b`` each
 combination's fixed cost (timing loops, track processes), ``c`` the launches themselves,
 which grow with the work. The wall time on N GPUs is the serial steps of the first log
-(precompile, the solo unit, publish, the runner's own overhead) plus the longer of the
-CPU lane and the busiest GPU lane, with the units placed by ``shard.plan`` on their
-predicted seconds: a family is not split, so past a few GPUs the largest one bounds the
-wall time. The grown grids scale every GPU family's combinations and TFLOP, and the CPU
-lane and the precompile by what each growth adds to them (``GROWTHS``).
+(precompile, publish, start-up, the runner's own overhead) plus the longer of the CPU
+lanes and the busiest GPU lane, with the suite cut and placed by the runner's own plan
+(``shard.plan_suite``, weighed in seconds by ``shard.Calibration.of_model`` of this
+model). A piece costs ``a`` plus its combinations' seconds: each family's measured
+seconds less ``a``, shared among its combinations in proportion to their ``b + c x
+TFLOP`` (the runs timed whole families); the CPU lane's seconds less ``a`` likewise,
+shared equally among the CPU combinations. The solo family (``gemm.Launch``) runs first
+in its GPU's lane for its measured seconds, and the CPU lanes (as many as
+``shard.cpu_lanes`` allows a host of ``cores_per_gpu`` cores per GPU) start when it
+ends. The grown grids repeat every GPU family's combinations, and scale the CPU
+combinations and the precompile by what each growth adds to them (``GROWTHS``).
+
+    python -m harness.suite.cost --model reports/cost_h200.json --json reports/cost_h200.json
+
+recomputes a recorded model's plan and table for the suite as it is now, from the
+seconds the model holds (no logs needed).
 """
 
 from __future__ import annotations
@@ -24,10 +35,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.cli import positive_int
 from harness.suite import discovery, run, shard
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_COUNTS = (1, 2, 4, 8)
+# Cores per GPU of the H200 runner hosts the recorded runs come from: the model gives a
+# host of N GPUs N times as many (``shard.cpu_lanes``).
+CORES_PER_GPU = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,22 +105,19 @@ class Run:
         return cls(units, steps)
 
 
+def suite_combinations(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
+    """``{unit: {combination: flops}}`` of the suite in ``root``: the GPU units'
+    (``shard.combination_flops``), and the CPU units' with None."""
+    cpu = shard.cpu_combinations(root)
+    return {**shard.combination_flops(root), **{u: dict.fromkeys(n) for u, n in cpu.items()}}
+
+
 def unit_sizes(root: Path = ROOT) -> dict[str, UnitSize]:
     """``UnitSize`` of every GPU unit of the suite in ``root`` (no GPU needed)."""
     out = {}
-    for unit, families in shard.suite_units(root).items():
-        if not all(f.is_gpu for f in families):
-            continue
-        combos, flops = 0, 0
-        for family in families:
-            bench = family.cls()
-            for combo in family.combinations():
-                try:
-                    shape, _ = bench.case(*combo)
-                except ValueError:
-                    continue
-                combos += 1
-                flops += shape.flops
+    for unit, combos in shard.combination_flops(root).items():
+        valid = [f for f in combos.values() if f is not None]
+        combos, flops = len(valid), sum(valid)
         out[unit] = UnitSize(combos, flops / 1e12)
     return out
 
@@ -132,59 +144,134 @@ def fit(observations: list[tuple[UnitSize, float]]) -> Fit:
     return Fit(*full, points=len(observations))
 
 
-def model(runs: list[Run], sizes: Mapping[str, UnitSize], solo: set[str]) -> dict:
-    """The fit over every run's GPU units, and the serial and CPU-lane figures of the
-    first run (the base the table grows)."""
+def model(
+    runs: list[Run],
+    sizes: Mapping[str, UnitSize],
+    solo: set[str],
+    weights: Mapping[str, Mapping[str, float]] | None = None,
+    cores_per_gpu: int = CORES_PER_GPU,
+) -> dict:
+    """The fit over every run's GPU units, the serial and CPU-lane figures of the first
+    run (the base the table grows), and each combination's plan weight and seconds
+    (``per_combination``). ``weights`` are the suite's ``{unit: {combination: any}}``
+    (``shard.combination_flops`` and the CPU units' combinations); a GPU unit without
+    them counts as equal combinations."""
     obs = [
         (sizes[u], sec)
         for r in runs
         for u, (lane, sec) in r.units.items()
-        if u in sizes and u not in solo and lane != "cpu"
+        if u in sizes and u not in solo and not _is_cpu(lane)
     ]
+    f = fit(obs)
     base = runs[0]
-    cpu = sum(sec for lane, sec in base.units.values() if lane == "cpu")
+    cpu_pieces = [sec for lane, sec in base.units.values() if _is_cpu(lane)]
+    # One lane's worth: every CPU piece after the first paid its own start-up.
+    cpu = max(0.0, sum(cpu_pieces) - f.a * max(0, len(cpu_pieces) - 1))
     solo_s = sum(sec for u, (_, sec) in base.units.items() if u in solo)
-    gpu_units = {u: sec for u, (lane, sec) in base.units.items() if lane != "cpu" and u not in solo}
+    gpu_units = {
+        u: sec for u, (lane, sec) in base.units.items() if not _is_cpu(lane) and u not in solo
+    }
     lanes: dict[str, float] = {}
     for _u, (lane, sec) in base.units.items():
-        if lane != "cpu" and _u not in solo:
+        if _u not in solo:
             lanes[lane] = lanes.get(lane, 0.0) + sec
-    measure = base.steps.get("measure", solo_s + max([cpu, *lanes.values()]))
+    longest = max(lanes.values(), default=0.0)
+    measure = base.steps.get("measure", solo_s + longest)
     # What the runner spends between units (planning, asv machine files): measure minus
     # its steps, at least 0.
-    overhead = max(0.0, measure - solo_s - max([cpu, *lanes.values()]))
+    overhead = max(0.0, measure - solo_s - longest)
     serial = {
         "precompile": base.steps.get("precompile", 0.0),
-        "solo": solo_s,
         "publish": base.steps.get("publish", 0.0),
         "overhead": overhead,
     }
     total = base.steps.get("total")
     if total is not None:
         serial["start-up"] = max(0.0, total - measure - serial["precompile"] - serial["publish"])
-    return {
-        "fit": asdict(fit(obs)),
+    m = {
+        "fit": asdict(f),
         "serial": serial,
+        "solo": {u: sec for u, (_, sec) in base.units.items() if u in solo},
         "cpu_lane": cpu,
+        "cores_per_gpu": cores_per_gpu,
         "gpu_units": gpu_units,
         "sizes": {u: asdict(s) for u, s in sizes.items() if u not in solo},
     }
+    m["per_combination"] = per_combination(m, sizes, weights or {})
+    return m
+
+
+def _is_cpu(lane: str) -> bool:
+    return lane.startswith("cpu")
+
+
+def per_combination(
+    m: Mapping, sizes: Mapping[str, UnitSize], combos: Mapping[str, Mapping]
+) -> dict[str, dict[str, list[float]]]:
+    """``{unit: {combination: [plan weight, seconds]}}`` for every unit with measured
+    seconds (the solo one and the CPU units included): the weight is
+    ``shard.Calibration.of_model(m)``'s, the seconds the unit's measured seconds less the
+    fit's ``a``, shared by weight. ``combos`` are the suite's ``{unit: {combination:
+    flops}}`` for GPU units (``shard.combination_flops``) and ``{unit: {combination:
+    None}}`` for CPU units (without them, the CPU lane is one combination)."""
+    a = m["fit"]["a"]
+    gpu = {u: cs for u, cs in combos.items() if u in sizes or u in m["solo"]}
+    cpu = {u: cs for u, cs in combos.items() if u not in gpu}
+    if not cpu and m["cpu_lane"]:
+        cpu = {"cpu": {"cpu": None}}  # a lane known by its seconds alone: one combination
+    cal = shard.Calibration.of_model(m, sum(len(cs) for cs in cpu.values()))
+    measured = {**m["gpu_units"], **m["solo"]}
+    out = {}
+    for unit, seconds in measured.items():
+        flops = dict(gpu.get(unit) or {})
+        if not flops:
+            n = sizes[unit].combinations if unit in sizes else 1
+            each = int(sizes[unit].tflop * 1e12 / n) if unit in sizes else 0
+            flops = {f"{unit}({i})": each for i in range(n)}
+        weight = {c: cal.gpu(fl) for c, fl in flops.items()}
+        total = sum(weight.values()) or 1.0
+        share = max(0.0, seconds - a)
+        out[unit] = {c: [w, share * w / total] for c, w in weight.items()}
+    for unit, cs in cpu.items():
+        out[unit] = {c: [cal.cpu_combination, cal.cpu_combination] for c in cs}
+    return out
+
+
+def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> tuple[dict[int, float], list[float]]:
+    """Each GPU's seconds and each CPU lane's end under the runner's plan of the grid
+    grown by ``growth`` (``shard.plan_suite`` weighed by the model's plan weights)."""
+    copies = max(1, round(growth.combinations))
+    solo = set(m["solo"])
+    cpu_units = {u for u in m["per_combination"] if u not in m["gpu_units"] and u not in solo}
+    combos = {}
+    for unit, cs in m["per_combination"].items():
+        if unit in cpu_units:
+            combos[unit] = {c: [w * growth.cpu, s * growth.cpu] for c, (w, s) in cs.items()}
+        else:
+            combos[unit] = {
+                f"{c}#{i}" if i else c: wc for c, wc in cs.items() for i in range(copies)
+            }
+    weights = {u: {c: wc[0] for c, wc in cs.items()} for u, cs in combos.items()}
+    a = m["fit"]["a"]
+    lanes_cpu = shard.cpu_lanes(m["cores_per_gpu"] * gpus)
+    planned = shard.plan_suite(weights, list(range(gpus)), a, solo, cpu_units, lanes_cpu)
+
+    def seconds(p: shard.Piece) -> float:
+        if p.unit in solo:
+            return m["solo"][p.unit]
+        return a + sum(combos[p.unit][c][1] for c in p.combos)
+
+    start = sum(m["solo"].values())
+    gpu = {g: sum(seconds(p) for p in ps) for g, ps in planned.gpu.items()}
+    return gpu, [start + sum(seconds(p) for p in ps) for ps in planned.cpu]
 
 
 def wall(m: Mapping, gpus: int, growth: Growth) -> float:
     """Predicted wall time of the grid grown by ``growth`` on ``gpus`` GPUs."""
-    f = Fit(**m["fit"])
-    seconds = {
-        u: f.seconds(
-            UnitSize(s["combinations"] * growth.combinations, s["tflop"] * growth.combinations)
-        )
-        for u, s in m["sizes"].items()
-    }
-    lanes = shard.plan(seconds, list(range(gpus))) if seconds else {}
-    busiest = max((sum(seconds[u] for u in us) for us in lanes.values()), default=0.0)
+    gpu, cpu = lane_seconds(m, gpus, growth)
     serial = dict(m["serial"])
     serial["precompile"] *= growth.kernels
-    return sum(serial.values()) + max(busiest, m["cpu_lane"] * growth.cpu)
+    return sum(serial.values()) + max([*gpu.values(), *cpu], default=0.0)
 
 
 def table(m: Mapping, counts: Iterable[int] = GPU_COUNTS) -> list[dict]:
@@ -205,7 +292,10 @@ def render(m: Mapping) -> str:
         f"GPU unit seconds = {f['a']:.1f} + {f['b']:.2f} x combinations + {f['c']:.2f} x TFLOP "
         f"(fitted on {f['points']} unit timings); serial steps "
         + ", ".join(f"{k} {v:.0f} s" for k, v in m["serial"].items())
-        + f"; CPU lane {m['cpu_lane']:.0f} s.",
+        + "; first in its GPU's lane "
+        + ", ".join(f"{u} {v:.0f} s" for u, v in m["solo"].items())
+        + f"; CPU lane {m['cpu_lane']:.0f} s after it, cut over up to one CPU lane per"
+        + f" {shard.CORES_PER_CPU_LANE} cores ({m['cores_per_gpu']} per GPU).",
         "",
         "| grid | " + " | ".join(f"{n} GPU{'s' if n > 1 else ''}" for n in counts) + " |",
         "|---|" + "---|" * len(counts),
@@ -226,7 +316,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("logs", nargs="*", type=Path, help="logs of harness.suite.run, base first")
     p.add_argument("--json", type=Path, default=None, help="write the model and table here")
     p.add_argument("--render", type=Path, default=None, help="print the table of a --json file")
+    p.add_argument(
+        "--model", type=Path, default=None, help="recompute a --json file's plan and table"
+    )
+    p.add_argument(
+        "--cores-per-gpu",
+        type=positive_int,
+        default=None,
+        help=f"the measured host's CPU cores per GPU (default: the model's, else {CORES_PER_GPU})",
+    )
     args = p.parse_args(argv)
+    if args.model:
+        try:
+            m = upgrade(json.loads(args.model.read_text()), ROOT, args.cores_per_gpu)
+        except (OSError, ValueError, KeyError) as err:
+            p.error(f"--model {args.model}: {err!r}")
+        return _write(m, args.json)
     if args.render:
         m = json.loads(args.render.read_text())
         m["table"] = [
@@ -241,12 +346,37 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         p.error(str(err))
     solo = {u for u, e in discovery.listing(ROOT).items() if e["solo"]}
-    m = model(runs, unit_sizes(ROOT), solo)
+    cores = args.cores_per_gpu or CORES_PER_GPU
+    m = model(runs, unit_sizes(ROOT), solo, suite_combinations(ROOT), cores)
+    return _write(m, args.json)
+
+
+def upgrade(m: dict, root: Path, cores_per_gpu: int | None = None) -> dict:
+    """A recorded model (its fit, serial steps, CPU lane and per-family seconds) with the
+    per-combination figures of the suite in ``root`` and its table recomputed. A model
+    written before the solo family shared the start holds it among the serial steps; one
+    written before the CPU lanes were counted gets ``cores_per_gpu`` (given, else
+    ``CORES_PER_GPU``)."""
+    m = {k: v for k, v in m.items() if k != "table"}
+    serial = dict(m["serial"])
+    solo_units = [u for u, e in discovery.listing(root).items() if e["solo"]]
+    if "solo" in serial:
+        seconds = serial.pop("solo")
+        m["solo"] = {u: seconds / len(solo_units) for u in solo_units}
+    m["serial"] = serial
+    sizes = {u: UnitSize(**s) for u, s in m["sizes"].items()}
+    if cores_per_gpu or "cores_per_gpu" not in m:
+        m["cores_per_gpu"] = cores_per_gpu or CORES_PER_GPU
+    m["per_combination"] = per_combination(m, sizes, suite_combinations(root))
+    return m
+
+
+def _write(m: dict, path: Path | None) -> int:
     m["table"] = table(m)
     print(render(m))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(m, indent=1) + "\n")
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(m, indent=1) + "\n")
     return 0
 
 

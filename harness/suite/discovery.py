@@ -20,6 +20,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+# Set by the runner for each ``asv run``: a JSON list of the combination names
+# (``combination_name``) that run measures, so a family's process measures only its share.
+COMBINATIONS_ENV = "SUITE_COMBINATIONS"
+# Set by the runner when several CPU lanes run at once: the compile workers each may use.
+CPU_WORKERS_ENV = "SUITE_CPU_WORKERS"
 _COMMENT = re.compile(r'^((?:[^"/]|"(?:[^"\\]|\\.)*")*)//.*$')
 BENCH_PREFIXES = ("track_", "time_", "mem_", "peakmem_", "timeraw_")
 
@@ -58,6 +63,35 @@ def benchmark_dir(root: Path) -> Path:
 def combination_name(family: str, params: tuple) -> str:
     """Same form as asv's parameterised names: ``gemm.Stage(4096x4096x4096, 128, 3, f16)``."""
     return f"{family}({', '.join(str(p) for p in params)})"
+
+
+def selected_combinations(environ=None) -> frozenset[str] | None:
+    """The combination names of ``COMBINATIONS_ENV``, or None when it is not set (a plain
+    ``asv run``: every combination)."""
+    import os
+
+    text = (os.environ if environ is None else environ).get(COMBINATIONS_ENV)
+    if text is None:
+        return None
+    try:
+        names = json.loads(text)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{COMBINATIONS_ENV}={text[:80]!r}: must be a JSON list of names")
+    return frozenset(names)
+
+
+def cpu_workers(default: int, environ=None) -> int:
+    """The compile workers of ``CPU_WORKERS_ENV``, or ``default`` when it is not set."""
+    import os
+
+    text = (os.environ if environ is None else environ).get(CPU_WORKERS_ENV)
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{CPU_WORKERS_ENV}={text!r}: must be a whole number >= 1")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -141,6 +175,20 @@ def unit_of(family: Family) -> str:
     families together (``static``): they compile with every core, and two at once would
     slow each other's timed compiles."""
     return family.full if family.is_gpu else family.module
+
+
+def aliases(family: Family, params: tuple) -> list[str]:
+    """Every name a ``-b`` regex may match for one combination: asv's names of its
+    benchmarks (one per method) and the gate's name of the combination."""
+    gate = family.combination_name(params) if params else family.full
+    return [*(family.asv_name(m, params) for m in family.methods()), gate]
+
+
+def selected(names: list[str] | tuple[str, ...], regexes: list[str] | tuple[str, ...]) -> bool:
+    """The one rule of every ``-b``/``--bench`` (the runner, backfill, the gate, bisect,
+    precompile): no regex selects everything; otherwise a benchmark is selected when any
+    regex is found (``re.search``) in any of its ``names``, asv's or the gate's."""
+    return not regexes or any(re.search(r, name) for r in regexes for name in names)
 
 
 def listing(root: Path) -> dict[str, dict]:

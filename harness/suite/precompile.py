@@ -21,7 +21,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable
@@ -118,13 +117,16 @@ def save_stamp(path: Path, current: str, done: set[str]) -> None:
 
 def suite_pairs(root: Path = ROOT, bench: str | None = None) -> list[tuple[GemmShape, GemmConfig]]:
     """Every valid (shape, config) of the GPU families of the suite in ``root`` (the
-    benchmark_dir of its asv.conf.json), narrowed to combination names ``bench`` matches."""
+    benchmark_dir of its asv.conf.json), narrowed to the combinations ``bench`` selects
+    (by asv's or the gate's name)."""
     pairs = []
     for family in discovery.families(root):
         if not family.is_gpu:
             continue
         for combo in family.combinations():
-            if bench is not None and not re.search(bench, family.combination_name(combo)):
+            if bench is not None and not discovery.selected(
+                discovery.aliases(family, combo), [bench]
+            ):
                 continue
             try:
                 shape, config = family.cls().case(*combo)
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "--bench",
         type=regex,
         default=None,
-        help="regex on combination names (gemm.Stage(4096x4096x4096, 128, 3, f16)); default all",
+        help="regex on asv or gate names (gemm.Stage(4096x4096x4096, 128, 3, f16)); default all",
     )
     parser.add_argument(
         "--arch",

@@ -5,35 +5,48 @@ latest step in the stored asv history is a slowdown beyond that benchmark's own 
         [-b REGEX] [--markdown FILE] [--json FILE] [--calibration FILE] [--fail-on-regression]
     nox -s regressions -- ...
 
-It reads asv's results files (``asv.results``) and fits each benchmark's per-commit
-values (asv's medians, weighted as ``asv publish`` weights them), in the branch's
-first-parent order (``git rev-list --first-parent``; by the results' dates where git
-cannot say), with asv's step detection: the Potts solver behind ``detect_steps``
-(``asv.step_detect.solve_potts_approx``, the piecewise-constant fit of asv's graphs and
-regressions.json).
+It reads asv's results files through ``harness.suite.result_files`` (asv's loader, each
+file checked; a commit stored as failed and a damaged file left out and named) and fits
+each benchmark's per-commit values (asv's medians, weighted as ``asv publish`` weights
+them), in the branch's first-parent order (``git rev-list --first-parent``; by the
+results' dates where git cannot say), with asv's step detection: the Potts solver behind
+``detect_steps`` (``asv.step_detect.solve_potts_approx``, the piecewise-constant fit of
+asv's graphs and regressions.json).
 
 What changes from ``asv publish`` is the threshold: asv applies one flat factor
 (``regressions_thresholds``, 5%), too coarse for a 4096^3 GEMM that repeats to 0.3% and
 too fine for a 128^3 one that wanders by several percent. Here each benchmark's threshold
-comes from its own run-to-run noise, with the gate's rule (``harness.gate.calibrate``): a
-shift counts when it clears ``(Z_ALPHA + Z_POWER) * sqrt(2) * spread`` (two runs' medians
-apart at the gate's significance and 90% power), never below the gate's floor
-(``harness.gate.decide.DEFAULT_THRESHOLD``). ``spread``, the relative standard deviation
-of one run's median, comes from the first source that has it:
+is, by the project's one statistical policy (``harness.policy.POLICY``)::
 
-1. ``calibration``: the machine's calibration file (``nox -s calibrate``), whose threshold
-   is taken as it stands; it was measured on one commit, run after run, so it is the noise
-   alone. Its names are the gate's (``gemm.Stage(4096x4096x4096, 128, 3, f16)``) and cover
-   every track of that combination.
-2. ``history``: the stored history itself, as the median absolute deviation of the log
-   ratios of consecutive commits' values (``1.4826 * MAD / sqrt(2)``). Each commit is its
-   own run, so these differences hold exactly the run-to-run noise, and a median ignores
-   the few differences that straddle a real step, so the steps being looked for do not
-   inflate the threshold that judges them. Needs ``MIN_HISTORY`` commits.
-3. ``samples``: a short history falls back to the spread within runs (the median over
-   commits of the median's relative standard error of each commit's samples). It misses
-   drift between runs, so it is the weakest source; the floor still applies.
-4. ``floor``: no samples either (plain-number tracks): the floor alone.
+    max(floor, calibration, POLICY.k * sqrt(2 / MIN_COMMITS) * spread)
+
+- ``floor``: ``POLICY.floor`` (``--floor`` may change it); nothing lowers it.
+- ``calibration``: the machine's calibration file (``nox -s calibrate``), where it names
+  this benchmark. Its names are the gate's (``gemm.Stage(4096x4096x4096, 128, 3, f16)``)
+  and cover every track of that combination. It was measured for the gate (the paired
+  gate's floor is lower than the history's), so it can raise the threshold, never lower it.
+- ``spread``: the relative standard deviation of one commit's value, from the first of
+  these that has it:
+
+  1. ``history``: the stored history itself, as the median absolute deviation of the log
+     ratios of consecutive commits' values (``POLICY.mad_to_sigma * MAD / sqrt(2)``).
+     Each commit is its own run, so these differences hold exactly the run-to-run noise,
+     and a median ignores the few differences that straddle a real step, so the steps
+     being looked for do not inflate the threshold that judges them. Needs
+     ``MIN_HISTORY`` commits.
+  2. ``samples``: a short history falls back to the spread within runs (the median over
+     commits of the median's relative standard error of each commit's samples). It misses
+     drift between runs, so it is the weakest source; the floor still applies.
+
+  A step is read between two levels of at least ``MIN_COMMITS`` commits each, whose
+  difference has sd ``sqrt(2 / MIN_COMMITS) * spread``; it must clear ``POLICY.k`` (the
+  significance quantile) of it. The power comes from the levels' length: a step with ten
+  commits either side is read to a few tenths of the spread. (Setting the gate's
+  minimum detectable effect here instead, ``z_alpha + z_power``, found a 3% step in
+  0.5% noise in fewer than 9 of 10 synthetic histories of 30 commits.)
+
+``threshold_source`` names the term that set the value (``floor``, ``calibration``,
+``history`` or ``samples``), and ``spread`` is that term's spread where it has one.
 
 asv's ``detect_steps`` picks the fit's penalty per break by a rough search on an
 information criterion, and now and then returns no break at all for an obvious step
@@ -48,25 +61,34 @@ beyond the noise; a benchmark is reported when its latest one is a slowdown (low
 better, as asv reads every track of this suite). Levels are weighted medians of the
 per-commit values, as in asv's fit.
 
-Output: markdown on stdout (and ``--markdown FILE``), and with ``--json FILE`` a list of
-objects, one per regression::
+Output: markdown on stdout (and ``--markdown FILE``), and with ``--json FILE`` an object
+(``"version": 2``; version 1 was the bare list of regressions) with one entry per
+regression and the newest stored value of every benchmark checked::
 
-    {"benchmark": "gemm.Stage.track_latency('4096x4096x4096', 128, 3, 'f16')",
-     "machine": "h200", "good": "<40 hex>", "bad": "<40 hex>", "range": "1a2b3c4d..5e6f7a8b",
-     "before": 0.00123, "after": 0.00141, "unit": "seconds", "before_text": "1.23ms",
-     "after_text": "1.41ms", "ratio": 1.146, "threshold": 0.02, "spread": 0.003,
-     "threshold_source": "calibration", "commits_after": 5}
+    {"version": 2,
+     "regressions": [
+      {"benchmark": "gemm.Stage.track_latency('4096x4096x4096', 128, 3, 'f16')",
+       "machine": "h200", "good": "<40 hex>", "bad": "<40 hex>", "range": "1a2b3c4d..5e6f7a8b",
+       "before": 0.00123, "after": 0.00141, "unit": "seconds", "before_text": "1.23ms",
+       "after_text": "1.41ms", "ratio": 1.146, "threshold": 0.02, "spread": 0.003,
+       "threshold_source": "calibration", "commits_after": 5,
+       "commits": ["<40 hex>", ...], "bad_subject": "...", "bad_author": "..."}],
+     "latest": [{"benchmark": "...", "machine": "h200", "commit": "<40 hex>",
+                 "value": 0.00124, "text": "1.24ms"}]}
 
 ``good`` is the last measured commit before the step and ``bad`` the first after it, so
 ``git log good..bad`` holds the culprit; benchmark plus ``good..bad`` identifies a step
-(``harness.suite.announce`` keys its issues on it). Exit 0 when the report was made,
+(``harness.suite.announce`` keys its issues on it). ``commits`` are the branch's
+first-parent commits after ``good`` up to ``bad`` (just ``[bad]`` when the two are
+adjacent: then ``bad`` is the culprit), null where git cannot say; ``bad_subject`` and
+``bad_author`` are read from git ("" where it cannot say). ``latest`` lets the announcer
+see a benchmark back under its threshold. Exit 0 when the report was made,
 found or not (1 with ``--fail-on-regression`` when something regressed), 2 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import itertools
 import json
 import math
@@ -75,55 +97,22 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION, fraction, output_file, regex
-from harness.gate.calibrate import Z_ALPHA, Z_POWER
-from harness.gate.decide import DEFAULT_THRESHOLD
+from harness.policy import POLICY
 from harness.suite import discovery, result_files
+from harness.suite.result_files import Point, Series
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MIN_HISTORY = 8  # commits before the history's own spread is trusted (7 differences)
 MIN_COMMITS = 2  # a segment of the fit must hold this many commits to count as a level
-# A normal's sigma from a median absolute deviation.
-MAD_TO_SIGMA = 1.4826
 SOURCES = ("calibration", "history", "samples", "floor")
 
 
 class InputError(ValueError):
     """A command-line input that cannot be used; the message names the argument."""
-
-
-@dataclass(frozen=True, slots=True)
-class Point:
-    """One commit's stored result of one benchmark."""
-
-    commit: str
-    value: float  # asv's value: the median of the samples for this suite's tracks
-    weight: float | None  # asv's data-point weight (2 / width of the 99% CI)
-    samples: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """One benchmark's history on one machine, measured commits in branch order."""
-
-    key: str  # asv's benchmark: gemm.Stage.track_latency
-    params: tuple[str, ...]  # asv's stored parameter values (reprs): ("'4096x4096x4096'", ...)
-    unit: str
-    points: tuple[Point, ...]
-
-    @property
-    def name(self) -> str:
-        """asv's name, as ``-b`` and ``asv publish`` give it."""
-        return f"{self.key}({', '.join(self.params)})" if self.params else self.key
-
-    @property
-    def combination(self) -> str:
-        """The gate's (and the calibration file's) name of this parameter combination."""
-        family = self.key.rsplit(".", 1)[0]
-        return discovery.combination_name(family, tuple(_literal(p) for p in self.params))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +152,11 @@ class Regression:
     spread: float | None
     threshold_source: str
     commits_after: int
+    # The branch's first-parent commits after good up to bad (None: git cannot say), and
+    # bad's subject and author: what names the culprit when good and bad are adjacent.
+    commits: tuple[str, ...] | None = None
+    bad_subject: str = ""
+    bad_author: str = ""
 
     @property
     def ratio(self) -> float:
@@ -189,14 +183,10 @@ class Regression:
             "spread": self.spread,
             "threshold_source": self.threshold_source,
             "commits_after": self.commits_after,
+            "commits": None if self.commits is None else list(self.commits),
+            "bad_subject": self.bad_subject,
+            "bad_author": self.bad_author,
         }
-
-
-def _literal(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 def human(value: float, unit: str) -> str:
@@ -208,18 +198,13 @@ def human(value: float, unit: str) -> str:
     return f"{value:.4g}"
 
 
-# --- reading the stored history ------------------------------------------------------
+# --- where the history is, in which order ---------------------------------------------
 
 
 def default_results_dir(root: Path = ROOT) -> Path:
     """``results_dir`` of ``root/asv.conf.json``."""
     conf = discovery.read_asv_conf(root)
     return (discovery.conf_path(root).parent / conf.get("results_dir", "results")).resolve()
-
-
-def machines(results_dir: Path) -> list[str]:
-    """The asv machines with a folder (and its machine.json) under ``results_dir``."""
-    return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json"))
 
 
 def commit_order(branch: str = "main", cwd: Path | None = None) -> list[str] | None:
@@ -236,88 +221,52 @@ def commit_order(branch: str = "main", cwd: Path | None = None) -> list[str] | N
     return proc.stdout.split() if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def _units(results_dir: Path) -> dict[str, str]:
-    """``{benchmark: unit}`` from the benchmarks.json asv keeps beside the machines."""
-    try:
-        data = json.loads((Path(results_dir) / "benchmarks.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: str(v.get("unit", "")) for k, v in data.items() if isinstance(v, dict)}
+def with_commits(
+    found: Sequence[Regression], commits: Sequence[str] | None, cwd: Path | None = None
+) -> list[Regression]:
+    """``found`` with each step's first-parent commits (from ``commits``, the branch
+    oldest first) and its ``bad`` commit's subject and author (from git at ``cwd``)."""
+    index = {sha: i for i, sha in enumerate(commits or ())}
+    bads = sorted({r.bad for r in found})
+    proc = subprocess.run(
+        ["git", "log", "--no-walk=unsorted", "--format=%H%x00%an%x00%s", *bads, "--"],
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    about = {}
+    if bads and proc.returncode == 0:
+        for line in proc.stdout.splitlines():
+            sha, _, rest = line.partition("\0")
+            author, _, subject = rest.partition("\0")
+            about[sha] = (subject, author)
+    out = []
+    for r in found:
+        lo, hi = index.get(r.good), index.get(r.bad)
+        span = tuple(commits[lo + 1 : hi + 1]) if lo is not None and hi is not None else None
+        subject, author = about.get(r.bad, ("", ""))
+        out.append(replace(r, commits=span or None, bad_subject=subject, bad_author=author))
+    return out
 
 
-def _weight(stats) -> float | None:
-    from asv import _stats
-
-    return _stats.get_weight(stats)
-
-
-@dataclass(frozen=True, slots=True)
-class History:
-    """One machine's stored history as read: its series, how many stored commits the
-    branch does not hold, and what was left out unread (``result_files``)."""
-
-    series: list[Series]
-    ignored: int
-    failed: tuple[result_files.Failure, ...]
-    damaged: tuple[result_files.Damaged, ...]
-
-
-def load_history(
-    results_dir: Path, machine: str, commits: Sequence[str] | None = None
-) -> tuple[list[Series], int]:
-    """Every benchmark's series on ``machine``, and how many stored commits were left out
-    because ``commits`` (the branch, oldest first) does not hold them (``read_history``)."""
-    read = read_history(results_dir, machine, commits)
-    return read.series, read.ignored
-
-
-def read_history(results_dir: Path, machine: str, commits: Sequence[str] | None = None) -> History:
-    """Every benchmark's series on ``machine``, in the order of ``commits`` (the branch,
-    oldest first; without it the results' own dates). A failed or skipped combination is
-    a gap; a commit stored as failed and a damaged file are left out, and listed."""
-    files = result_files.read_machine(results_dir, machine)
-    runs = list(files.runs)
-    if commits is None:
-        runs.sort(key=lambda r: (r.date or 0, r.commit_hash))
-        order = {}
-        for r in runs:
-            order.setdefault(r.commit_hash, len(order))
-    else:
-        order = {sha: i for i, sha in enumerate(commits)}
-    ignored = {r.commit_hash for r in runs if r.commit_hash not in order}
-    # (key, params) -> {position: (started_at, Point)}; of two environments' results for
-    # one commit, the newer run wins.
-    table: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, Point]]] = {}
-    for run in runs:
-        pos = order.get(run.commit_hash)
-        if pos is None:
-            continue
-        for key in run.get_all_result_keys():
-            params = run.get_result_params(key)
-            combos = list(itertools.product(*params)) if params else [()]
-            values = run.get_result_value(key, params)
-            stats = run.get_result_stats(key, params)
-            samples = run.get_result_samples(key, params)
-            started = run.started_at.get(key) or 0
-            for j, combo in enumerate(combos):
-                value = values[j]
-                if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                    continue  # failed (None), skipped (NaN): no measurement
-                got = [float(x) for x in (samples[j] or []) if math.isfinite(x)]
-                point = Point(run.commit_hash, float(value), _weight(stats[j]), tuple(got))
-                slot = table.setdefault((key, tuple(combo)), {})
-                if pos not in slot or slot[pos][0] <= started:
-                    slot[pos] = (started, point)
-    units = _units(results_dir)
-    series = [
-        Series(key, params, units.get(key, ""), tuple(slot[p][1] for p in sorted(slot)))
-        for (key, params), slot in table.items()
-    ]
-    series.sort(key=lambda s: s.name)
-    failed = sorted(files.failed, key=lambda f: (order.get(f.sha, len(order)), f.sha))
-    return History(series, len(ignored), tuple(failed), files.damaged)
+def latest_values(series: Iterable[Series], machine: str) -> list[dict]:
+    """The newest stored value of each of ``series`` (one machine's), as ``--json`` writes
+    it under ``latest``."""
+    out = []
+    for s in series:
+        if s.points:
+            p = s.points[-1]
+            out.append(
+                {
+                    "benchmark": s.name,
+                    "machine": machine,
+                    "commit": p.commit,
+                    "value": p.value,
+                    "text": human(p.value, s.unit),
+                }
+            )
+    return out
 
 
 def load_calibration(path: Path, missing_ok: bool = True) -> dict[str, dict]:
@@ -351,7 +300,7 @@ def history_spread(values: Sequence[float]) -> float | None:
         return None
     diffs = [math.log(b / a) for a, b in itertools.pairwise(values)]
     mid = statistics.median(diffs)
-    return MAD_TO_SIGMA * statistics.median(abs(d - mid) for d in diffs) / math.sqrt(2)
+    return POLICY.robust_sd(statistics.median(abs(d - mid) for d in diffs)) / math.sqrt(2)
 
 
 def samples_spread(points: Iterable[Point]) -> float | None:
@@ -363,23 +312,29 @@ def samples_spread(points: Iterable[Point]) -> float | None:
     return statistics.median(rsd) if rsd else None
 
 
+def noise_threshold(spread: float) -> float:
+    """The smallest significant step between two levels of ``MIN_COMMITS`` commits each,
+    one commit's relative spread being ``spread``."""
+    return POLICY.significant(math.sqrt(2 / MIN_COMMITS) * spread)
+
+
 def threshold_for(
-    series: Series, calibration: Mapping[str, Mapping], floor: float = DEFAULT_THRESHOLD
+    series: Series, calibration: Mapping[str, Mapping], floor: float = POLICY.floor
 ) -> Threshold:
-    """The benchmark's threshold and where it came from (see the module's docstring)."""
+    """The benchmark's threshold, ``max(floor, calibration, noise_threshold(spread))``, and
+    the term that set it (see the module's docstring)."""
+    terms = [Threshold(floor, None, "floor")]
     entry = calibration.get(series.combination)
     if entry is not None:
-        spread = entry.get("spread")
-        return Threshold(float(entry["threshold"]), spread, "calibration")
-    values = [p.value for p in series.points]
+        terms.append(Threshold(float(entry["threshold"]), entry.get("spread"), "calibration"))
     for source, spread in (
-        ("history", history_spread(values)),
+        ("history", history_spread([p.value for p in series.points])),
         ("samples", samples_spread(series.points)),
     ):
         if spread is not None:
-            mde = (Z_ALPHA + Z_POWER) * math.sqrt(2) * spread
-            return Threshold(max(floor, mde), spread, source)
-    return Threshold(floor, None, "floor")
+            terms.append(Threshold(noise_threshold(spread), spread, source))
+            break
+    return max(terms, key=lambda t: t.value)  # a tie goes to the earlier term
 
 
 def latest_step(
@@ -448,7 +403,7 @@ def detect(
     series: Iterable[Series],
     machine: str,
     calibration: Mapping[str, Mapping] | None = None,
-    floor: float = DEFAULT_THRESHOLD,
+    floor: float = POLICY.floor,
     min_commits: int = MIN_COMMITS,
 ) -> list[Regression]:
     """The regressions among ``series`` of ``machine``."""
@@ -492,7 +447,7 @@ def find(
     *,
     bench: str | None = None,
     calibration: Mapping[str, Mapping] | None = None,
-    floor: float = DEFAULT_THRESHOLD,
+    floor: float = POLICY.floor,
     min_commits: int = MIN_COMMITS,
 ) -> list[Regression]:
     """The benchmarks of ``machine`` whose latest step in ``results_dir`` is a slowdown.
@@ -504,7 +459,7 @@ def find(
         from harness.gate.revisions import calibration_path
 
         calibration = load_calibration(calibration_path(machine))
-    series, _ = load_history(results_dir, machine, commits)
+    series, _ = result_files.load_history(results_dir, machine, commits)
     return detect(select(series, bench), machine, calibration, floor, min_commits)
 
 
@@ -550,8 +505,17 @@ def render_markdown(
     return title + "\n".join(rows) + "\n"
 
 
-def render_json(regressions: Sequence[Regression]) -> str:
-    return json.dumps([r.as_json() for r in regressions], indent=1) + "\n"
+JSON_VERSION = 2
+
+
+def render_json(regressions: Sequence[Regression], latest: Sequence[dict] = ()) -> str:
+    """``--json``'s document (see the module's docstring)."""
+    doc = {
+        "version": JSON_VERSION,
+        "regressions": [r.as_json() for r in regressions],
+        "latest": list(latest),
+    }
+    return json.dumps(doc, indent=1) + "\n"
 
 
 # --- command line ----------------------------------------------------------------------
@@ -580,8 +544,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--floor",
         type=fraction,
-        default=DEFAULT_THRESHOLD,
-        help=f"smallest threshold (default {DEFAULT_THRESHOLD})",
+        default=POLICY.floor,
+        help=f"smallest threshold (default {POLICY.floor})",
     )
     p.add_argument(
         "--min-commits",
@@ -609,7 +573,7 @@ def _resolve_inputs(args: argparse.Namespace) -> tuple[Path, list[str], dict[str
         results, what = args.results, f"--results={args.results}"
     if not results.is_dir():
         raise InputError(f"{what}: no such folder")
-    known = machines(results)
+    known = result_files.machines(results)
     if not known:
         raise InputError(f"{what}: holds no asv machine (no */machine.json)")
     chosen = list(dict.fromkeys(args.machine or known))
@@ -662,7 +626,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
         if broken:
             unread.append(f"{results / name / 'machine.json'}: damaged ({broken})")
             continue
-        read = read_history(results, name, commits)
+        read = result_files.read_history(results, name, commits)
         unread += [f"{d.path}: damaged ({d.reason})" for d in read.damaged]
         if read.failed:
             shas = ", ".join(f.sha[:8] for f in read.failed)
@@ -680,9 +644,10 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
             file=sys.stderr,
         )
         return EXIT_FAILURE
-    found = []
+    found, latest = [], []
     for name, series in histories.items():
         found += detect(series, name, tables.get(name), args.floor, args.min_commits)
+        latest += latest_values(series, name)
     checked = sum(len(s) for s in histories.values())
     markdown = render_markdown(found, checked, chosen, args.branch)
     if unread:
@@ -692,7 +657,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
     if args.markdown:
         args.markdown.write_text(markdown)
     if args.json:
-        args.json.write_text(render_json(found))
+        args.json.write_text(render_json(with_commits(found, commits), latest))
     if unread:
         return EXIT_FAILURE
     return EXIT_REGRESSION if found and args.fail_on_regression else EXIT_OK

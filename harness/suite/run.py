@@ -1,25 +1,34 @@
-"""Run the asv suite for one commit, durably: one ``asv run`` per unit (a GPU family, or a
-module's CPU families), so each unit's results are on disk before the next one starts.
+"""Run the asv suite for one commit, durably: one ``asv run`` per piece (a GPU family, or
+a balanced group of its combinations on one GPU, or a module's CPU families), so each
+piece's results are on disk before the next one starts.
 
     nox -s bench [-- --gpus all] [-- -b REGEX] [-- <asv run args>]
     python -m harness.suite.run [--gpus all] [--machine NAME] [-b REGEX] [-- <asv args>]
 
-- A unit whose benchmarks fail is stored as failed (asv records it) and the rest go on;
+- A piece whose benchmarks fail is stored as failed (asv records it) and the rest go on;
   the exit status is then 2, after everything else ran and was saved.
-- Run again after an interruption (or a failure), it skips every unit whose selected
-  benchmarks are all stored with a result for this commit and machine, and measures the
-  rest: asv keeps one results file per commit and merges each run into it.
+- Run again after an interruption (or a failure), it measures only the selected
+  benchmarks that hold no result for this commit and machine: asv keeps one results file
+  per commit and machine and merges each run into it, combination by combination.
 - ``-b REGEX`` selects benchmarks by asv's name
   (``gemm.Stage.track_latency('4096x4096x4096', 128, 3, 'f16')``) or by the gate's
   combination name (``gemm.Stage(4096x4096x4096, 128, 3, f16)``).
-- ``--gpus`` spreads the GPU units over the host's GPUs (``harness.suite.shard``'s plan),
-  one machine name per GPU; without it every GPU unit runs on the visible device.
+- ``--gpus`` spreads the GPU families' combinations over the host's GPUs
+  (``harness.suite.shard``'s plan of the whole suite, then narrowed by ``-b``), one
+  machine name per GPU; without it every GPU family runs whole on the visible device.
+  Each ``asv run`` lists its combinations in ``discovery.COMBINATIONS_ENV``, so the
+  family's process measures those only.
+- The host-timing (``solo``) family runs first in its lane, beside the other GPU lanes;
+  the CPU lanes start when it ends, so no compile runs while it times the host.
 - The CPU-only units (``static``: compile time, registers, shared memory) need nvcc, not a
   GPU: they run in a lane of their own beside the GPU lanes, with no GPU visible, under
   the asv machine ``<machine>-cpu`` (asv rewrites a commit's whole results file at the end
-  of each run, so two lanes must never share a machine name).
+  of each run, so two lanes must never share a machine name). Under ``--gpus``, where
+  they would end after the busiest GPU, the plan cuts them over several CPU lanes (one
+  per ``shard.CORES_PER_CPU_LANE`` cores; ``<machine>-cpu1``, ...), whose compile workers
+  together keep to half the cores (``discovery.CPU_WORKERS_ENV``).
 - Every step prints a line ``timing <step> [<lane>]: <seconds> s`` (precompile, each
-  unit, publish, total): ``harness.suite.cost`` fits its model to those lines.
+  piece, publish, total): ``harness.suite.cost`` fits its model to those lines.
 
 The same runner measures an older commit in its own worktree (``harness.suite.history``):
 ``Target`` names the tree whose suite and kernels are measured and the asv configuration
@@ -38,7 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, gpu_list, regex
@@ -125,14 +134,11 @@ def suite_listing(target: Target) -> dict[str, dict]:
 
 def select(listed: Mapping[str, dict], user: list[str]) -> dict[str, list[str]]:
     """``{unit: asv names selected}`` for every unit with at least one; all of a unit's
-    names without ``user`` regexes. A regex may match asv's name or the gate's."""
+    names without ``user`` regexes. A regex may match asv's name or the gate's
+    (``discovery.selected``)."""
     out = {}
     for unit, entry in listed.items():
-        chosen = [
-            name
-            for name, aliases in entry["names"].items()
-            if not user or any(re.search(r, a) for r in user for a in aliases)
-        ]
+        chosen = [name for name, aka in entry["names"].items() if discovery.selected(aka, user)]
         if chosen:
             out[unit] = chosen
     return out
@@ -176,22 +182,29 @@ def machine_name(stem: str, gpu: int | None) -> str:
 @dataclass(frozen=True, slots=True)
 class Lane:
     """Where units run one after another: one GPU of the host (``gpu``), the visible
-    device (neither set), or the host's CPU with no GPU visible (``cpu``)."""
+    device (neither set), or one of the host's CPU lanes with no GPU visible (``cpu``,
+    numbered by ``slot``)."""
 
     gpu: int | None = None
     cpu: bool = False
+    slot: int = 0
 
     def __post_init__(self):
         if self.cpu and self.gpu is not None:
             raise ValueError(f"Lane(gpu={self.gpu}, cpu=True): a CPU lane has no GPU")
+        if self.slot < 0 or (self.slot and not self.cpu):
+            raise ValueError(f"Lane(slot={self.slot}): only a CPU lane has a slot, >= 0")
 
     def machine(self, stem: str) -> str:
-        return f"{stem}-cpu" if self.cpu else machine_name(stem, self.gpu)
+        """``<stem>-cpu``, ``<stem>-cpu1``, ... or the GPU's (``machine_name``)."""
+        return f"{stem}-{self.tag}" if self.cpu else machine_name(stem, self.gpu)
 
     @property
     def tag(self) -> str:
-        """``gpu0``, ``cpu``, or ``gpu`` for the visible device."""
-        return "cpu" if self.cpu else "gpu" if self.gpu is None else f"gpu{self.gpu}"
+        """``gpu0``, ``cpu`` (``cpu1``, ...), or ``gpu`` for the visible device."""
+        if self.cpu:
+            return f"cpu{self.slot or ''}"
+        return "gpu" if self.gpu is None else f"gpu{self.gpu}"
 
 
 CPU_LANE = Lane(cpu=True)
@@ -199,67 +212,95 @@ CPU_LANE = Lane(cpu=True)
 
 @dataclass
 class UnitRun:
-    unit: str
+    unit: str  # the piece's key: a unit, or a group of its combinations (gemm.Tuned[1/2])
     lane: Lane
     code: int = 0
     seconds: float = 0.0
     skipped: bool = False
 
 
-def lane_steps(
-    listed: Mapping[str, dict], gpus: list[int] | None, weights: Mapping[str, float]
-) -> list[dict[Lane, list[str]]]:
-    """The steps of a run over the ``listed`` units: each solo unit alone, one after
-    another (it times the host, which any other process would slow); then the GPU units
-    (over ``gpus`` by ``shard.plan`` on ``weights``, else on the visible device in suite
-    order) and, in the CPU lane beside them, the CPU-only units. The CPU lane waits for
-    the solo step for the same reason."""
-    solo = [u for u, entry in listed.items() if entry["solo"]]
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One ``asv run``: a piece of a unit, narrowed to what is selected and not stored."""
+
+    piece: shard.Piece
+    bench: tuple[str, ...]  # its -b arguments
+    combos: tuple[str, ...]  # the combinations its family process measures
+    solo: bool = False
+
+
+def lane_pieces(
+    listed: Mapping[str, dict],
+    gpus: list[int] | None,
+    weights: Mapping[str, Mapping],
+    piece: float = 0.0,
+    cpu_lanes: int = 1,
+) -> dict[Lane, list[shard.Piece]]:
+    """Each lane's pieces in the order it runs them. With ``gpus``: ``shard.plan_suite``
+    on ``weights`` (``shard.combination_weights``, seconds; ``piece`` the seconds of one
+    ``asv run``; the whole suite, so a combination's lane does not depend on the
+    selection): the GPU units over ``gpus``, the CPU-only units over at most
+    ``cpu_lanes`` CPU lanes. Without: the GPU units whole on the visible device, a solo
+    unit first, and the CPU-only units whole in one CPU lane."""
+
+    def whole(unit: str) -> shard.Piece:
+        combos = tuple(sorted({aliases[1] for aliases in listed[unit]["names"].values()}))
+        return shard.Piece(unit, unit, combos, 0.0)
+
+    solo = {u for u, entry in listed.items() if entry["solo"]}
     cpu_units = [u for u, entry in listed.items() if not entry.get("gpu", True) and u not in solo]
-    gpu_units = [u for u in listed if u not in solo and u not in cpu_units]
+    gpu_units = [u for u in listed if u not in cpu_units]
+    out: dict[Lane, list[shard.Piece]] = {}
     if gpus:
-        *solos, rest = shard.phases({u: weights[u] for u in gpu_units}, gpus, set(solo))
-        steps = [{Lane(g): us for g, us in phase.items()} for phase in solos]
-        last = {Lane(g): us for g, us in rest.items() if us}
-    else:
-        steps = [{Lane(): [u]} for u in solo]
-        last = {Lane(): gpu_units} if gpu_units else {}
+        units = {u: weights[u] for u in listed}
+        planned = shard.plan_suite(units, gpus, piece, solo, set(cpu_units), cpu_lanes)
+        out = {Lane(g): ps for g, ps in planned.gpu.items() if ps}
+        out.update({Lane(cpu=True, slot=i): ps for i, ps in enumerate(planned.cpu)})
+        return out
+    if gpu_units:
+        out[Lane()] = [whole(u) for u in sorted(gpu_units, key=lambda u: u not in solo)]
     if cpu_units:
-        last[CPU_LANE] = cpu_units
-    steps.append(last)
-    return [step for step in steps if step]
+        out[CPU_LANE] = [whole(u) for u in cpu_units]
+    return out
 
 
 def plan_units(
     target: Target, user: list[str], gpus: list[int] | None, log: Callable[[str], None] = print
-) -> tuple[list[dict[Lane, list[str]]], dict[str, list[str]]]:
-    """The steps of the run (``lane_steps``) and each selected unit's ``-b`` arguments,
-    minus units already stored. A damaged results file of the commit is set aside first
-    (``result_files.sweep``), so its units count as not stored."""
+) -> tuple[dict[Lane, list[Job]], int]:
+    """Each lane's jobs (``lane_pieces``, each piece narrowed to the selection minus the
+    combinations stored for this commit on that lane's machine) and how many pieces
+    hold a selected benchmark. A damaged results file of the commit is set aside first
+    (``result_files.sweep``), so its combinations count as not stored."""
     listed = suite_listing(target)
     chosen = select(listed, user)
     every = {u: len(entry["names"]) for u, entry in listed.items()}
     # weights need the kernels' shapes: this checkout's suite only
-    weights = shard.family_weights(target.tree) if gpus else {}
-    steps = lane_steps(listed, gpus, weights)
+    cal = shard.recorded_calibration(target.tree) if gpus else None
+    weights = shard.combination_weights(target.tree, cal) if cal else {}
+    piece = cal.piece if cal else 0.0
     results_dir = target.results_dir()
     done_by_machine: dict[str, set[str]] = {}
-    out_steps = []
-    for step in steps:
-        kept = {}
-        for lane, us in step.items():
-            machine = lane.machine(target.machine)
-            if machine not in done_by_machine:
-                result_files.sweep(results_dir, machine, target.sha, lambda s: log(f"run: {s}"))
-                done_by_machine[machine] = stored(results_dir, machine, target.sha)
-            done = done_by_machine[machine]
-            todo = [u for u in us if u in chosen and not set(chosen[u]) <= done]
-            if todo:
-                kept[lane] = todo
-        if kept:
-            out_steps.append(kept)
-    args = {u: selectors(u, chosen[u], every[u]) for u in chosen}
-    return out_steps, args
+    lanes: dict[Lane, list[Job]] = {}
+    selected = 0
+    cpu_lanes = shard.cpu_lanes(os.cpu_count() or 1)
+    for lane, lane_ps in lane_pieces(listed, gpus, weights, piece, cpu_lanes).items():
+        machine = lane.machine(target.machine)
+        if machine not in done_by_machine:
+            result_files.sweep(results_dir, machine, target.sha, lambda s: log(f"run: {s}"))
+            done_by_machine[machine] = stored(results_dir, machine, target.sha)
+        done = done_by_machine[machine]
+        for piece in lane_ps:
+            aliases = listed[piece.unit]["names"]
+            mine = [n for n in chosen.get(piece.unit, []) if aliases[n][1] in piece.combos]
+            selected += bool(mine)
+            todo = [n for n in mine if n not in done]
+            if not todo:
+                continue
+            combos = tuple(sorted({aliases[n][1] for n in todo}))
+            bench = tuple(selectors(piece.unit, todo, every[piece.unit]))
+            solo = listed[piece.unit]["solo"]
+            lanes.setdefault(lane, []).append(Job(piece, bench, combos, solo))
+    return lanes, selected
 
 
 def run_target(
@@ -270,23 +311,29 @@ def run_target(
     log: Callable[[str], None] = print,
     none_ok: bool = False,
 ) -> int:
-    """Measure every selected unit of ``target`` not stored yet, one ``asv run`` each
-    (per GPU in parallel under ``gpus``); the worst exit status, EXIT_INTERRUPTED on
-    Ctrl-C (finished units stay stored). A selection that matches nothing is bad input,
-    unless ``none_ok`` (an older commit that predates the selected benchmarks)."""
+    """Measure every selected combination of ``target`` not stored yet, one ``asv run``
+    per piece, the lanes in parallel; the worst exit status, EXIT_INTERRUPTED on Ctrl-C
+    (finished pieces stay stored). A solo piece (it times the host) runs first in its
+    lane while the other GPU lanes start; the CPU lanes, whose compiles load the cores,
+    wait until it ends (no compile runs while it times the host). A selection that
+    matches nothing is bad input, unless ``none_ok`` (an older commit that predates the
+    selected benchmarks)."""
     user, asv_args = list(user or []), list(asv_args or [])
-    steps, args = plan_units(target, user, gpus, log)
-    selected = len(args)
-    pending = sum(len(us) for s in steps for us in s.values())
-    if not args:
+    lanes, selected = plan_units(target, user, gpus, log)
+    cpu_lanes = sum(lane.cpu for lane in lanes)
+    if cpu_lanes > 1:
+        # The CPU lanes' compile workers together stay within half the cores, as one's did.
+        workers = max(1, (os.cpu_count() or 2) // 2 // cpu_lanes)
+        target = replace(target, env={**target.env, discovery.CPU_WORKERS_ENV: str(workers)})
+    pending = sum(len(jobs) for jobs in lanes.values())
+    if not selected:
         log(f"run: no benchmark matches -b {' -b '.join(user)}" if user else "run: empty suite")
         return EXIT_OK if none_ok else EXIT_FAILURE
     if not pending:
-        log(f"run {target.sha[:10]}: all {selected} units already stored; nothing to run")
+        log(f"run {target.sha[:10]}: all {selected} pieces already stored; nothing to run")
         return EXIT_OK
     if pending < selected:
-        log(f"run {target.sha[:10]}: {selected - pending} of {selected} units already stored")
-    lanes = {lane for s in steps for lane in s}
+        log(f"run {target.sha[:10]}: {selected - pending} of {selected} pieces already stored")
     logs = target.tree / ".asv"
     logs.mkdir(parents=True, exist_ok=True)
     for lane in lanes:
@@ -299,28 +346,45 @@ def run_target(
         )
     runs: list[UnitRun] = []
     count = 0
+    solo_left = [sum(job.solo for jobs in lanes.values() for job in jobs)]
+    host_quiet = threading.Event()
+    if not solo_left[0]:
+        host_quiet.set()
+    guard = threading.Lock()
+
+    def work(lane: Lane, jobs: list[Job]) -> None:
+        nonlocal count
+        if lane.cpu:
+            host_quiet.wait()
+        for job in jobs:
+            with guard:
+                count += 1
+                log(f"run {target.sha[:10]} {lane.tag}: [{count}/{pending}] {job.piece.key}")
+            try:
+                done = _run_unit(
+                    target, job.piece.key, lane, list(job.bench), asv_args, log, job.combos
+                )
+            finally:
+                if job.solo:
+                    with guard:
+                        solo_left[0] -= 1
+                        if not solo_left[0]:
+                            host_quiet.set()
+            log(timing_line(job.piece.key, done.seconds, lane.tag))
+            runs.append(done)
+
     try:
-        for step in steps:
-            threads = []
-            for lane, units in step.items():
-
-                def work(lane=lane, units=units):
-                    nonlocal count
-                    for unit in units:
-                        count += 1
-                        log(f"run {target.sha[:10]} {lane.tag}: [{count}/{pending}] {unit}")
-                        done = _run_unit(target, unit, lane, args[unit], asv_args, log)
-                        log(timing_line(unit, done.seconds, lane.tag))
-                        runs.append(done)
-
-                t = threading.Thread(target=work, daemon=True)
-                threads.append(t)
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(timeout=0.5)
+        threads = [
+            threading.Thread(target=work, args=(lane, jobs), daemon=True)
+            for lane, jobs in lanes.items()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.5)
     except KeyboardInterrupt:
-        log(f"run {target.sha[:10]}: interrupted; {len(runs)} finished unit(s) are stored")
+        log(f"run {target.sha[:10]}: interrupted; {len(runs)} finished piece(s) are stored")
         return EXIT_INTERRUPTED
     failed = [r for r in runs if r.code]
     for r in runs:
@@ -346,8 +410,11 @@ _ASV_START = threading.Lock()
 _DISCOVERING = "Discovering benchmarks"
 
 
-def _run_unit(target, unit, lane, bench, asv_args, log) -> UnitRun:
+def _run_unit(target, unit, lane, bench, asv_args, log, combos=()) -> UnitRun:
     machine = lane.machine(target.machine)
+    env = _env(target, lane)
+    if combos:
+        env[discovery.COMBINATIONS_ENV] = json.dumps(list(combos))
     cmd = target.asv(
         "run",
         "-E",
@@ -369,7 +436,7 @@ def _run_unit(target, unit, lane, bench, asv_args, log) -> UnitRun:
             proc = subprocess.Popen(
                 cmd,
                 cwd=target.tree,
-                env=_env(target, lane),
+                env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

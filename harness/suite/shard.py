@@ -1,44 +1,60 @@
-"""Plan the asv suite over the GPUs of one host: which unit runs on which GPU, pinned
-with ``CUDA_VISIBLE_DEVICES``, each GPU under its own asv machine name (``h200-gpu0``,
-...). ``harness.suite.run`` carries the plan out, one ``asv run`` per unit.
+"""Plan the asv suite over the GPUs of one host: which combinations run on which GPU,
+pinned with ``CUDA_VISIBLE_DEVICES``, each GPU under its own asv machine name
+(``h200-gpu0``, ...). ``harness.suite.run`` carries the plan out, one ``asv run`` per piece.
 
     nox -s bench -- --gpus all        # or --gpus 0,1
 
-The unit is the benchmark class (``gemm.Stage``): asv measures a class as a whole in its
-``setup_cache``, so a class split over two GPUs would be measured on both. Every GPU class
-of the suite is placed; the CPU-only ones (``static``) need no GPU and run in a lane of
-their own beside the shards (``harness.suite.run``). Each class is weighted by the
-estimated cost of measuring it (``unit_weights``: per GPU combination a fixed cost plus a
-share proportional to its flops). A
-class marked ``solo`` (``gemm.Launch``, which times the host's launch path) runs alone
-before the shards start: on the H200 host it read 17-21 us per call while the other GPU's
-shard ran, against 11-13 us alone. The plan is stable: a class goes to the GPU its name
-hashes to unless that GPU would pass its share of the total weight, so it lands on the
-same GPU index run after run (its history stays comparable) and adding a class moves few
-others. Every unit is assigned exactly once; a GPU left without one runs nothing. The
-largest class bounds the shards' wall time: ``harness.suite.cost`` shows where that
-starts to matter as GPUs are added.
+A piece is a family's combinations in one lane: a family (benchmark class) whole, or one
+of its balanced groups of combinations (``gemm.Tuned[1/2]``). Each piece is one ``asv
+run``, whose family process measures the piece's combinations only (the runner lists them
+in ``discovery.COMBINATIONS_ENV``). Weights are seconds of the recorded cost model
+(``Calibration``, from ``COST_MODEL``): a piece costs ``Calibration.piece`` (asv's
+start-up and the family's process) plus its combinations' seconds. ``plan_suite`` looks
+for the split whose busiest GPU is least (``partition``), cutting a family only where
+that lowers it more than the cut costs (``balance``). The CPU-only classes (``static``)
+need no GPU and run in CPU lanes of their own beside the GPUs, cut over up to one lane per
+``CORES_PER_CPU_LANE`` cores only where one lane would end after the busiest GPU.
+
+The plan is stable: a combination lands on the same lane index run after run for a given
+GPU count and host. It depends on the GPU count, the host's cores and on the whole suite's
+combination names and weights, never on ``-b`` or on what is stored: the runner plans the
+whole suite and then narrows each piece to the selection. Each GPU lane goes to the free
+GPU its heaviest piece's key ranks highest (rendezvous hashing). A ``solo`` family
+(``gemm.Launch``, which times the host's launch path) is never cut and runs first in its
+GPU's lane while the other GPUs start their own work; the runner holds the CPU lanes until
+it ends (``harness.suite.run``), so no compile runs while it measures.
+``harness.suite.cost`` predicts the wall time of the plan per GPU count. ``plan`` (the
+gate's placement of single combinations) keeps a hashed home per name within a slack.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.measure.gpu_state import visible_entry
 from harness.suite import discovery
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+# The recorded cost model the plan weighs by (``harness.suite.cost`` writes it): seconds
+# measured on an H200 host. On another GPU the seconds differ, but their ratios (what the
+# balance needs) much less.
+COST_MODEL = ROOT / "reports" / "cost_h200.json"
 # Room over the even share: a little keeps a class on its own GPU when another class is
-# added (fewer moves, comparable histories) at a small cost in balance.
+# added (fewer moves, comparable histories) at a small cost in balance. ``plan`` only.
 SLACK = 0.1
-# A CPU-track combination in units of a GPU combination's fixed cost: a cold compile or a
-# compiled kernel's ptxas report. Fitted on an H200 host: the 18 static combinations took
-# about 98 s of a shard where a unit of GPU work took 1.4 s.
-CPU_COMBINATION_WEIGHT = 3.9
+# Host cores per CPU lane. A CPU lane's compiles use half of its cores
+# (``discovery.CPU_WORKERS_ENV``); the other half serve the GPU lanes (each timing loop
+# needs a free core). The H200 runner hosts have 16 per GPU: one CPU lane per GPU.
+CORES_PER_CPU_LANE = 16
+# Candidate plans ``balance`` compares are exact partitions within this many search steps
+# (then the best found): a fixed budget, so the plan depends on names and weights alone.
+SEARCH_STEPS = 20_000
 
 
 def _rank(name: str, gpu: int) -> int:
@@ -73,54 +89,295 @@ def plan(weights: Mapping[str, float], gpus: list[int]) -> dict[int, list[str]]:
     return shards
 
 
-def combination_weight(flops: int | None) -> float:
-    """Estimated cost of measuring one combination, in units of a small one's fixed cost
-    (loading the kernel, the timing loops' own overhead: 1-2 s on an H200). The rest is
-    proportional to the work: each combination times several hundred launches of the
-    kernel and of torch.matmul, which for an 8192^3 GEMM (1.1 TFLOP) add about one unit.
-    An invalid combination (``None``) is skipped at once."""
-    return 0.0 if flops is None else 1.0 + flops / 1e12
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The plan's weights, in seconds of a recorded cost model (``harness.suite.cost``):
+    one ``asv run`` (``piece``: asv's start-up, the family's process), a GPU combination
+    (``combination`` plus ``tflop`` per TFLOP it measures) and a CPU one
+    (``cpu_combination``: the CPU lane's seconds less a piece, per combination)."""
+
+    piece: float
+    combination: float
+    tflop: float
+    cpu_combination: float
+
+    def __post_init__(self):
+        for name in ("piece", "combination", "tflop", "cpu_combination"):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"Calibration.{name}={value}: must be finite and >= 0")
+
+    def gpu(self, flops: int | None) -> float:
+        """Seconds of one GPU combination; an invalid one (``None``) is skipped at once."""
+        return 0.0 if flops is None else self.combination + self.tflop * flops / 1e12
+
+    @classmethod
+    def of_model(cls, model: Mapping, cpu_combinations: int) -> Calibration:
+        """From a cost model's ``fit`` and ``cpu_lane`` (whose seconds the suite's
+        ``cpu_combinations`` share equally: the runs timed the CPU lane whole)."""
+        fit = model["fit"]
+        cpu = max(0.0, model["cpu_lane"] - fit["a"]) / max(1, cpu_combinations)
+        return cls(fit["a"], fit["b"], fit["c"], cpu)
+
+
+def recorded_calibration(root: Path = ROOT, path: Path = COST_MODEL) -> Calibration:
+    """``Calibration.of_model`` of the model recorded at ``path``, for the suite in ``root``."""
+    try:
+        model = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: cannot read the recorded cost model ({err})") from None
+    cpu = sum(len(names) for names in cpu_combinations(root).values())
+    try:
+        return Calibration.of_model(model, cpu)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{path}: needs fit.a, fit.b, fit.c and cpu_lane ({err!r})") from None
 
 
 def suite_units(root: Path = ROOT) -> dict[str, list[discovery.Family]]:
     """The plan's units: ``{"gemm.Stage": [Stage], "static": [...]}``. A GPU family is a
-    unit of its own; a module's CPU families form one unit named after the module, so they
-    run one after another on one shard: they compile with every core, and two of them at
-    once would slow each other's timed compiles."""
+    unit of its own; a module's CPU families form one unit named after the module."""
     out: dict[str, list[discovery.Family]] = {}
     for family in discovery.families(root):
         out.setdefault(discovery.unit_of(family), []).append(family)
     return out
 
 
-def family_weight(family: discovery.Family) -> float:
-    """A GPU family: the sum of ``combination_weight`` over its combinations, from the
-    shapes its ``case`` maps them to (no GPU needed). A CPU family:
-    ``CPU_COMBINATION_WEIGHT`` per combination."""
-    combos = family.combinations()
-    if not family.is_gpu:
-        return CPU_COMBINATION_WEIGHT * len(combos)
-    bench = family.cls()
-    total = 0.0
-    for combo in combos:
-        try:
-            shape, _ = bench.case(*combo)
-        except ValueError:
-            total += combination_weight(None)
-        else:
-            total += combination_weight(shape.flops)
-    return total
+def combination_flops(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
+    """``{GPU unit: {combination name: flops}}`` of the suite in ``root``, by the gate's
+    names (``gemm.Stage(4096x4096x4096, 128, 3, f16)``), from the shapes each family's
+    ``case`` maps them to (no GPU needed); None for an invalid combination. The CPU units
+    are left out."""
+    out: dict[str, dict[str, int | None]] = {}
+    for unit, families in suite_units(root).items():
+        if not all(f.is_gpu for f in families):
+            continue
+        combos = out.setdefault(unit, {})
+        for family in families:
+            bench = family.cls()
+            for combo in family.combinations():
+                try:
+                    shape, _ = bench.case(*combo)
+                except ValueError:
+                    flops = None
+                else:
+                    flops = shape.flops
+                combos[family.combination_name(combo)] = flops
+    return out
 
 
-def family_weights(root: Path = ROOT) -> dict[str, float]:
-    """``unit_weights`` of the whole suite in ``root``."""
-    return unit_weights(suite_units(root))
+def cpu_combinations(root: Path = ROOT) -> dict[str, list[str]]:
+    """``{CPU unit: [combination name, ...]}`` of the suite in ``root``."""
+    return {
+        unit: [f.combination_name(c) if c else f.full for f in families for c in f.combinations()]
+        for unit, families in suite_units(root).items()
+        if not all(f.is_gpu for f in families)
+    }
 
 
-def unit_weights(units: Mapping[str, list[discovery.Family]]) -> dict[str, float]:
-    """``{unit: weight}``: each unit is measured as a whole (a class in its
-    ``setup_cache``), so it is what the plan places."""
-    return {unit: sum(family_weight(f) for f in families) for unit, families in units.items()}
+def combination_weights(root: Path = ROOT, cal: Calibration | None = None) -> dict[str, dict]:
+    """``{unit: {combination name: seconds}}`` of every unit of the suite in ``root`` by
+    ``cal`` (default: ``recorded_calibration``): a GPU combination by its work, a CPU one
+    at ``cpu_combination``."""
+    cal = cal or recorded_calibration(root)
+    out = {
+        unit: {c: cal.gpu(f) for c, f in combos.items()}
+        for unit, combos in combination_flops(root).items()
+    }
+    for unit, names in cpu_combinations(root).items():
+        out[unit] = dict.fromkeys(names, cal.cpu_combination)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Combinations of one unit that one ``asv run`` measures in one lane: the whole unit
+    (``key`` is its name) or one of its balanced groups (``gemm.Tuned[2/3]``)."""
+
+    unit: str
+    key: str
+    combos: tuple[str, ...]
+    weight: float  # seconds: its combinations' plus one piece's (``Calibration.piece``)
+
+
+def split(combos: Mapping[str, float], parts: int) -> list[tuple[str, ...]]:
+    """``combos`` cut into ``parts`` groups of near-equal weight: heaviest first (ties by
+    name), each to the lightest group so far (ties: the first). A fixed order whatever the
+    input order, so the groups depend on names and weights alone. Groups keep the names
+    sorted; an empty group is dropped."""
+    if parts < 1:
+        raise ValueError(f"parts={parts}: must be >= 1")
+    groups: list[list[str]] = [[] for _ in range(parts)]
+    load = [0.0] * parts
+    for name in sorted(combos, key=lambda n: (-combos[n], n)):
+        i = min(range(parts), key=lambda j: (load[j], j))
+        groups[i].append(name)
+        load[i] += combos[name]
+    return [tuple(sorted(g)) for g in groups if g]
+
+
+def _check(units: Mapping[str, Mapping[str, float]], piece: float) -> None:
+    bad = {f"{u}/{c}": w for u, cs in units.items() for c, w in cs.items() if not 0 <= w < math.inf}
+    if not 0 <= piece < math.inf:
+        bad["piece"] = piece
+    if bad:
+        raise ValueError(f"weights={bad}: must be finite and >= 0")
+
+
+def cut(units: Mapping[str, Mapping[str, float]], parts: Mapping[str, int], piece: float):
+    """The pieces of ``units`` (``{unit: {combination: seconds}}``), each unit in
+    ``parts[unit]`` balanced groups (``split``; 1 when absent), every group paying
+    ``piece``."""
+    _check(units, piece)
+    out = []
+    for unit in sorted(units):
+        combos = units[unit]
+        groups = split(combos, parts.get(unit, 1)) if combos else [()]
+        for i, group in enumerate(groups, 1):
+            key = unit if len(groups) == 1 else f"{unit}[{i}/{len(groups)}]"
+            out.append(Piece(unit, key, group, piece + sum(combos[c] for c in group)))
+    return out
+
+
+def partition(pieces: list[Piece], bins: int) -> list[list[Piece]]:
+    """``pieces`` in ``bins`` lists whose largest sum of weights is the least found: the
+    exact minimum within ``SEARCH_STEPS`` steps of a depth-first search (heaviest first,
+    ties by key; a bin as heavy as an earlier one is not tried again), else the best found,
+    starting from the greedy plan (each piece to the lightest bin). Lists in a fixed order
+    (heaviest first, ties by first key), each heaviest piece first: the result depends on
+    keys and weights alone."""
+    if bins < 1:
+        raise ValueError(f"bins={bins}: need at least one")
+    order = sorted(pieces, key=lambda p: (-p.weight, p.key))
+    best = [0] * len(order)
+    load = [0.0] * bins
+    for i, p in enumerate(order):
+        best[i] = min(range(bins), key=lambda b: (load[b], b))
+        load[best[i]] += p.weight
+    best_max = max(load)
+    floor = max(sum(p.weight for p in order) / bins, order[0].weight if order else 0.0)
+    tol = 1e-9 * max(1.0, best_max)
+    where = [0] * len(order)
+    load = [0.0] * bins
+    steps = 0
+
+    def search(i: int) -> bool:
+        """True when the floor is reached (nothing can be better) or the budget is spent."""
+        nonlocal best_max, best, steps
+        if i == len(order):
+            if max(load) < best_max - tol:
+                best_max, best = max(load), list(where)
+            return best_max <= floor + tol
+        tried = set()
+        for b in range(bins):
+            if load[b] in tried or load[b] + order[i].weight >= best_max - tol:
+                continue
+            tried.add(load[b])
+            steps += 1
+            if steps > SEARCH_STEPS:
+                return True
+            where[i] = b
+            load[b] += order[i].weight
+            done = search(i + 1)
+            load[b] -= order[i].weight
+            if done:
+                return True
+        return False
+
+    if best_max > floor + tol:
+        search(0)
+    out: list[list[Piece]] = [[] for _ in range(bins)]
+    for p, b in zip(order, best, strict=True):
+        out[b].append(p)
+    weight = [sum(p.weight for p in ps) for ps in out]
+    ranked = sorted(range(bins), key=lambda b: (-weight[b], out[b][0].key if out[b] else ""))
+    return [out[b] for b in ranked]
+
+
+def balance(
+    units: Mapping[str, Mapping[str, float]],
+    bins: int,
+    piece: float,
+    whole: set[str] = frozenset(),
+    enough: float = 0.0,
+) -> list[list[Piece]]:
+    """``units`` cut and ``partition``ed into ``bins`` lanes, cut only where it pays:
+    from every unit whole, the unit (not in ``whole``) whose cut into more groups lowers
+    the busiest lane most is cut so, again, until no cut lowers it by more than a second's
+    hundredth or it is at most ``enough`` (a lane that bounds nothing needs no more cuts).
+    Every group pays ``piece``, so a cut that adds more than it balances is never made."""
+    _check(units, piece)
+    parts = dict.fromkeys(units, 1)
+
+    def busiest(lanes):
+        return max((sum(p.weight for p in ps) for ps in lanes), default=0.0)
+
+    lanes = partition(cut(units, parts, piece), bins)
+    while busiest(lanes) > enough:
+        tries = []
+        for unit in sorted(units):
+            if unit in whole:
+                continue
+            for n in range(parts[unit] + 1, min(bins, len(units[unit])) + 1):
+                trial = partition(cut(units, {**parts, unit: n}, piece), bins)
+                tries.append((busiest(trial), n, unit, trial))
+        if not tries:
+            break
+        least, n, unit, trial = min(tries, key=lambda t: t[:3])
+        if least > busiest(lanes) - 0.01:
+            break
+        parts[unit], lanes = n, trial
+    return lanes
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Each lane's pieces in the order it runs them: ``gpu`` by GPU index (a solo piece
+    first), ``cpu`` by CPU lane index (the CPU lanes start when the solo piece ends)."""
+
+    gpu: dict[int, list[Piece]]
+    cpu: list[list[Piece]]
+
+
+def cpu_lanes(cores: int) -> int:
+    """How many CPU lanes a host of ``cores`` cores runs at once (``CORES_PER_CPU_LANE``)."""
+    return max(1, cores // CORES_PER_CPU_LANE)
+
+
+def plan_suite(
+    units: Mapping[str, Mapping[str, float]],
+    gpus: list[int],
+    piece: float,
+    solo: set[str] = frozenset(),
+    cpu: set[str] = frozenset(),
+    lanes_cpu: int = 1,
+) -> Plan:
+    """The whole suite's plan: the GPU units (``units`` not in ``cpu``) ``balance``d over
+    ``gpus``, a ``solo`` unit never cut; each lane of pieces to the free GPU its heaviest
+    piece's key ranks highest (rendezvous), so a plan that does not change keeps its GPUs.
+    The ``cpu`` units over at most ``lanes_cpu`` CPU lanes, cut only while the CPU lanes,
+    which start when the solo piece ends, would end after the busiest GPU."""
+    if not gpus:
+        raise ValueError("gpus: need at least one GPU index")
+    if len(set(gpus)) != len(gpus):
+        raise ValueError(f"gpus={gpus}: indices must be distinct")
+    if lanes_cpu < 1:
+        raise ValueError(f"lanes_cpu={lanes_cpu}: must be >= 1")
+    on_gpu = {u: cs for u, cs in units.items() if u not in cpu}
+    lanes = balance(on_gpu, len(gpus), piece, set(solo))
+    placed: dict[int, list[Piece]] = {}
+    free = list(gpus)
+    for ps in lanes:
+        if not ps:
+            continue
+        gpu = max(free, key=lambda g: _rank(ps[0].key, g))
+        free.remove(gpu)
+        placed[gpu] = sorted(ps, key=lambda p: (p.unit not in solo, -p.weight, p.key))
+    shards = {g: placed.get(g, []) for g in gpus}
+    busiest = max((sum(p.weight for p in ps) for ps in lanes), default=0.0)
+    start = max((p.weight for ps in lanes for p in ps if p.unit in solo), default=0.0)
+    on_cpu = {u: cs for u, cs in units.items() if u in cpu}
+    cpu_plan = balance(on_cpu, lanes_cpu, piece, enough=busiest - start) if on_cpu else []
+    return Plan(shards, [ps for ps in cpu_plan if ps])
 
 
 def asv_regex(family: str) -> str:
@@ -161,15 +418,3 @@ def probe_gpus(spec: str) -> str:
     except ValueError as err:
         return f"error: {err}"
     return "ok:" + ",".join(visible_entry(g) for g in gpus)
-
-
-def phases(weights: Mapping[str, float], gpus: list[int], solo: set[str]) -> list[dict]:
-    """The order of the run: each ``solo`` unit alone on its own GPU (the one its name ranks
-    highest, so it stays there), one after another; then every other unit by ``plan``, all
-    GPUs at once. A solo unit times the host (the launch path), which other processes on
-    the host would slow down."""
-    out: list[dict[int, list[str]]] = [
-        {max(gpus, key=lambda g: _rank(unit, g)): [unit]} for unit in sorted(solo)
-    ]
-    out.append(plan({u: w for u, w in weights.items() if u not in solo}, gpus))
-    return out

@@ -2,6 +2,7 @@
 tracks reading the cache back, skips and failures per combination, light imports."""
 
 import itertools
+import json
 import pickle
 import subprocess
 import sys
@@ -70,6 +71,19 @@ def test_setup_cache_measures_every_combination_once(gpu_here, capsys):
     assert lines[0].startswith("[1/3] test_asv_gemm.Fake(ok, f16): 0.500 ms, kernel/torch 1.250 (")
     assert lines[1].startswith("[2/3] test_asv_gemm.Fake(invalid, f16): skipped: block_m=100")
     assert lines[2].startswith("[3/3] test_asv_gemm.Fake(broken, f16): error: RuntimeError")
+
+
+def test_setup_cache_measures_only_the_combinations_the_runner_lists(gpu_here, monkeypatch, capsys):
+    from harness.suite import discovery
+
+    name = Fake().combination_name(("invalid", "f16"))
+    other = "gemm.Stage(4096x4096x4096, 128, 3, f16)"  # another family's: ignored here
+    monkeypatch.setenv(discovery.COMBINATIONS_ENV, json.dumps([name, other]))
+    assert list(Fake().setup_cache()["combinations"]) == [("invalid", "f16")]
+    assert capsys.readouterr().err.startswith("[1/1] test_asv_gemm.Fake(invalid, f16): skipped")
+    monkeypatch.setenv(discovery.COMBINATIONS_ENV, '{"not": "a list"}')
+    with pytest.raises(ValueError, match="SUITE_COMBINATIONS=.*must be a JSON list of names"):
+        Fake().setup_cache()
 
 
 def test_tracks_read_the_cache_and_fail_or_skip_per_combination(gpu_here):

@@ -7,7 +7,7 @@ import pytest
 
 from harness.gate import decide as gd
 from harness.gate import run as gate
-from harness.gate.calibrate import spread_and_mde, summarise
+from harness.gate.calibrate import benchmark_names, failures, spread_and_mde, summarise
 from harness.gate.selftest import render, tally
 
 
@@ -95,15 +95,18 @@ def test_gate_reads_calibration_thresholds(tmp_path):
     assert gate.load_calibration(path, "process") == {}
 
 
-def _verdict(name, status):
-    return gd.Verdict(name, status, 1.0, 1.0, 1.0, 1.0, 0.5, 0.9, 1.1, 0.05, "")
+def _verdict(name, status, ratio=1.0):
+    return gd.Verdict(name, status, 1.0, 1.0, ratio, 1.0, 0.5, 0.9, 1.1, 0.05, "")
 
 
 def test_tally_counts_false_alarms_and_detections():
     aa = [[_verdict("a", gd.UNCHANGED), _verdict("b", gd.UNCHANGED)] for _ in range(9)]
     aa.append([_verdict("a", gd.REGRESSION), _verdict("b", gd.UNCHANGED)])
     inj = [
-        [_verdict("a", gd.REGRESSION), _verdict("b", gd.REGRESSION if i < 7 else gd.UNCHANGED)]
+        [
+            _verdict("a", gd.REGRESSION, 1.03),
+            _verdict("b", gd.REGRESSION if i < 7 else gd.UNCHANGED, 1.03),
+        ]
         for i in range(10)
     ]
     t = tally(aa, inj)
@@ -127,3 +130,105 @@ def test_gpu_summary_reports_clocks_and_throttling():
     assert (
         gate.gpu_summary([{"base": {"results": {}}, "head": {"results": {}}}]) == "no NVML readings"
     )
+
+
+def _paired_run(ratios: dict[str, float | None]) -> dict:
+    """One paired calibration run: per benchmark its A/A ratio, or None for an error."""
+    results = {}
+    for name, ratio in ratios.items():
+        if ratio is None:
+            results[name] = {"sides": {"base": {"error": "boom"}, "head": {"error": "boom"}}}
+        else:
+            results[name] = {"sides": {"base": {}, "head": {}}, "ratios": {"head": [ratio]}}
+    results["gemm.Invalid(x)"] = {"sides": {"base": {"skipped": "rule"}, "head": {"skipped": "r"}}}
+    return {"results": results}
+
+
+def test_calibration_fails_naming_each_benchmark_it_cannot_gate():
+    """A threshold over the cap, or a benchmark some runs could not measure, fails the
+    calibration with a line that names it and what to fix; an invalid combination is
+    not a benchmark."""
+    wild = [1.0, 1.08, 0.93, 1.0, 1.09]
+    runs = [
+        _paired_run({"gemm.Quiet(a)": 1.0 + d, "gemm.Wild(b)": w, "gemm.Broken(c)": None})
+        for d, w in zip([0.0, 1e-4, -1e-4, 2e-4, 0.0], wild, strict=True)
+    ]
+    names = benchmark_names(runs)
+    assert names == {"gemm.Quiet(a)", "gemm.Wild(b)", "gemm.Broken(c)"}
+    benchmarks = summarise(runs, floor=0.01, method="paired")
+    lines = failures(benchmarks, names, runs=5)
+    assert len(lines) == 2
+    broken, wild_line = lines
+    assert broken.startswith("gemm.Broken(c): measured in fewer than 3 of 5 runs")
+    assert wild_line.startswith("gemm.Wild(b): needs a ") and "above the 5% cap" in wild_line
+    assert "make its measurement quieter" in wild_line
+    assert (
+        failures({k: v for k, v in benchmarks.items() if k != "gemm.Wild(b)"}, {"gemm.Quiet(a)"}, 5)
+        == []
+    )
+
+
+def test_calibrate_exits_2_and_names_the_noisy_benchmark(monkeypatch, tmp_path, capsys):
+    from harness.gate import calibrate
+    from harness.measure import device
+
+    runs = iter(_paired_run({"gemm.Quiet(a)": 1.0, "gemm.Wild(b)": w}) for w in (1.0, 1.08, 0.93))
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(device, "gpu_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(calibrate.revisions, "resolve", lambda rev: "0" * 40)
+    monkeypatch.setattr(calibrate.revisions, "worktree", lambda work, name, sha: tmp_path)
+    monkeypatch.setattr(calibrate.revisions, "precompile", lambda trees, bench: None)
+    monkeypatch.setattr(calibrate.revisions, "ROOT", tmp_path)
+    monkeypatch.setattr(calibrate.revisions, "run_paired", lambda *a, **k: next(runs))
+    out = tmp_path / "h200.json"
+    code = calibrate.main(["--runs", "3", "--bench", ".", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "calibrate: error: 1 benchmark(s) cannot be gated:" in err
+    assert "gemm.Wild(b): needs a" in err and "gemm.Quiet(a)" not in err
+    record = json.loads(out.read_text())
+    assert record["benchmarks"]["gemm.Wild(b)"]["too_noisy"] is True
+    assert len(record["failures"]) == 1
+
+
+def test_the_h200_calibration_is_committed_where_the_gate_reads_it():
+    from harness.gate import revisions
+
+    path = revisions.calibration_path("h200")
+    assert path.relative_to(revisions.ROOT).as_posix() == "calibration/h200.json"
+    assert path.is_file()
+    thresholds = gate.load_calibration(path, "paired")
+    assert thresholds and all(0 < t <= gd.MAX_THRESHOLD for t in thresholds.values())
+
+
+def test_calibrate_shards_over_gpus_as_the_gate_does(monkeypatch, tmp_path):
+    from harness.gate import calibrate
+    from harness.measure import device
+
+    calls = []
+
+    def paired_gpus(trees, bench, out, gpus, names, tag="pair"):
+        calls.append((gpus, names, tag))
+        return _paired_run({"gemm.Quiet(a)": 1.0})
+
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(device, "gpu_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(calibrate.revisions, "select_gpus", lambda spec: [0, 1])
+    monkeypatch.setattr(calibrate.revisions, "resolve", lambda rev: "0" * 40)
+    monkeypatch.setattr(calibrate.revisions, "worktree", lambda work, name, sha: tmp_path)
+    monkeypatch.setattr(calibrate.revisions, "precompile", lambda trees, bench: None)
+    monkeypatch.setattr(calibrate.revisions, "ROOT", tmp_path)
+    monkeypatch.setattr(calibrate.revisions, "list_names", lambda t, b, o: ["gemm.Quiet(a)"])
+    monkeypatch.setattr(calibrate.revisions, "paired_gpus", paired_gpus)
+    argv = ["--runs", "3", "--bench", ".", "--gpus", "all", "--out", str(tmp_path / "c.json")]
+    assert calibrate.main(argv) == 0
+    assert [c[2] for c in calls] == ["calibrate0", "calibrate1", "calibrate2"]
+    assert all(c[0] == [0, 1] and c[1] == ["gemm.Quiet(a)"] for c in calls)
+
+
+def test_calibrate_gpus_needs_the_paired_method(capsys):
+    from harness.gate import calibrate
+
+    with pytest.raises(SystemExit):
+        calibrate.main(["--method", "process", "--gpus", "all"])
+    assert "--gpus=all: needs --method paired" in capsys.readouterr().err

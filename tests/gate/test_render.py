@@ -77,3 +77,21 @@ def test_markdown_rows_from_hand_made_verdicts_sort_worst_first() -> None:
     ]
     rows = _table_rows(render_markdown(verdicts, base_label="b", head_label="h"))
     assert [row.split("`")[1] for row in rows] == ["r_big", "r_small", "f", "i", "u"]
+
+
+def test_ungated_benchmarks_are_listed_at_the_top() -> None:
+    """A benchmark whose calibrated threshold is over the cap is named right under the
+    summary line, before the context and the table, with its threshold and the cap."""
+    rng = np.random.default_rng(3)
+    samples = [bench(rng, 1.0, name="quiet"), bench(rng, 1.0, name="wild")]
+    verdicts = decide_all(samples, threshold=0.01, thresholds={"wild": 0.066})
+    md = render_markdown(verdicts, base_label="b", head_label="h", context={"GPU": "H200"})
+    lines = md.splitlines()
+    assert lines[2] == (
+        "**Not gated: 1 benchmark** (a slowdown there passes unseen; calibration marked "
+        "them too noisy):"
+    )
+    assert lines[3].startswith("- `wild`: calibration needs a 6.6% threshold, above the 5% cap")
+    assert lines.index("- GPU: H200") > 3
+    clean = render_markdown(verdicts[:1], base_label="b", head_label="h")
+    assert "Not gated" not in clean

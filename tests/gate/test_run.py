@@ -238,23 +238,47 @@ class _Bench:
         return self.data, "cfg"
 
 
-def test_injection_slows_a_copy_of_the_kernel_launch_only(monkeypatch):
-    import torch
+class _DelayedKernel:
+    """Stands in for a kernel built with the test-only delay: 8 blocks, and a launch
+    records the cycles it spun."""
 
-    sleeps = []
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append(cycles))
+    blocks = 8
+
+    def __init__(self, launches):
+        self.delay_cycles = 0
+        self.launches = launches
+
+    def __call__(self, a, b, out):
+        self.launches.append(self.delay_cycles)
+
+
+def test_injection_launches_a_delayed_build_calibrated_to_the_request(monkeypatch):
+    """Process mode: the copy's kernel is the delayed build, its cycles set until the
+    revision's timer sees the asked fraction; the shared inputs' own path is untouched."""
+    launches = []
+    kernel = _DelayedKernel(launches)
+    monkeypatch.setattr(gate_worker, "delayed_kernel", lambda data, config: kernel)
+    monkeypatch.setattr(gate_worker, "_paired_median_ms", lambda fn, launches=5: 0.05)
+    # What the timer sees: a fixed cost of the spin plus a share proportional to cycles.
+    monkeypatch.setattr(
+        gate_worker, "_tree_seen", lambda plain, slowed: 0.004 + 2e-6 * kernel.delay_cycles
+    )
     shared = FakeCase()
+    shared.a = shared.b = shared.out = None  # the inputs the delayed kernel is given
     bench = _Bench(shared)
     entry = {}
-    gate_worker.inject_slowdown(bench, 0.1, cycles_per_ms=1000.0, entry=entry)
-    for _ in range(2):  # a second combination on the same inputs: not slowed twice
-        data, config = bench.prepare("a")
-        assert data is not shared and "tilelang_fn" not in vars(shared)
-        data.time_tilelang(config)
-    assert entry["injected_ms"] == pytest.approx(0.05)
-    assert sleeps == [50, 50]
+    gate_worker.inject_slowdown(bench, 0.02, clock=(1.98e6, 132), entry=entry)
+    data, config = bench.prepare("a")
+    assert data is not shared and "tilelang_fn" not in vars(shared)
+    data.time_tilelang(config)
+    record = entry["injection"]
+    assert record["requested"] == 0.02
+    assert abs(record["seen"] - 0.02) <= 0.001
+    assert launches == [record["cycles"]] == [kernel.delay_cycles]
+    # The first guess: 2% of 0.05 ms at 1.98e6 cycles/ms, one wave (8 blocks, 132 SMs).
+    assert record["steps"][0][0] == 1980
     shared.time_tilelang("cfg")  # the shared inputs' own launch path is untouched
-    assert sleeps == [50, 50]
+    assert launches == [record["cycles"]] and shared.launches == 1
 
 
 def _fake_paired_run(slow_names, calls):

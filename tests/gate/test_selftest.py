@@ -80,14 +80,16 @@ def test_split_keeps_a_benchmarks_three_runs_on_one_gpu(monkeypatch, tmp_path):
         assert sorted(v.name for v in aa) == sorted(v.name for v in injected) == sorted(NAMES)
 
 
-def _verdict(name, status):
-    return gd.Verdict(name, status, 1.0, 1.0, 1.0, 1.0, 0.5, 0.9, 1.1, 0.05, "")
+def _verdict(name, status, ratio=1.0):
+    return gd.Verdict(name, status, 1.0, 1.0, ratio, 1.0, 0.5, 0.9, 1.1, 0.05, "")
 
 
 def test_json_record_of_the_tally():
     aa = [[_verdict("a", gd.UNCHANGED), _verdict("b", gd.UNCHANGED)] for _ in range(3)]
     aa.append([_verdict("a", gd.REGRESSION), _verdict("b", gd.UNCHANGED)])
-    inj = [[_verdict("a", gd.REGRESSION), _verdict("b", gd.UNCHANGED)] for _ in range(4)]
+    inj = [
+        [_verdict("a", gd.REGRESSION, 1.03), _verdict("b", gd.UNCHANGED, 1.03)] for _ in range(4)
+    ]
     record = selftest.to_json(selftest.tally(aa, inj), 0.03, 0.02, 1, ".", [0, 1])
     assert json.loads(json.dumps(record)) == record
     assert record["n"] == 4 and record["slowdown"] == 0.03 and record["threshold"] == 0.02
@@ -99,10 +101,38 @@ def test_json_record_of_the_tally():
         "detections": 4,
         "detection_rate": 1.0,
         "too_noisy": 0,
+        "seen_injection": pytest.approx(0.03),
+        "refused": None,
         "aa_ratio": {"median": 1.0, "min": 1.0, "max": 1.0},
-        "injected_ratio": {"median": 1.0, "min": 1.0, "max": 1.0},
+        "injected_ratio": {"median": 1.03, "min": 1.03, "max": 1.03},
     }
-    assert record["benchmarks"]["b"]["detections"] == 0
+    assert record["benchmarks"]["b"]["detections"] == 0 and record["refused"] == {}
+
+
+def test_no_detection_rate_where_the_seen_injection_misses_the_request():
+    """A 2% request seen as +2.29% counts; seen as +2.31% or +1.69% (more than 0.3 pp
+    off), or not measured at all, the benchmark is refused, named with why, and left
+    out of the overall rate."""
+    seen = {"ok": 1.0229, "over": 1.0231, "under": 1.0169}
+    aa = [[_verdict(name, gd.UNCHANGED) for name in [*seen, "none"]] for _ in range(3)]
+    inj = [
+        [
+            *(_verdict(name, gd.REGRESSION, r) for name, r in seen.items()),
+            _verdict("none", gd.FAILED, None),
+        ]
+        for _ in range(3)
+    ]
+    t = selftest.tally(aa, inj)
+    record = selftest.to_json(t, 0.02, 0.01, 1, ".")
+    assert set(record["refused"]) == {"over", "under", "none"}
+    assert "+2.31% for +2.00% injected, off by +0.31 pp" in record["refused"]["over"]
+    assert "no injected ratio" in record["refused"]["none"]
+    assert record["benchmarks"]["over"]["detection_rate"] is None
+    assert record["benchmarks"]["ok"]["detection_rate"] == 1.0
+    assert record["detection_rate"] == 1.0  # "over" and "under" were detected, not counted
+    text = selftest.render(t, 0.02)
+    assert "no detection rate for 3 benchmark(s):" in text
+    assert "  under: the gate saw +1.69% for +2.00% injected" in text
 
 
 class InterruptingWorker(FakeWorker):

@@ -36,18 +36,39 @@ class Fam:
             raise RuntimeError("does not compile")
 
         class Data:
+            shape = a = b = out = None
+
             def tilelang_fn(self, config):
                 return lambda: kernels.REVISION
 
         return Data(), None
 """
 
+DELAY = """
 
-def _tree(root: Path, revision: str, broken: bool = False) -> Path:
-    """A revision's checkout: its asv.conf.json, kernels, suite and harness."""
+class Delayed:
+    blocks = 264
+
+    def __init__(self):
+        self.delay_cycles = 0
+
+    def __call__(self, a, b, out):
+        return ("delayed", REVISION, self.delay_cycles)
+
+
+def compile_gemm(shape, config, arch=None, *, delay=False):
+    assert delay
+    return Delayed()
+"""
+
+
+def _tree(root: Path, revision: str, broken: bool = False, delay: bool = False) -> Path:
+    """A revision's checkout: its asv.conf.json, kernels (``delay``: with a test-only
+    delayed build), suite and harness."""
+    kernels = f"REVISION = {revision!r}\nBROKEN = {broken}\n" + (DELAY if delay else "")
     files = {
         "asv.conf.json": json.dumps({"benchmark_dir": "suite"}),
-        "kernels/__init__.py": f"REVISION = {revision!r}\nBROKEN = {broken}\n",
+        "kernels/__init__.py": kernels,
         "suite/__init__.py": "",
         "suite/gemm.py": SUITE,
         "harness/__init__.py": "",
@@ -155,3 +176,71 @@ def test_a_side_whose_suite_does_not_import_is_named_in_the_fatal_payload(
     assert worker.main() == 0
     payload = json.loads(out.read_text())
     assert payload["side"] == "head" and "SyntaxError: '(' was never closed" in payload["fatal"]
+
+
+def delay_timer(launched, seen_of_cycles):
+    """Stands in for interleave.interleaved: a plain launch takes 1 ms, a delayed one
+    ``1 + seen_of_cycles(cycles)`` ms."""
+
+    def interleaved(fns, trials=10, launches=10, **kw):
+        got = [fn() for fn in fns]
+        launched.append(got)
+        ms = [1.0 + (seen_of_cycles(g[2]) if isinstance(g, tuple) else 0.0) for g in got]
+        return [[[m] * launches for _ in range(trials)] for m in ms]
+
+    return interleaved
+
+
+def test_the_injected_side_launches_its_delayed_kernel_calibrated(worker, monkeypatch, tmp_path):
+    """No second launch: the injected side's own kernel, built with the delay, its cycles
+    corrected until the paired timer sees the request; base and head stay plain."""
+    tree = _tree(tmp_path / "a", "base", delay=True)
+    launched = []
+    seen = lambda cycles: 0.005 + 1e-6 * cycles  # noqa: E731 - a fixed cost plus a slope
+    monkeypatch.setattr(worker.interleave, "interleaved", delay_timer(launched, seen))
+    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker, "sm_count", lambda: 132)
+    sides = {"base": tree, "head": tree, "injected": tree}
+    results = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})
+    entry = results["gemm.Fam(1)"]
+    record = entry["injection"]["injected"]
+    assert set(entry["injection"]) == {"injected"}
+    # First guess: 2% of 1 ms at 1.98e6 cycles/ms over 2 waves (264 blocks, 132 SMs).
+    assert record["steps"][0][0] == 19800
+    assert abs(record["seen"] - 0.02) <= 0.001 and abs(seen(record["cycles"]) - 0.02) <= 0.001
+    final = launched[-1]
+    assert final[:2] == ["base", "base"] and final[2] == ("delayed", "base", record["cycles"])
+    assert entry["ratios"]["injected"][0] == pytest.approx(1 + seen(record["cycles"]))
+    assert entry["ratios"]["head"][0] == 1.0
+
+
+def test_an_injection_into_a_tree_without_the_delay_fails_that_benchmark(
+    worker, monkeypatch, tmp_path
+):
+    tree = _tree(tmp_path / "a", "base")
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
+    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker, "sm_count", lambda: 132)
+    sides = {"base": tree, "injected": tree}
+    results = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})
+    error = results["gemm.Fam(1)"]["sides"]["injected"]["error"]
+    assert error == "RuntimeError: this revision's kernels have no test-only delay to inject with"
+
+
+def test_the_paired_loop_times_kernels_by_cupti_and_says_when_it_cannot(
+    worker, monkeypatch, capsys
+):
+    asked = []
+
+    def interleaved(fns, timer="event", **kw):
+        asked.append(timer)
+        if timer == "cupti":
+            raise worker.interleave.kernel_timer.CuptiUnavailable("no CUPTI in this build")
+        return [[[1.0]] for _ in fns]
+
+    monkeypatch.setattr(worker.interleave, "interleaved", interleaved)
+    assert worker.paired_times([lambda: None]) == [[[1.0]]]
+    worker.paired_times([lambda: None])
+    assert asked == ["cupti", "event", "event"]  # CUPTI tried once, then events
+    assert worker.TIMER == {"name": "event", "why": "no CUPTI in this build"}
+    assert "timing with CUDA events: no CUPTI in this build" in capsys.readouterr().err

@@ -87,11 +87,33 @@ def test_the_state_of_a_window_is_what_most_readings_saw():
         _state(clock=1980, reasons=["thermal (software)"]),  # once: a flicker
     ]
     state = gpu_state.summarise(readings)
-    assert state.sm_clock_mhz == 1755 and state.reasons == ("power cap",)
-    assert state.throttled() == "power cap"
+    assert state.sm_clock_mhz == 1980 and state.min_sm_clock_mhz == 700
+    assert state.reasons == ("power cap",) and state.throttled() == "power cap"
     assert gpu_state.summarise([_state(clock=700), _state(), _state()]).throttled() is None
     with pytest.raises(ValueError, match="readings"):
         gpu_state.summarise([])
+
+
+def test_idle_gaps_between_launches_raise_no_warning():
+    """A trial of a small kernel: most readings land while the GPU idles between launches
+    (345 MHz, the driver flagging its power cap), a few while the kernels run at full
+    clock. The kernels ran unthrottled, so nothing is flagged; the lowest reading is kept
+    for the record."""
+    idle = [_state(clock=345, reasons=["power cap"]) for _ in range(9)]
+    state = gpu_state.summarise([*idle, _state(), _state(clock=1965)])
+    assert state.sm_clock_mhz == 1980 and state.min_sm_clock_mhz == 345
+    assert state.reasons == () and state.throttled() is None
+
+
+def test_a_trial_that_never_reached_its_clock_is_flagged():
+    readings = [_state(clock=345), _state(clock=1400, reasons=["power cap"]), _state(clock=1380)]
+    state = gpu_state.summarise(readings)
+    assert state.throttled() == "power cap"
+    assert gpu_state.summarise([_state(clock=345), _state(clock=1400)]).throttled() == (
+        "SM clock 1400 MHz < 80% of max"
+    )
+    hot = [_state(clock=1980, reasons=["thermal (hardware)"])] * 2 + [_state(clock=1900)]
+    assert gpu_state.summarise(hot).throttled() == "thermal (hardware)"
 
 
 @pytest.mark.parametrize(

@@ -172,7 +172,7 @@ def test_publish_skips_a_failed_newest_commit(tmp_path, capsys, monkeypatch):
 def test_the_detector_and_asv_publish_read_past_a_failed_commit(backfilled, capsys, monkeypatch):
     repo, shas, _, _ = backfilled
     monkeypatch.setattr(rg, "ROOT", repo)  # the branch that orders the commits
-    series, ignored = rg.load_history(_results(repo), MACHINE, shas)
+    series, ignored = result_files.load_history(_results(repo), MACHINE, shas)
     assert len(series) == 2 and ignored == 0
     for one in series:
         assert [p.commit for p in one.points] == [shas[i] for i in MEASURED]

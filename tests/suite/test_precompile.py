@@ -1,5 +1,7 @@
 """The precompile command's stamp: a second run over the same grid compiles nothing."""
 
+import re
+
 import pytest
 
 from harness.suite import precompile
@@ -75,3 +77,13 @@ def test_fingerprint_covers_every_kernel_module(monkeypatch, tmp_path):
     before = precompile.fingerprint()
     (package / "gemm_async.py").write_text("# changed\n")
     assert precompile.fingerprint() != before
+
+
+def test_bench_selects_by_asv_name_or_gate_name_alike():
+    from harness.suite import discovery
+
+    listed = discovery.listing(precompile.ROOT)
+    asv_name, (_, gate_name) = next(iter(listed["gemm.Stage"]["names"].items()))
+    by_asv = precompile.suite_pairs(precompile.ROOT, "^" + re.escape(asv_name) + "$")
+    by_gate = precompile.suite_pairs(precompile.ROOT, "^" + re.escape(gate_name) + "$")
+    assert len(by_asv) == 1 and by_asv == by_gate

@@ -3,6 +3,7 @@ interrupted runs resumed. A real ``asv run`` on a throwaway repository with a ti
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def test_a_failed_unit_is_stored_as_failed_and_the_rest_still_run(repo, capsys):
     # A second run skips what is stored and measures only the failed unit again.
     code = suite_run.run_target(repo, log=print)
     out = capsys.readouterr().out
-    assert code == EXIT_FAILURE and "1 of 2 units already stored" in out
+    assert code == EXIT_FAILURE and "1 of 2 pieces already stored" in out
     assert "[1/1] cpu" in out and "[1/1] other.Gpuish" not in out
 
 
@@ -130,9 +131,9 @@ def test_an_interrupted_run_keeps_the_finished_units_and_resumes(repo, monkeypat
     done = _stored(repo)
     assert {"cpu.Good.track_value(1)", "cpu.Good.track_value(2)"} <= done
     assert "other.Gpuish.track_value('a')" not in done
-    steps, _ = suite_run.plan_units(repo, [], None)
+    lanes, _ = suite_run.plan_units(repo, [], None)
     # The interrupted unit is planned again (and the failed one, to retry it).
-    assert sorted(u for step in steps for us in step.values() for u in us) == sorted(seen)
+    assert sorted(job.piece.key for jobs in lanes.values() for job in jobs) == sorted(seen)
 
 
 def test_selection_by_asv_name_or_gate_name(repo):
@@ -176,65 +177,196 @@ def _patterns(cmd):
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def test_a_whole_unit_is_selected_by_its_prefix():
-    target = suite_run.Target(ROOT, "abc", "h200")
-    _, args = suite_run.plan_units(target, [], list(range(8)))
-    assert sorted(args) == sorted(shard.family_weights(ROOT))
-    for unit, bench in args.items():
-        assert bench == ["-b", shard.asv_regex(unit)]
+def _jobs(lanes):
+    return [job for jobs in lanes.values() for job in jobs]
 
 
-def test_the_host_timed_unit_runs_first_alone_and_pins_follow_the_visible_list(
-    fake_asv, monkeypatch, tmp_path
-):
-    listed = suite_run.discovery.listing(ROOT)
-    monkeypatch.setattr(suite_run, "suite_listing", lambda target: listed)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
-    target = suite_run.Target(ROOT, "abc", "h200")
+@pytest.fixture
+def nothing_stored(monkeypatch, tmp_path):
     monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
-    assert suite_run.run_target(target, gpus=[0, 1], log=lambda line: None) == EXIT_OK
-    assert _patterns(fake_asv[0][0]) == [shard.asv_regex("gemm.Launch")]
-    # The CPU lane sees no GPU at all.
-    assert {gpu for _, gpu in fake_asv} == {"5", "7", ""}
-    units = [p[0] for cmd, _ in fake_asv for p in [_patterns(cmd)]]
-    assert len(units) == len(set(units)) == len(shard.family_weights(ROOT))
+
+
+def test_a_whole_unit_is_selected_by_its_prefix(nothing_stored):
+    target = suite_run.Target(ROOT, "abc", "h200")
+    lanes, _ = suite_run.plan_units(target, [], None)
+    assert sorted(j.piece.unit for j in _jobs(lanes)) == sorted(suite_run.suite_listing(target))
+    for job in _jobs(lanes):
+        assert list(job.bench) == ["-b", shard.asv_regex(job.piece.unit)]
+
+
+def _gpu_combos():
+    listed = suite_run.discovery.listing(ROOT)
+    return {
+        aliases[1]
+        for unit, entry in listed.items()
+        if entry["gpu"]
+        for aliases in entry["names"].values()
+    }
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_every_combination_runs_exactly_once_and_no_gpu_carries_the_largest_family(
+    gpus, nothing_stored
+):
+    target = suite_run.Target(ROOT, "abc", "h200")
+    lanes, _ = suite_run.plan_units(target, [], list(range(gpus)))
+    gpu_jobs = [j for lane, jobs in lanes.items() if not lane.cpu for j in jobs]
+    measured = [c for j in gpu_jobs for c in j.combos]
+    assert sorted(measured) == sorted(_gpu_combos())
+    cpu_jobs = [j for lane, jobs in lanes.items() if lane.cpu for j in jobs]
+    every_cpu = shard.cpu_combinations(ROOT)["static"]
+    assert sorted(c for j in cpu_jobs for c in j.combos) == sorted(every_cpu)
+    # Balanced: the busiest GPU within one piece of an even share.
+    units = shard.combination_weights(ROOT)
+    loads = [sum(j.piece.weight for j in jobs) for lane, jobs in lanes.items() if not lane.cpu]
+    assert max(loads) <= sum(loads) / gpus + max(j.piece.weight for j in gpu_jobs)
+    # The largest GPU family (Tuned, a third of the work) is cut once its share is smaller.
+    largest = max((u for u in units if u != "static"), key=lambda u: sum(units[u].values()))
+    cut = {j.piece.key for j in gpu_jobs if j.piece.unit == largest}
+    assert (len(cut) > 1) == (gpus >= 4)
+
+
+@pytest.mark.parametrize("user", [[r"Tuned"], [r"bf16"], [r"Stage\(", r"Launch"]])
+def test_a_combination_keeps_its_gpu_whatever_else_is_selected(user, nothing_stored):
+    target = suite_run.Target(ROOT, "abc", "h200")
+    full, _ = suite_run.plan_units(target, [], [0, 1, 2, 3])
+    where = {c: lane for lane, jobs in full.items() for j in jobs for c in j.combos}
+    narrow, _ = suite_run.plan_units(target, user, [0, 1, 2, 3])
+    assert narrow
+    for lane, jobs in narrow.items():
+        for job in jobs:
+            assert all(
+                re.search("|".join(user), c) or job.piece.unit == "static" for c in job.combos
+            )
+            assert {where[c] for c in job.combos} == {lane}
+
+
+def test_resuming_measures_only_the_combinations_not_stored(monkeypatch, tmp_path):
+    listed = suite_run.discovery.listing(ROOT)
+    tuned = [n for n in listed["gemm.Tuned"]["names"]]
+    half = set(tuned[: len(tuned) // 2])
+    monkeypatch.setattr(suite_run, "stored", lambda *a: half)
+    monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
+    target = suite_run.Target(ROOT, "abc", "h200")
+    lanes, _ = suite_run.plan_units(target, ["Tuned"], [0, 1])
+    jobs = _jobs(lanes)
+    done_combos = {listed["gemm.Tuned"]["names"][n][1] for n in half}
+    measured = {c for j in jobs for c in j.combos}
+    # Every combination of a stored name with both tracks stored is left out.
+    both = {
+        c
+        for c in done_combos
+        if all(n in half for n, al in listed["gemm.Tuned"]["names"].items() if al[1] == c)
+    }
+    assert measured and not measured & both
+    assert measured | both == {al[1] for al in listed["gemm.Tuned"]["names"].values()}
+    assert all(re.escape(n) not in " ".join(j.bench) for j in jobs for n in half)
+
+
+@pytest.mark.parametrize("gpus, cores", [(2, 32), (4, 64)])
+def test_the_host_timed_family_shares_the_start_and_the_cpu_lanes_wait_for_it(
+    monkeypatch, tmp_path, gpus, cores
+):
+    monkeypatch.setattr(suite_run.os, "cpu_count", lambda: cores)
+    workers = []
+    events = []
+    other_started = threading.Event()
+    lock = threading.Lock()
+
+    class FakePopen:
+        def __init__(self, cmd, **kwargs):
+            env = kwargs["env"]
+            self.name = _patterns(cmd)[0]
+            self.combos = json.loads(env[suite_run.discovery.COMBINATIONS_ENV])
+            self.gpu = env.get("CUDA_VISIBLE_DEVICES")
+            if self.gpu == "":
+                workers.append(env.get(suite_run.discovery.CPU_WORKERS_ENV))
+            with lock:
+                events.append(("start", self.name, self.gpu))
+            if "Launch" not in self.name and self.gpu != "":
+                other_started.set()
+            # asv's line after its machine file is written: the next lane may start.
+            self.stdout = iter([f"· {suite_run._DISCOVERING}\n"])
+            self.returncode = 0
+
+        def wait(self):
+            if "Launch" in self.name:
+                # Another GPU's work starts while the host-timed family still runs.
+                other_started.wait(10)
+            with lock:
+                events.append(("end", self.name, self.gpu))
+            return 0
+
+    monkeypatch.setattr(suite_run.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(suite_run, "stored", lambda *a: set())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
+    target = suite_run.Target(ROOT, "abc", "h200")
+    assert suite_run.run_target(target, gpus=list(range(gpus)), log=lambda line: None) == EXIT_OK
+    launch = [i for i, e in enumerate(events) if "Launch" in e[1]]
+    start_launch, end_launch = launch
+    launch_gpu = events[start_launch][2]
+    first_on_its_gpu = next(e for e in events if e[0] == "start" and e[2] == launch_gpu)
+    assert "Launch" in first_on_its_gpu[1]
+    others = [i for i, e in enumerate(events) if e[0] == "start" and e[2] not in ("", launch_gpu)]
+    assert others and others[0] < end_launch
+    cpu = [i for i, e in enumerate(events) if e[0] == "start" and e[2] == ""]
+    # No compile while Launch times the host: every CPU lane starts after it ends.
+    assert cpu and min(cpu) > end_launch
+    # Two GPUs: one CPU lane, whole, with its default workers. Four: the static work cut
+    # over CPU lanes whose workers share half the cores.
+    if gpus == 2:
+        assert len(cpu) == 1 and workers == [None]
+    else:
+        assert len(cpu) > 1 and set(workers) == {str(cores // 2 // len(cpu))}
 
 
 LISTED = {
-    "gemm.Launch": {"solo": True, "gpu": True},
-    "gemm.A": {"solo": False, "gpu": True},
-    "gemm.B": {"solo": False, "gpu": True},
-    "gemm.C": {"solo": False, "gpu": True},
-    "static": {"solo": False, "gpu": False},
+    "gemm.Launch": {"solo": True, "gpu": True, "names": {"L.t": ["L.t", "gemm.Launch(x)"]}},
+    "gemm.A": {"solo": False, "gpu": True, "names": {"A.t": ["A.t", "gemm.A(x)"]}},
+    "gemm.B": {"solo": False, "gpu": True, "names": {"B.t": ["B.t", "gemm.B(x)"]}},
+    "gemm.C": {"solo": False, "gpu": True, "names": {"C.t": ["C.t", "gemm.C(x)"]}},
+    "static": {"solo": False, "gpu": False, "names": {"s.t": ["s.t", "static.S"]}},
 }
 
 
 @pytest.mark.parametrize("gpus", [None, [0], [0, 1], [0, 1, 2, 3]])
-def test_the_cpu_units_run_beside_the_gpu_lanes_after_the_solo_unit(gpus):
-    weights = {"gemm.A": 3.0, "gemm.B": 2.0, "gemm.C": 1.0}
-    steps = suite_run.lane_steps(LISTED, gpus, weights)
-    assert len(steps) == 2
-    assert list(steps[0].values()) == [["gemm.Launch"]] and suite_run.CPU_LANE not in steps[0]
-    assert steps[-1][suite_run.CPU_LANE] == ["static"]
-    gpu_lanes = [lane for lane in steps[-1] if not lane.cpu]
-    assert sorted(u for lane in gpu_lanes for u in steps[-1][lane]) == [
-        "gemm.A",
-        "gemm.B",
-        "gemm.C",
-    ]
-    assert len(gpu_lanes) == min(len(gpus or [None]), 3)
+def test_the_cpu_units_run_in_their_own_lane_and_the_solo_unit_first_in_its_own(gpus):
+    weights = {u: {e["names"][n][1]: 1.0 for n in e["names"]} for u, e in LISTED.items()}
+    lanes = suite_run.lane_pieces(LISTED, gpus, weights)
+    assert [p.unit for p in lanes[suite_run.CPU_LANE]] == ["static"]
+    gpu_lanes = [lane for lane in lanes if not lane.cpu]
+    placed = sorted(p.unit for lane in gpu_lanes for p in lanes[lane])
+    assert placed == ["gemm.A", "gemm.B", "gemm.C", "gemm.Launch"]
+    (home,) = [lane for lane in gpu_lanes if "gemm.Launch" in [p.unit for p in lanes[lane]]]
+    assert lanes[home][0].unit == "gemm.Launch"
     # Every lane stores under its own asv machine: asv rewrites a commit's results file at
     # the end of each run, so two lanes on one machine would drop each other's results.
-    machines = [lane.machine("h200") for step in steps for lane in step]
-    assert len(set(machines[1:])) == len(machines) - 1
+    machines = [lane.machine("h200") for lane in lanes]
+    assert len(set(machines)) == len(machines)
     assert suite_run.CPU_LANE.machine("h200") == "h200-cpu"
 
 
 def test_a_cpu_only_selection_runs_in_the_cpu_lane_alone():
-    steps = suite_run.lane_steps({"static": LISTED["static"]}, None, {})
-    assert steps == [{suite_run.CPU_LANE: ["static"]}]
+    lanes = suite_run.lane_pieces({"static": LISTED["static"]}, None, {})
+    assert list(lanes) == [suite_run.CPU_LANE]
     with pytest.raises(ValueError, match="a CPU lane has no GPU"):
         suite_run.Lane(gpu=0, cpu=True)
+    # Several CPU lanes run at once: each stores under its own machine.
+    assert suite_run.Lane(cpu=True, slot=2).machine("h200") == "h200-cpu2"
+    assert suite_run.Lane(cpu=True, slot=2).tag == "cpu2"
+    with pytest.raises(ValueError, match="only a CPU lane has a slot"):
+        suite_run.Lane(gpu=1, slot=1)
+
+
+@pytest.mark.parametrize("text", ["0", "x", "-2", ""])
+def test_the_cpu_workers_variable_is_checked(text):
+    env = suite_run.discovery.CPU_WORKERS_ENV
+    with pytest.raises(ValueError, match=f"{env}={text!r}: must be a whole number >= 1"):
+        suite_run.discovery.cpu_workers(4, {env: text})
+    assert suite_run.discovery.cpu_workers(4, {}) == 4
+    assert suite_run.discovery.cpu_workers(4, {env: "3"}) == 3
 
 
 def test_each_unit_logs_its_seconds_and_the_log_reads_back(fake_asv, monkeypatch, tmp_path):

@@ -1,20 +1,24 @@
 """The multi-GPU sharding plan, on the CPU: stable, balanced, every class once."""
 
+import json
 import random
 import re
 from pathlib import Path
 
 import pytest
 
-from harness.suite import discovery
+from harness.suite import discovery, shard
 from harness.suite.shard import (
     asv_regex,
-    combination_weight,
-    family_weights,
+    combination_weights,
     parse_gpus,
     plan,
     suite_units,
 )
+
+
+def family_weights():
+    return {u: sum(cs.values()) for u, cs in combination_weights().items()}
 
 
 def _weights(n, seed=0, low=0.5, high=20.0):
@@ -94,20 +98,41 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_CLASSES = ["Attention", "Launch", "Stage", "Stage128", "Tiles", "Tuned"]
 
 
-def test_weights_of_the_suite_classes():
+def test_weights_of_the_suite_classes_are_seconds_of_the_recorded_model():
+    fit = json.loads(shard.COST_MODEL.read_text())["fit"]
     weights = {u: w for u, w in family_weights().items() if u.startswith("gemm.")}
     assert sorted(weights) == [f"gemm.{c}" for c in GPU_CLASSES]
-    # 16 combinations each; 4096^3 costs more than 128^3, and 8192^3 weighs Tiles up.
-    assert 16 < weights["gemm.Stage128"] < weights["gemm.Stage"] < weights["gemm.Tiles"]
-    assert combination_weight(None) == 0.0
-    assert combination_weight(2 * 8192**3) == pytest.approx(2.0995, abs=1e-3)
+    # 4096^3 costs more than 128^3, and 8192^3 weighs Tiles up.
+    assert weights["gemm.Stage128"] < weights["gemm.Stage"] < weights["gemm.Tiles"]
+    cal = shard.recorded_calibration()
+    assert (cal.piece, cal.combination, cal.tflop) == (fit["a"], fit["b"], fit["c"])
+    assert cal.gpu(None) == 0.0
+    assert cal.gpu(2 * 8192**3) == pytest.approx(fit["b"] + fit["c"] * 2 * 8192**3 / 1e12)
+    # The 16 Stage128 combinations (no work to speak of) weigh 16 x b seconds, not 16.
+    assert weights["gemm.Stage128"] == pytest.approx(16 * fit["b"], rel=1e-3)
+
+
+@pytest.mark.parametrize("field", ["piece", "combination", "tflop", "cpu_combination"])
+def test_a_calibration_names_the_bad_field(field):
+    good = {"piece": 7.0, "combination": 0.3, "tflop": 1.1, "cpu_combination": 2.0}
+    with pytest.raises(ValueError, match=f"Calibration.{field}=-1.0: must be finite and >= 0"):
+        shard.Calibration(**{**good, field: -1.0})
+
+
+def test_a_missing_cost_model_is_named(tmp_path):
+    with pytest.raises(ValueError, match="cannot read the recorded cost model"):
+        shard.recorded_calibration(ROOT, tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text('{"fit": {}}')
+    with pytest.raises(ValueError, match="needs fit.a, fit.b, fit.c and cpu_lane"):
+        shard.recorded_calibration(ROOT, tmp_path / "bad.json")
 
 
 def test_the_cpu_classes_are_one_unit_and_the_plan_covers_the_whole_suite():
     units = suite_units()
     assert [f.full for f in units["static"]] == ["static.Sm90aResources", "static.CompileTime"]
-    weights = family_weights()
+    weights = combination_weights()
     assert set(weights) == {f"gemm.{c}" for c in GPU_CLASSES} | {"static"}
+    assert len(weights["static"]) == 12 + 2
     every = [f.full for families in units.values() for f in families]
     assert len(every) == len(set(every)) == 8
 
@@ -165,7 +190,6 @@ def test_probe_gpus_names_the_pins_or_the_reason(monkeypatch):
     import torch
 
     from harness.measure import device
-    from harness.suite import shard
 
     monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -179,13 +203,137 @@ def test_probe_gpus_names_the_pins_or_the_reason(monkeypatch):
     )
 
 
-def test_solo_units_run_first_each_alone_and_once():
-    from harness.suite import shard
+def test_split_balances_groups_and_keeps_every_combination_once():
+    combos = {f"gemm.T({i})": w for i, w in enumerate([9.0, 7.0, 6.0, 5.0, 4.0, 1.0, 1.0])}
+    groups = shard.split(combos, 3)
+    assert sorted(c for g in groups for c in g) == sorted(combos)
+    loads = [sum(combos[c] for c in g) for g in groups]
+    assert max(loads) - min(loads) <= max(combos.values())
+    assert shard.split(dict(reversed(list(combos.items()))), 3) == groups
+    with pytest.raises(ValueError, match="parts=0: must be >= 1"):
+        shard.split(combos, 0)
 
-    weights = family_weights()
-    steps = shard.phases(weights, [0, 1], {"gemm.Launch"})
-    assert len(steps) == 2 and list(steps[0].values()) == [["gemm.Launch"]]
-    placed = [u for step in steps for units in step.values() for u in units]
-    assert sorted(placed) == sorted(weights)
-    # Stable: the solo unit keeps its GPU run after run.
-    assert shard.phases(weights, [0, 1], {"gemm.Launch"})[0] == steps[0]
+
+def _pieces(weights):
+    return [shard.Piece(k, k, (k,), w) for k, w in weights.items()]
+
+
+def _busiest(lanes):
+    return max(sum(p.weight for p in ps) for ps in lanes)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("bins", [2, 3, 4])
+def test_partition_finds_the_least_busiest_lane(seed, bins):
+    import itertools
+
+    weights = _weights(7, seed)
+    lanes = shard.partition(_pieces(weights), bins)
+    assert sorted(p.key for ps in lanes for p in ps) == sorted(weights)
+    names = sorted(weights)
+    best = min(
+        max(
+            sum(weights[n] for n, b in zip(names, where, strict=True) if b == i)
+            for i in range(bins)
+        )
+        for where in itertools.product(range(bins), repeat=len(names))
+    )
+    assert _busiest(lanes) == pytest.approx(best)
+    again = shard.partition(list(reversed(_pieces(weights))), bins)
+    assert again == lanes
+
+
+def test_partition_beats_the_greedy_plan_where_the_greedy_plan_is_off():
+    # Greedy (each to the lightest) gives 5+2+2 | 4+3+... ; the best is 5+4 | 3+3+3.
+    weights = {"a": 5.0, "b": 4.0, "c": 3.0, "d": 3.0, "e": 3.0}
+    assert _busiest(shard.partition(_pieces(weights), 2)) == 9.0
+
+
+def test_a_unit_is_cut_only_where_it_pays_and_a_whole_one_never():
+    units = {
+        "gemm.Big": {f"gemm.Big({i})": 4.0 for i in range(12)},
+        "gemm.Small": {f"gemm.Small({i})": 1.0 for i in range(4)},
+        "gemm.Host": {f"gemm.Host({i})": 6.0 for i in range(6)},
+    }
+    one = shard.balance(units, 1, 5.0, {"gemm.Host"})
+    assert sorted(p.key for p in one[0]) == ["gemm.Big", "gemm.Host", "gemm.Small"]
+    four = [p for ps in shard.balance(units, 4, 5.0, {"gemm.Host"}) for p in ps]
+    big = [p for p in four if p.unit == "gemm.Big"]
+    assert len(big) > 1 and [p.unit for p in four].count("gemm.Host") == 1
+    assert sorted(c for p in big for c in p.combos) == sorted(units["gemm.Big"])
+    assert all(p.weight == 5.0 + sum(units["gemm.Big"][c] for c in p.combos) for p in big)
+    # Where a whole unit bounds the busiest lane anyway, a cut gains nothing: none is made.
+    heavy = {**units, "gemm.Host": {f"gemm.Host({i})": 10.0 for i in range(6)}}
+    kept = [p for ps in shard.balance(heavy, 4, 5.0, {"gemm.Host"}) for p in ps]
+    assert sorted(p.key for p in kept) == sorted(units)
+    with pytest.raises(ValueError, match="must be finite and >= 0"):
+        shard.balance({"gemm.X": {"gemm.X(1)": -1.0}}, 2, 1.0)
+
+
+SUITE = {
+    "gemm.Big": {f"gemm.Big({i})": 2.0 for i in range(12)},
+    "gemm.Mid": {f"gemm.Mid({i})": 1.0 for i in range(10)},
+    "gemm.Host": {f"gemm.Host({i})": 1.0 for i in range(4)},
+    "static": {f"static.S({i})": 1.0 for i in range(14)},
+}
+
+
+@pytest.mark.parametrize("gpus", [[0], [0, 1], [0, 1, 2, 3], [3, 5]])
+def test_the_suite_plan_places_every_combination_once_and_keeps_its_lane(gpus):
+    planned = shard.plan_suite(SUITE, gpus, 3.0, {"gemm.Host"}, {"static"}, len(gpus))
+    assert set(planned.gpu) == set(gpus)
+    placed = [c for ps in planned.gpu.values() for p in ps for c in p.combos]
+    assert sorted(placed) == sorted(c for u in SUITE if u != "static" for c in SUITE[u])
+    on_cpu = [c for ps in planned.cpu for p in ps for c in p.combos]
+    assert sorted(on_cpu) == sorted(SUITE["static"])
+    (home,) = [g for g, ps in planned.gpu.items() if any(p.unit == "gemm.Host" for p in ps)]
+    assert planned.gpu[home][0].unit == "gemm.Host"
+    shuffled = {u: dict(reversed(list(cs.items()))) for u, cs in reversed(list(SUITE.items()))}
+    again = shard.plan_suite(shuffled, gpus, 3.0, {"gemm.Host"}, {"static"}, len(gpus))
+    assert again == planned
+
+
+def test_the_cpu_units_are_cut_over_cpu_lanes_only_where_they_would_bound_the_wall():
+    def ends(planned):
+        start = max(p.weight for ps in planned.gpu.values() for p in ps if p.unit == "gemm.Host")
+        gpu = max(sum(p.weight for p in ps) for ps in planned.gpu.values())
+        return gpu, [start + sum(p.weight for p in ps) for ps in planned.cpu]
+
+    # Two GPUs: one CPU lane ends before the busiest GPU, so it stays whole.
+    two = shard.plan_suite(SUITE, [0, 1], 3.0, {"gemm.Host"}, {"static"}, 2)
+    assert [[p.key for p in ps] for ps in two.cpu] == [["static"]]
+    # Four GPUs: whole, it would bound the wall; cut, no CPU lane ends after the GPUs.
+    four = shard.plan_suite(SUITE, [0, 1, 2, 3], 3.0, {"gemm.Host"}, {"static"}, 4)
+    gpu, cpu = ends(four)
+    assert 1 < len(four.cpu) <= 4 and max(cpu) <= gpu
+    # Never more CPU lanes than the host allows.
+    assert len(shard.plan_suite(SUITE, [0, 1, 2, 3], 3.0, {"gemm.Host"}, {"static"}, 1).cpu) == 1
+    with pytest.raises(ValueError, match="lanes_cpu=0: must be >= 1"):
+        shard.plan_suite(SUITE, [0], 3.0, lanes_cpu=0)
+    with pytest.raises(ValueError, match="distinct"):
+        shard.plan_suite(SUITE, [0, 0], 3.0)
+    assert shard.cpu_lanes(32) == 2 and shard.cpu_lanes(4) == 1
+
+
+def test_the_recorded_model_gets_the_best_whole_family_split_on_two_gpus():
+    """The plan in seconds finds the split no other whole-family split beats."""
+    import itertools
+
+    from harness.suite import cost
+
+    m = cost.upgrade(json.loads(shard.COST_MODEL.read_text()), ROOT)
+    gpu, _ = cost.lane_seconds(m, 2, cost.GROWTHS["as is"])
+    seconds = {**m["gpu_units"], **m["solo"]}
+    names = sorted(seconds)
+    best = min(
+        max(sum(seconds[n] for n, b in zip(names, w, strict=True) if b == i) for i in (0, 1))
+        for w in itertools.product((0, 1), repeat=len(names))
+    )
+    assert max(gpu.values()) == pytest.approx(best)
+
+
+def test_the_suite_combination_weights_cover_every_combination():
+    per_combo = shard.combination_weights(ROOT)
+    listed = discovery.listing(ROOT)
+    for unit, entry in listed.items():
+        assert set(per_combo[unit]) == {aliases[1] for aliases in entry["names"].values()}

@@ -1,0 +1,73 @@
+"""The self-test's injection math on synthetic numbers: the first guess of delay cycles,
+the correction steps, and when a seen injection misses its request."""
+
+import pytest
+
+from harness.gate import inject
+
+
+def test_first_guess_spreads_the_fraction_over_the_waves():
+    # 2% of a 9 us kernel at 1980 cycles/us, one wave: 356 cycles per block.
+    assert inject.initial_cycles(0.02, 0.009, 1.98e6, 1) == 356
+    # 1024 blocks over 132 SMs: 8 waves, each block spins an eighth as long.
+    n = inject.waves(1024, 132)
+    assert n == 8
+    assert inject.initial_cycles(0.01, 1.6, 1.98e6, n) == round(0.01 * 1.6 * 1.98e6 / 8)
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        ((0.0, 1.0, 1e6, 1), "fraction=0.0"),
+        ((1.5, 1.0, 1e6, 1), "fraction=1.5"),
+        ((0.02, 0.0, 1e6, 1), "base_ms=0.0"),
+        ((0.02, 1.0, 1e6, 0), "waves=0"),
+    ],
+)
+def test_first_guess_rejects_bad_input(args, field):
+    with pytest.raises(ValueError, match=field):
+        inject.initial_cycles(*args)
+
+
+def test_waves_rejects_an_empty_grid():
+    with pytest.raises(ValueError, match="blocks=0"):
+        inject.waves(0, 132)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        lambda c: 2e-6 * c,  # proportional
+        lambda c: 0.004 + 1e-6 * c,  # a fixed cost of the spin
+        lambda c: 1e-6 * c - 0.002,  # the first cycles hide in the pipeline's fill
+        lambda c: 3e-6 * c**0.9,  # blocks sharing an SM: less than proportional
+    ],
+)
+def test_correction_converges_on_synthetic_kernels(model):
+    """From the first guess (here far off: the models are not proportional), the steps
+    reach the request within the worker's calibration tolerance, and the kernel is left
+    at the closest step's cycles."""
+
+    class Kernel:
+        blocks, delay_cycles = 1024, 0
+
+    kernel = Kernel()
+    record = inject.calibrate(kernel, 0.02, 0.5, (1.98e6, 132), lambda: model(kernel.delay_cycles))
+    assert record["steps"][0][0] == inject.initial_cycles(0.02, 0.5, 1.98e6, 8)
+    assert len(record["steps"]) < inject.MAX_STEPS
+    assert inject.within(record["seen"], 0.02, inject.CALIBRATION_TOLERANCE), record
+    assert kernel.delay_cycles == record["cycles"] and model(record["cycles"]) == record["seen"]
+
+
+def test_a_step_that_saw_nothing_doubles_the_cycles():
+    assert inject.next_cycles([(500, 0.0)], 0.02) == 1000
+    assert inject.next_cycles([(500, -0.001)], 0.02) == 1000
+    with pytest.raises(ValueError, match="steps"):
+        inject.next_cycles([], 0.02)
+
+
+def test_miss_is_silent_within_the_tolerance_and_says_why_beyond():
+    assert inject.miss(0.0229, 0.02) is None and inject.miss(0.0171, 0.02) is None
+    why = inject.miss(0.0587, 0.02)
+    assert "+5.87% for +2.00% injected, off by +3.87 pp (tolerance ±0.3 pp)" in why
+    assert inject.miss(None, 0.02) == "no injected ratio was measured"
