@@ -1,5 +1,6 @@
 """Stand-ins for the GPU-facing pieces, shared by the CPU tests: a GEMM case, a timing
-batch, an NVML reader and module, and the gate's worker."""
+batch, an NVML reader and module, the gate's worker, and the asv configuration of a
+throwaway repository's tiny suite."""
 
 from __future__ import annotations
 
@@ -173,3 +174,19 @@ class FakePairedWorker:
             }
         )
         return paired_payload(self.rng, shard, inject, trees)
+
+
+def tiny_asv_conf(benchmark_dir: str = "suite") -> dict:
+    """asv.conf.json of a throwaway repository: its suite in ``benchmark_dir``, everything
+    asv writes under ``.asv``."""
+    return {
+        "version": 1,
+        "project": "t",
+        "repo": ".",
+        "branches": ["main"],
+        "benchmark_dir": benchmark_dir,
+        "results_dir": ".asv/results",
+        "html_dir": ".asv/html",
+        "env_dir": ".asv/env",
+        "environment_type": "virtualenv",
+    }

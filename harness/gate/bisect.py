@@ -160,8 +160,8 @@ def side_failed(rounds: list[dict], side: str) -> bool:
     """Whether the worker of ``side`` failed in any round, as a whole or on a benchmark."""
     for r in rounds:
         if r.get("mode") == "paired" or "fatal" in r:  # one paired process, all sides
-            if "fatal" in r:
-                return True
+            if "fatal" in r:  # one side's when the worker names it, else all of them
+                return r.get("side", side) == side
             entries = [e.get("sides", {}).get(side, {}) for e in r.get("results", {}).values()]
             if any("error" in entry for entry in entries):
                 return True
@@ -183,7 +183,9 @@ def judge(comparison: gate.Comparison, names: Iterable[str]) -> str:
     statuses = {v.name: v.status for v in comparison.verdicts}
     if gd.REGRESSION in statuses.values():
         return BAD
-    if not statuses or side_failed(comparison.rounds, "base"):
+    if side_failed(comparison.rounds, "base") or (
+        not statuses and not side_failed(comparison.rounds, "head")
+    ):
         raise BisectError("the gate failed on GOOD, which measured fine before (report above)")
     if all(statuses.get(name) in (gd.UNCHANGED, gd.IMPROVEMENT) for name in names):
         return GOOD
@@ -463,11 +465,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return finish(EXIT_INTERRUPTED, "interrupted before GOOD and BAD were compared")
     statuses = _statuses(ends)
-    if not statuses:
+    base_failed = side_failed(ends.rounds, "base")
+    head_failed = gd.FAILED in statuses.values() or side_failed(ends.rounds, "head")
+    if not statuses and not (base_failed or head_failed):
         return finish(EXIT_FAILURE, f"error: --bench={bench!r} matched no benchmark")
-    if side_failed(ends.rounds, "base") or gd.FAILED in statuses.values():
+    if base_failed or head_failed:
         print(ends.report)
-        side = "GOOD" if side_failed(ends.rounds, "base") else "BAD"
+        side = "GOOD" if base_failed else "BAD"
         return finish(
             EXIT_FAILURE,
             f"error: the gate failed on {side} itself (report above); narrow --bench to "

@@ -73,7 +73,7 @@ def worktree(out: Path, name: str, sha: str) -> Path:
             check=False,
             capture_output=True,
         )
-    git("worktree", "add", "--detach", "--force", str(path), sha)
+    git("worktree", "add", "--detach", "--force", str(path), sha, cwd=ROOT)
     return path
 
 
@@ -338,9 +338,13 @@ def interleave_gpus(
 
 def merge(payloads: list[dict]) -> dict:
     """One payload from several GPUs' shards of one side and round."""
-    fatal = [p["fatal"] for p in payloads if "fatal" in p]
+    fatal = [p for p in payloads if "fatal" in p]
     if fatal:
-        return {"fatal": "; ".join(fatal)}
+        merged = {"fatal": "; ".join(dict.fromkeys(p["fatal"] for p in fatal))}
+        sides = {p.get("side") for p in fatal}
+        if len(sides) == 1 and None not in sides:
+            merged["side"] = sides.pop()  # a paired worker named the side that failed
+        return merged
     results: dict = {}
     for p in payloads:
         results.update(p.get("results", {}))

@@ -366,6 +366,14 @@ def share_inputs(data, ref) -> bool:
     return same
 
 
+class SideFailed(Exception):
+    """One side of a paired run failed as a whole (its suite does not import or list)."""
+
+    def __init__(self, side: str):
+        super().__init__(side)
+        self.side = side
+
+
 def run_paired(
     sides: dict[str, Path],
     pattern: str | None,
@@ -379,10 +387,14 @@ def run_paired(
     bool}}``; an ``injected`` side (test-only, side -> fraction) launches its kernel's
     delayed build, calibrated to that fraction (``"injection": {side: record}``)."""
     trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
-    prepared = {
-        side: prepare_side(tree, trees, pattern, only, delayed=bool(injected.get(side)))
-        for side, tree in sides.items()
-    }
+    prepared = {}
+    for side, tree in sides.items():
+        try:
+            prepared[side] = prepare_side(
+                tree, trees, pattern, only, delayed=bool(injected.get(side))
+            )
+        except Exception as err:  # that revision's suite does not import: its failure alone
+            raise SideFailed(side) from err
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
     nvml = open_nvml()
     clock = (sleep_cycles_per_ms(_paired_median_ms), sm_count()) if any(injected.values()) else None
@@ -526,7 +538,12 @@ def main() -> int:
             payload["timer"] = TIMER["name"] + (f" ({TIMER['why']})" if TIMER["why"] else "")
             payload["tilelang"] = _tilelang_version()
         except Exception as err:  # a side failed to import or discover
-            payload = {"fatal": "".join(traceback.format_exception_only(type(err), err)).strip()}
+            cause = err.__cause__ if isinstance(err, SideFailed) else err
+            payload = {
+                "fatal": "".join(traceback.format_exception_only(type(cause), cause)).strip()
+            }
+            if isinstance(err, SideFailed):
+                payload["side"] = err.side  # the other sides did not fail
         payload["seconds"] = time.perf_counter() - start
         args.out.write_text(json.dumps(payload))
         return 0

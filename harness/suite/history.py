@@ -14,6 +14,11 @@ the ones already stored. Each commit runs with its own suite, kernels and harnes
 (``--set-commit-hash``; the worktree first on ``ASV_PYTHONPATH``), one ``asv run`` per
 unit (``harness.suite.run``), so an interrupted commit resumes where it stopped.
 
+A commit whose suite cannot be listed (it does not import or build) is stored as failed
+for the machine, with the first line of its error (``result_files.record_failure``), and
+the run goes on to the next commit. A commit stored as failed counts as stored, and is
+not tried again unless ``--retry-failed``.
+
 Exit status: 0 all measured, 2 a benchmark or commit failed (after everything else was
 measured and pushed), 130 interrupted (what finished is stored).
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -29,8 +35,8 @@ from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, positive_int, regex
 from harness.gate import revisions
-from harness.suite import discovery, results_branch
-from harness.suite.run import Target, run_target
+from harness.suite import discovery, result_files, results_branch
+from harness.suite.run import CPU_LANE, Lane, SuiteError, Target, run_target, stored
 
 ROOT = revisions.ROOT
 DEFAULT_MAX_COMMITS = 16
@@ -70,7 +76,7 @@ def stored_commits(results: Path, machine: str) -> set[str]:
             continue
         try:
             out.add(json.loads(path.read_text())["commit_hash"])
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
 
@@ -79,7 +85,7 @@ def after_newest_stored(branch: str, results: Path, machine: str, cwd: Path = RO
     """Commits of ``branch`` from the newest one stored for ``machine`` on, oldest first
     (the whole first-parent history when nothing is stored). The newest stored one comes
     first: an interrupted run left it partial, and the runner measures only what it
-    lacks."""
+    lacks. A commit stored as failed counts as stored."""
     history = commits_in(branch, cwd)
     have = stored_commits(results, machine)
     newest = max((i for i, sha in enumerate(history) if sha in have), default=0)
@@ -122,14 +128,24 @@ def measure(
     user: list[str],
     gpu: bool,
     log=print,
+    retry_failed: bool = False,
 ) -> dict[str, int]:
     """Measure each commit in its own worktree, oldest first; ``{sha: exit status}``.
+    A commit whose suite cannot be listed is stored as failed (exit status 2) and the
+    next one follows; one already stored as failed is left out unless ``retry_failed``.
     Stops at Ctrl-C (what finished is stored)."""
     statuses: dict[str, int] = {}
     work = ROOT / ".asv"
+    failed = result_files.failures(results_dir(ROOT), machine)
     for i, sha in enumerate(commits, 1):
-        subject = revisions.git("log", "-1", "--format=%s", sha)[:60]
+        subject = revisions.git("log", "-1", "--format=%s", sha, cwd=ROOT)[:60]
         log(f"history: [{i}/{len(commits)}] {sha[:10]} {subject}")
+        if sha in failed and not retry_failed:
+            log(
+                f"history: {sha[:10]} is stored as failed ({failed[sha].error}); skipped "
+                "(--retry-failed measures it again)"
+            )
+            continue
         start = time.perf_counter()
         tree = revisions.worktree(work, f"commit-{sha[:10]}", sha)
         try:
@@ -137,12 +153,7 @@ def measure(
                 log(f"history: {sha[:10]} has no asv suite; skipped")
                 statuses[sha] = EXIT_OK
                 continue
-            target = Target(
-                tree, sha, machine, config=commit_config(tree), env=revisions.tree_env(tree)
-            )
-            if gpu:
-                _precompile(tree, dict(revisions.tree_env(tree)))
-            code = run_target(target, user, [], None, log=log, none_ok=True)
+            code = _measure_commit(tree, sha, machine, user, gpu, log)
             statuses[sha] = code
             log(f"history: {sha[:10]} done in {time.perf_counter() - start:.0f} s (exit {code})")
             if code == EXIT_INTERRUPTED:
@@ -150,6 +161,54 @@ def measure(
         finally:
             revisions.remove_worktree(tree)
     return statuses
+
+
+def _measure_commit(tree: Path, sha: str, machine: str, user: list[str], gpu: bool, log) -> int:
+    """One commit's ``run_target`` in its worktree ``tree``. A commit that cannot be
+    measured at all is stored as failed (``result_files.record_failure``), exit 2: its
+    asv.conf.json cannot be read, its suite cannot be listed (it does not import), or
+    every selected benchmark failed (its kernels do not compile)."""
+    try:
+        config = commit_config(tree, ROOT)
+    except (OSError, ValueError) as err:  # the commit's asv.conf.json cannot be read
+        error = str(err)
+    else:
+        target = Target(tree, sha, machine, config=config, env=revisions.tree_env(tree))
+        if gpu:
+            _precompile(tree, dict(revisions.tree_env(tree)))
+        try:
+            code = run_target(target, user, [], None, log=log, none_ok=True)
+        except SuiteError as err:
+            error = str(err)
+        else:
+            if code != EXIT_FAILURE or _any_value(target):
+                return code
+            error = _first_error(tree) or "no selected benchmark produced a value"
+    error = result_files.first_line(error)
+    path = result_files.record_failure(Target(ROOT, sha, machine), error, log)
+    log(f"history: {sha[:10]} cannot be measured: {error}; stored as failed in {path}")
+    return EXIT_FAILURE
+
+
+def _any_value(target: Target) -> bool:
+    """Whether any benchmark of ``target``'s commit holds a value, in any lane."""
+    return any(
+        stored(target.results_dir(), lane.machine(target.machine), target.sha)
+        for lane in (Lane(), CPU_LANE)
+    )
+
+
+_EXCEPTION = re.compile(r"^\s*((?:\w+\.)*\w*(?:Error|Exception)\b.*)$")
+
+
+def _first_error(tree: Path) -> str | None:
+    """The first exception line in the asv logs of ``tree`` (``tree/.asv/run-*.log``)."""
+    for log_file in sorted((tree / ".asv").glob("run-*.log")):
+        for line in log_file.read_text(errors="replace").splitlines():
+            found = _EXCEPTION.match(line)
+            if found:
+                return found.group(1).strip()
+    return None
 
 
 def _selection(args) -> list[str]:
@@ -173,7 +232,7 @@ def _summary(statuses: dict[str, int], left: list[str], log=print) -> int:
 
 
 def backfill(args, machine: str, gpu: bool) -> int:
-    commits = commits_in(args.rev_range)
+    commits = commits_in(args.rev_range, ROOT)
     if not commits:
         raise RangeError(f"REV_RANGE={args.rev_range!r}: holds no commit")
     if len(commits) > args.max_commits:
@@ -183,18 +242,20 @@ def backfill(args, machine: str, gpu: bool) -> int:
         )
     # Stored commits are visited too: the runner skips every unit already stored, so a
     # complete commit costs a listing and an interrupted one resumes.
-    return _summary(measure(commits, machine, _selection(args), gpu), [])
+    return _summary(
+        measure(commits, machine, _selection(args), gpu, retry_failed=args.retry_failed), []
+    )
 
 
 def publish(args, machine: str, gpu: bool) -> int:
-    results = results_dir()
+    results = results_dir(ROOT)
     if args.sync:
         print(results_branch.checkout(results, args.results_branch, args.remote))
-    pending = after_newest_stored(args.branch, results, machine)
+    pending = after_newest_stored(args.branch, results, machine, ROOT)
     if not pending:
         print(f"history: every commit of {args.branch} is stored for {machine}")
     run, left = pending[: args.max_commits], pending[args.max_commits :]
-    statuses = measure(run, machine, _selection(args), gpu) if run else {}
+    statuses = measure(run, machine, _selection(args), gpu, retry_failed=args.retry_failed)
     code = _summary(statuses, left)
     measured = [sha[:10] for sha in statuses]
     if measured and args.sync:
@@ -239,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"most commits one run measures (default {DEFAULT_MAX_COMMITS})",
     )
     common.add_argument("--machine", default=None, help="asv machine name (default: the GPU's)")
+    common.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="measure again the commits stored as failed (their suite did not build)",
+    )
     pub = sub.add_parser("publish", parents=[common], help="measure main's new commits, push")
     pub.add_argument("--branch", default="main", help="the branch whose commits are measured")
     pub.add_argument("--results-branch", default=results_branch.BRANCH)

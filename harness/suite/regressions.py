@@ -5,12 +5,13 @@ latest step in the stored asv history is a slowdown beyond that benchmark's own 
         [-b REGEX] [--markdown FILE] [--json FILE] [--calibration FILE] [--fail-on-regression]
     nox -s regressions -- ...
 
-It reads asv's results files (``asv.results``) and fits each benchmark's per-commit
-values (asv's medians, weighted as ``asv publish`` weights them), in the branch's
-first-parent order (``git rev-list --first-parent``; by the results' dates where git
-cannot say), with asv's step detection: the Potts solver behind ``detect_steps``
-(``asv.step_detect.solve_potts_approx``, the piecewise-constant fit of asv's graphs and
-regressions.json).
+It reads asv's results files through ``harness.suite.result_files`` (asv's loader, each
+file checked; a commit stored as failed and a damaged file left out and named) and fits
+each benchmark's per-commit values (asv's medians, weighted as ``asv publish`` weights
+them), in the branch's first-parent order (``git rev-list --first-parent``; by the
+results' dates where git cannot say), with asv's step detection: the Potts solver behind
+``detect_steps`` (``asv.step_detect.solve_potts_approx``, the piecewise-constant fit of
+asv's graphs and regressions.json).
 
 What changes from ``asv publish`` is the threshold: asv applies one flat factor
 (``regressions_thresholds``, 5%), too coarse for a 4096^3 GEMM that repeats to 0.3% and
@@ -88,7 +89,6 @@ found or not (1 with ``--fail-on-regression`` when something regressed), 2 on ba
 from __future__ import annotations
 
 import argparse
-import ast
 import itertools
 import json
 import math
@@ -102,7 +102,8 @@ from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION, fraction, output_file, regex
 from harness.policy import POLICY
-from harness.suite import discovery
+from harness.suite import discovery, result_files
+from harness.suite.result_files import Point, Series
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MIN_HISTORY = 8  # commits before the history's own spread is trusted (7 differences)
@@ -112,37 +113,6 @@ SOURCES = ("calibration", "history", "samples", "floor")
 
 class InputError(ValueError):
     """A command-line input that cannot be used; the message names the argument."""
-
-
-@dataclass(frozen=True, slots=True)
-class Point:
-    """One commit's stored result of one benchmark."""
-
-    commit: str
-    value: float  # asv's value: the median of the samples for this suite's tracks
-    weight: float | None  # asv's data-point weight (2 / width of the 99% CI)
-    samples: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Series:
-    """One benchmark's history on one machine, measured commits in branch order."""
-
-    key: str  # asv's benchmark: gemm.Stage.track_latency
-    params: tuple[str, ...]  # asv's stored parameter values (reprs): ("'4096x4096x4096'", ...)
-    unit: str
-    points: tuple[Point, ...]
-
-    @property
-    def name(self) -> str:
-        """asv's name, as ``-b`` and ``asv publish`` give it."""
-        return f"{self.key}({', '.join(self.params)})" if self.params else self.key
-
-    @property
-    def combination(self) -> str:
-        """The gate's (and the calibration file's) name of this parameter combination."""
-        family = self.key.rsplit(".", 1)[0]
-        return discovery.combination_name(family, tuple(_literal(p) for p in self.params))
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,13 +189,6 @@ class Regression:
         }
 
 
-def _literal(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def human(value: float, unit: str) -> str:
     """asv's rendering for seconds (``1.23ms``, ``197μs``); anything else, a ratio, as is."""
     if unit == "seconds":
@@ -235,18 +198,13 @@ def human(value: float, unit: str) -> str:
     return f"{value:.4g}"
 
 
-# --- reading the stored history ------------------------------------------------------
+# --- where the history is, in which order ---------------------------------------------
 
 
 def default_results_dir(root: Path = ROOT) -> Path:
     """``results_dir`` of ``root/asv.conf.json``."""
     conf = discovery.read_asv_conf(root)
     return (discovery.conf_path(root).parent / conf.get("results_dir", "results")).resolve()
-
-
-def machines(results_dir: Path) -> list[str]:
-    """The asv machines with a folder (and its machine.json) under ``results_dir``."""
-    return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json"))
 
 
 def commit_order(branch: str = "main", cwd: Path | None = None) -> list[str] | None:
@@ -309,70 +267,6 @@ def latest_values(series: Iterable[Series], machine: str) -> list[dict]:
                 }
             )
     return out
-
-
-def _units(results_dir: Path) -> dict[str, str]:
-    """``{benchmark: unit}`` from the benchmarks.json asv keeps beside the machines."""
-    try:
-        data = json.loads((Path(results_dir) / "benchmarks.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v.get("unit", "") for k, v in data.items() if isinstance(v, dict)}
-
-
-def _weight(stats) -> float | None:
-    from asv import _stats
-
-    return _stats.get_weight(stats)
-
-
-def load_history(
-    results_dir: Path, machine: str, commits: Sequence[str] | None = None
-) -> tuple[list[Series], int]:
-    """Every benchmark's series on ``machine``, and how many stored commits were left out
-    because ``commits`` (the branch, oldest first) does not hold them. Without ``commits``
-    the results' own dates order them. A failed or skipped combination is a gap."""
-    from asv.results import iter_results_for_machine
-
-    runs = list(iter_results_for_machine(str(results_dir), machine))
-    if commits is None:
-        runs.sort(key=lambda r: (r.date or 0, r.commit_hash))
-        order = {}
-        for r in runs:
-            order.setdefault(r.commit_hash, len(order))
-    else:
-        order = {sha: i for i, sha in enumerate(commits)}
-    ignored = {r.commit_hash for r in runs if r.commit_hash not in order}
-    # (key, params) -> {position: (started_at, Point)}; of two environments' results for
-    # one commit, the newer run wins.
-    table: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, Point]]] = {}
-    for run in runs:
-        pos = order.get(run.commit_hash)
-        if pos is None:
-            continue
-        for key in run.get_all_result_keys():
-            params = run.get_result_params(key)
-            combos = list(itertools.product(*params)) if params else [()]
-            values = run.get_result_value(key, params)
-            stats = run.get_result_stats(key, params)
-            samples = run.get_result_samples(key, params)
-            started = run.started_at.get(key) or 0
-            for j, combo in enumerate(combos):
-                value = values[j]
-                if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                    continue  # failed (None), skipped (NaN): no measurement
-                got = [float(x) for x in (samples[j] or []) if math.isfinite(x)]
-                point = Point(run.commit_hash, float(value), _weight(stats[j]), tuple(got))
-                slot = table.setdefault((key, tuple(combo)), {})
-                if pos not in slot or slot[pos][0] <= started:
-                    slot[pos] = (started, point)
-    units = _units(results_dir)
-    series = [
-        Series(key, params, units.get(key, ""), tuple(slot[p][1] for p in sorted(slot)))
-        for (key, params), slot in table.items()
-    ]
-    series.sort(key=lambda s: s.name)
-    return series, len(ignored)
 
 
 def load_calibration(path: Path, missing_ok: bool = True) -> dict[str, dict]:
@@ -565,7 +459,7 @@ def find(
         from harness.gate.revisions import calibration_path
 
         calibration = load_calibration(calibration_path(machine))
-    series, _ = load_history(results_dir, machine, commits)
+    series, _ = result_files.load_history(results_dir, machine, commits)
     return detect(select(series, bench), machine, calibration, floor, min_commits)
 
 
@@ -679,7 +573,7 @@ def _resolve_inputs(args: argparse.Namespace) -> tuple[Path, list[str], dict[str
         results, what = args.results, f"--results={args.results}"
     if not results.is_dir():
         raise InputError(f"{what}: no such folder")
-    known = machines(results)
+    known = result_files.machines(results)
     if not known:
         raise InputError(f"{what}: holds no asv machine (no */machine.json)")
     chosen = list(dict.fromkeys(args.machine or known))
@@ -726,13 +620,24 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
     if commits is None:
         note(f"git has no branch {args.branch!r} here: commits ordered by their results' dates")
     histories = {}
+    unread: list[str] = []  # files that could not be read: an error, exit 2 at the end
     for name in chosen:
-        series, ignored = load_history(results, name, commits)
-        if ignored:
-            hint = "" if series else f" (none is: is {args.branch!r} the branch, up to date?)"
-            note(f"{name}: {ignored} stored commit(s) not on {args.branch} left out{hint}")
-        histories[name] = select(series, args.bench)
-    if args.bench is not None and not any(histories.values()):
+        broken = result_files.check_machine(results, name)
+        if broken:
+            unread.append(f"{results / name / 'machine.json'}: damaged ({broken})")
+            continue
+        read = result_files.read_history(results, name, commits)
+        unread += [f"{d.path}: damaged ({d.reason})" for d in read.damaged]
+        if read.failed:
+            shas = ", ".join(f.sha[:8] for f in read.failed)
+            note(f"{name}: {len(read.failed)} commit(s) stored as failed left out: {shas}")
+        if read.ignored:
+            hint = "" if read.series else f" (none is: is {args.branch!r} the branch?)"
+            note(f"{name}: {read.ignored} stored commit(s) not on {args.branch} left out{hint}")
+        histories[name] = select(read.series, args.bench)
+    for line in unread:
+        print(f"{p.prog}: error: {line}; left out", file=sys.stderr)
+    if args.bench is not None and not any(histories.values()) and not unread:
         print(
             f"{p.prog}: error: -b/--bench={args.bench!r}: matches no stored benchmark of "
             f"{', '.join(chosen)} in {results}",
@@ -745,11 +650,16 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
         latest += latest_values(series, name)
     checked = sum(len(s) for s in histories.values())
     markdown = render_markdown(found, checked, chosen, args.branch)
+    if unread:
+        markdown += f"\n{len(unread)} results file(s) could not be read and were left out:\n\n"
+        markdown += "".join(f"- `{_cell(line)}`\n" for line in unread)
     print(markdown, end="")
     if args.markdown:
         args.markdown.write_text(markdown)
     if args.json:
         args.json.write_text(render_json(with_commits(found, commits), latest))
+    if unread:
+        return EXIT_FAILURE
     return EXIT_REGRESSION if found and args.fail_on_regression else EXIT_OK
 
 

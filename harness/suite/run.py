@@ -52,7 +52,7 @@ from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, gpu_list, regex
 from harness.measure.gpu_state import visible_entry
-from harness.suite import discovery, shard
+from harness.suite import discovery, result_files, shard
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 _PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
@@ -97,22 +97,39 @@ class Target:
         return (path.parent / conf.get("results_dir", "results")).resolve()
 
 
+class SuiteError(RuntimeError):
+    """The target's suite cannot be listed (it does not import: a syntax error in its
+    kernels, say); the message is the error's one line."""
+
+
 def suite_listing(target: Target) -> dict[str, dict]:
     """``discovery.listing`` of the target's suite: in this process for this checkout;
     for another revision's tree in a child process with that tree on the path, since its
-    suite imports that revision's harness and kernels."""
+    suite imports that revision's harness and kernels. SuiteError when it fails."""
     if target.tree.resolve() == ROOT:
-        return discovery.listing(ROOT)
+        try:
+            return discovery.listing(ROOT)
+        except Exception as err:  # anything the suite's import raises
+            raise SuiteError(f"{type(err).__name__}: {err}") from err
     script = Path(discovery.__file__).resolve()
     out = subprocess.run(
         [target.python, str(script), "--list", str(target.tree)],
         cwd=target.tree,
         env=_env(target, None),
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
     )
-    return json.loads(out.stdout)
+    lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
+    if out.returncode:
+        raise SuiteError(lines[-1] if lines else f"listing exited {out.returncode}")
+    try:
+        listed = json.loads(out.stdout)
+    except ValueError as err:
+        raise SuiteError(f"the listing is not JSON ({err})") from None
+    if not isinstance(listed, dict):
+        raise SuiteError(f"the listing is a JSON {type(listed).__name__}, not an object")
+    return listed
 
 
 def select(listed: Mapping[str, dict], user: list[str]) -> dict[str, list[str]]:
@@ -248,11 +265,12 @@ def lane_pieces(
 
 
 def plan_units(
-    target: Target, user: list[str], gpus: list[int] | None
+    target: Target, user: list[str], gpus: list[int] | None, log: Callable[[str], None] = print
 ) -> tuple[dict[Lane, list[Job]], int]:
     """Each lane's jobs (``lane_pieces``, each piece narrowed to the selection minus the
     combinations stored for this commit on that lane's machine) and how many pieces
-    hold a selected benchmark."""
+    hold a selected benchmark. A damaged results file of the commit is set aside first
+    (``result_files.sweep``), so its combinations count as not stored."""
     listed = suite_listing(target)
     chosen = select(listed, user)
     every = {u: len(entry["names"]) for u, entry in listed.items()}
@@ -267,7 +285,10 @@ def plan_units(
     cpu_lanes = shard.cpu_lanes(os.cpu_count() or 1)
     for lane, lane_ps in lane_pieces(listed, gpus, weights, piece, cpu_lanes).items():
         machine = lane.machine(target.machine)
-        done = done_by_machine.setdefault(machine, stored(results_dir, machine, target.sha))
+        if machine not in done_by_machine:
+            result_files.sweep(results_dir, machine, target.sha, lambda s: log(f"run: {s}"))
+            done_by_machine[machine] = stored(results_dir, machine, target.sha)
+        done = done_by_machine[machine]
         for piece in lane_ps:
             aliases = listed[piece.unit]["names"]
             mine = [n for n in chosen.get(piece.unit, []) if aliases[n][1] in piece.combos]
@@ -298,7 +319,7 @@ def run_target(
     matches nothing is bad input, unless ``none_ok`` (an older commit that predates the
     selected benchmarks)."""
     user, asv_args = list(user or []), list(asv_args or [])
-    lanes, selected = plan_units(target, user, gpus)
+    lanes, selected = plan_units(target, user, gpus, log)
     cpu_lanes = sum(lane.cpu for lane in lanes)
     if cpu_lanes > 1:
         # The CPU lanes' compile workers together stay within half the cores, as one's did.
@@ -480,7 +501,11 @@ def main(argv: list[str] | None = None) -> int:
     sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True).strip()
     target = Target(ROOT, sha, args.machine or device.machine_name())
     start = time.perf_counter()
-    code = run_target(target, user, args.asv_args, gpus, log=_log)
+    try:
+        code = run_target(target, user, args.asv_args, gpus, log=_log)
+    except SuiteError as err:
+        print(f"run: error: the suite of {sha[:10]} cannot be listed: {err}", file=sys.stderr)
+        return EXIT_FAILURE
     print(timing_line("measure", time.perf_counter() - start), flush=True)
     if not args.no_publish and code != EXIT_INTERRUPTED:
         start = time.perf_counter()

@@ -5,6 +5,7 @@ gate's comparison faked."""
 import itertools
 import json
 import math
+import random
 import re
 import subprocess
 
@@ -15,6 +16,7 @@ from harness.gate import bisect, revisions
 from harness.gate import decide as gd
 from harness.gate import run as gate
 from harness.measure import device
+from tests.fakes import paired_payload
 
 # The search.
 
@@ -283,6 +285,8 @@ def test_a_missing_gpu_index_exits_2(repo, listing, tmp_path, capsys, monkeypatc
 
 # main() end to end, the gate's comparison faked.
 
+gate_compare = gate.compare  # the real one, before a fixture fakes it
+
 
 class FakeGate:
     """Stands in for run.compare: ``NAMES[0]`` regresses from commit ``planted`` on (by
@@ -389,3 +393,36 @@ def test_main_interrupted_keeps_what_finished(repo, gpu, tmp_path, capsys, monke
     record = json.loads((tmp_path / "out" / "bisect.json").read_text())
     assert record["interrupted"] and len(record["steps"]) == 3
     assert shas[6] in [c["sha"] for c in record["candidates"]]
+
+
+def test_a_commit_that_does_not_build_is_skipped_in_the_paired_gate(
+    repo, gpu, tmp_path, capsys, monkeypatch
+):
+    """The real paired comparison, its worker faked: c5 has a syntax error in its kernels,
+    so the paired worker fails as a whole, naming the side that did not import."""
+    shas = _shas(repo)
+    index = {sha: i for i, sha in enumerate(shas)}
+    monkeypatch.setattr(revisions, "worktree", lambda out, name, sha: tmp_path / sha)
+    monkeypatch.setattr(revisions, "precompile", lambda *a, **kw: None)
+    monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
+    monkeypatch.setattr(revisions, "resources", lambda tree, names, out_file, site=None: {})
+    monkeypatch.setattr(device, "gpu_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(device, "versions", lambda: {"tilelang": "0.1.15"})
+    monkeypatch.setattr(gate, "compare", gate_compare)
+    rng = random.Random(7)
+    heads = []
+
+    def run_paired(trees, bench, out_file, **kwargs):
+        head = index[trees["head"].name]
+        heads.append(head)
+        if head == 5:
+            fatal = "SyntaxError: '(' was never closed (gemm.py, line 12)"
+            return {"fatal": fatal, "side": "head", "seconds": 1.0}
+        names = [n for n in NAMES if re.search(bench, n)]
+        return paired_payload(rng, names, {"head": 0.05 if head >= 6 else 0.0}, trees)
+
+    monkeypatch.setattr(revisions, "run_paired", run_paired)
+    assert _main(tmp_path, shas[0], "HEAD", "--method", "paired") == EXIT_OK
+    out = capsys.readouterr().out
+    assert 5 in heads
+    assert f"{shas[5][:10]} c5 (skipped)" in out and f"{shas[6][:10]} c6 (bad)" in out

@@ -138,6 +138,10 @@ def test_multi_gpu_gate_keeps_base_and_head_of_a_benchmark_on_one_gpu(monkeypatc
 def test_merge_keeps_a_fatal_shard_visible():
     merged = revisions.merge([{"results": {"a": {}}}, {"fatal": "ImportError"}])
     assert merged == {"fatal": "ImportError"}
+    # Paired shards that each name the side that did not import keep naming it.
+    head = {"fatal": "SyntaxError", "side": "head"}
+    assert revisions.merge([head, dict(head)]) == head
+    assert "side" not in revisions.merge([head, {"fatal": "OOM", "side": "base"}])
 
 
 def test_missing_calibration_file_is_refused_before_measuring(tmp_path):

@@ -164,6 +164,20 @@ def test_sides_share_inputs_of_the_same_shapes_only(worker):
     assert not worker.share_inputs(object(), ref)  # a revision whose inputs look different
 
 
+def test_a_side_whose_suite_does_not_import_is_named_in_the_fatal_payload(
+    worker, monkeypatch, tmp_path
+):
+    base, head = _tree(tmp_path / "a", "base"), _tree(tmp_path / "b", "head")
+    (head / "kernels" / "__init__.py").write_text("REVISION = (\n")  # a syntax error
+    out = tmp_path / "out.json"
+    argv = ["worker.py", "--side", f"base={base}", "--side", f"head={head}", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
+    assert worker.main() == 0
+    payload = json.loads(out.read_text())
+    assert payload["side"] == "head" and "SyntaxError: '(' was never closed" in payload["fatal"]
+
+
 def delay_timer(launched, seen_of_cycles):
     """Stands in for interleave.interleaved: a plain launch takes 1 ms, a delayed one
     ``1 + seen_of_cycles(cycles)`` ms."""

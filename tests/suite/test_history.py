@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from harness.cli import EXIT_FAILURE
+from harness.gate import revisions
 from harness.gate.revisions import RevisionError
 from harness.suite import history
 
@@ -66,7 +67,17 @@ def test_publish_measures_from_the_newest_stored_commit_on(repo, tmp_path):
     assert history.after_newest_stored("main", results, "h200", path) == shas[3:]
 
 
-def test_backfill_refuses_empty_and_over_the_cap_ranges(capsys):
+@pytest.fixture
+def in_repo(repo, monkeypatch):
+    """history and revisions work in the throwaway repository: the tests never lean on
+    this checkout's own git history (CI clones it at depth 1)."""
+    path, shas = repo
+    monkeypatch.setattr(history, "ROOT", path)
+    monkeypatch.setattr(revisions, "ROOT", path)
+    return path, shas
+
+
+def test_backfill_refuses_empty_and_over_the_cap_ranges(in_repo, capsys):
     argv = ["backfill", "HEAD..HEAD", "-b", "static"]
     assert history.main(argv) == EXIT_FAILURE
     assert "REV_RANGE='HEAD..HEAD': holds no commit" in capsys.readouterr().err
@@ -74,12 +85,12 @@ def test_backfill_refuses_empty_and_over_the_cap_ranges(capsys):
     assert "more than --max-commits=2" in capsys.readouterr().err
 
 
-def test_backfill_without_a_gpu_refuses_the_default_gpu_selection(capsys):
+def test_backfill_without_a_gpu_refuses_the_default_gpu_selection(in_repo, capsys):
     assert history.main(["backfill", "HEAD~1..HEAD"]) == EXIT_FAILURE
     assert "the default selection needs a CUDA GPU" in capsys.readouterr().err
 
 
-def test_an_invalid_regex_is_refused_as_invalid(capsys):
+def test_an_invalid_regex_is_refused_as_invalid(in_repo, capsys):
     with pytest.raises(SystemExit) as exit_:
         history.main(["backfill", "HEAD~1..HEAD", "-b", "("])
     assert exit_.value.code == 2 and "is not a valid regex" in capsys.readouterr().err

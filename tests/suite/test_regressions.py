@@ -18,6 +18,7 @@ from asv.runner import BenchmarkResult
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
 from harness.policy import POLICY
 from harness.suite import regressions as rg
+from harness.suite import result_files
 
 MACHINE = "testgpu"
 N_COMMITS = 30
@@ -147,7 +148,7 @@ def test_the_latest_step_up_beyond_the_noise_is_flagged_with_its_commit_range(hi
 
 def test_each_benchmark_is_judged_by_its_own_noise(history):
     results, shas = history
-    series = {s.name: s for s in rg.load_history(results, MACHINE, shas)[0]}
+    series = {s.name: s for s in result_files.load_history(results, MACHINE, shas)[0]}
     quiet = rg.threshold_for(series[QUIET_SMALL], {})
     noisy = rg.threshold_for(series[NOISY_UP], {})
     assert POLICY.floor <= quiet.value < 0.03  # the floor, or near it
@@ -283,7 +284,7 @@ def test_commits_not_measured_between_good_and_bad_are_in_the_record(tmp_path, m
 
 def test_commits_off_the_branch_are_left_out(history, capsys):
     results, shas = history
-    series, ignored = rg.load_history(results, MACHINE, shas[:25])
+    series, ignored = result_files.load_history(results, MACHINE, shas[:25])
     assert ignored == 5 and all(len(s.points) == 25 for s in series)
 
 
@@ -293,7 +294,7 @@ def test_a_failed_combination_is_a_gap_not_a_value(tmp_path):
     for i, sha in enumerate(shas):
         samples = None if i == 1 else [1e-3] * 5
         store(tmp_path, MACHINE, sha, 1_000 + i, {key: samples}, {"b.F.track_latency": "seconds"})
-    (series,), _ = rg.load_history(tmp_path, MACHINE, shas)
+    (series,), _ = result_files.load_history(tmp_path, MACHINE, shas)
     assert [p.commit for p in series.points] == [shas[0], shas[2]]
 
 
@@ -330,7 +331,7 @@ def test_an_invalid_regex_is_refused_by_argparse(history, capsys):
 def test_one_calibration_file_for_several_machines_is_refused(history, tmp_path, capsys):
     results, shas = history
     write_history(results, "other", shas[:10], HISTORIES, random.Random())
-    assert rg.machines(results) == sorted([MACHINE, "other"])
+    assert result_files.machines(results) == sorted([MACHINE, "other"])
     (tmp_path / "c.json").write_text('{"benchmarks": {}}')
     assert (
         rg.main(["--results", str(results), "--calibration", str(tmp_path / "c.json")])
@@ -344,3 +345,38 @@ def test_a_folder_without_machines_is_refused(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert rg.main(["--results", str(tmp_path / "empty")]) == EXIT_FAILURE
     assert "holds no asv machine" in _error(capsys)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "truncated",  # asv writes in place; an interrupted write leaves half a file
+        "a list",
+        "a string for a value",
+        "machine.json truncated",
+        "machine.json a list",
+    ],
+)
+def test_a_damaged_file_is_an_error_naming_it_never_a_silent_report(history, capsys, damage):
+    results, shas = history
+    path = next((results / MACHINE).glob(f"{shas[3][:8]}-*.json"))
+    if damage.startswith("machine.json"):
+        path = results / MACHINE / "machine.json"
+    text = path.read_text()
+    if damage.endswith("truncated"):
+        path.write_text(text[: len(text) // 2])
+    elif damage.endswith("a list"):
+        path.write_text("[1, 2]")
+    else:
+        data = json.loads(text)
+        key = next(iter(data["results"]))
+        data["results"][key][0] = ["fast"] * len(data["results"][key][0])
+        path.write_text(json.dumps(data))
+    assert rg.main(["--results", str(results)]) == EXIT_FAILURE
+    captured = capsys.readouterr()
+    assert f"error: {path}: damaged (" in captured.err
+    assert "Traceback" not in captured.err
+    if not damage.startswith("machine.json"):
+        # The rest of the history is still read and judged.
+        assert f"({len(HISTORIES)} benchmarks checked on {MACHINE})" in captured.out
+        assert "1 results file(s) could not be read" in captured.out

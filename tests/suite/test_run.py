@@ -17,6 +17,7 @@ import pytest
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from harness.suite import run as suite_run
 from harness.suite import shard
+from tests.fakes import tiny_asv_conf
 
 SUITE = {
     "cpu.py": """
@@ -61,17 +62,7 @@ def repo(tmp_path):
     (tmp_path / "suite" / "__init__.py").write_text("")
     for name, body in SUITE.items():
         (tmp_path / "suite" / name).write_text(textwrap.dedent(body))
-    conf = {
-        "version": 1,
-        "project": "t",
-        "repo": ".",
-        "branches": ["main"],
-        "benchmark_dir": "suite",
-        "results_dir": ".asv/results",
-        "html_dir": ".asv/html",
-        "env_dir": ".asv/env",
-        "environment_type": "virtualenv",
-    }
+    conf = tiny_asv_conf()
     (tmp_path / "asv.conf.json").write_text("// a comment, as asv allows\n" + json.dumps(conf))
     _git("init", "-q", "-b", "main", cwd=tmp_path)
     _git("add", ".", cwd=tmp_path)
@@ -390,3 +381,33 @@ def test_each_unit_logs_its_seconds_and_the_log_reads_back(fake_asv, monkeypatch
     lanes = {step: lane for step, lane, _ in steps}
     assert lanes["static"] == "cpu" and lanes["gemm.Stage"] == "gpu" and lanes["publish"] == ""
     assert steps[-1] == ("publish", "", 3.2) or steps[-1] == ("publish", "", 3.3)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "a list"])
+def test_a_damaged_results_file_is_set_aside_and_its_units_measured_again(repo, capsys, damage):
+    suite_run.run_target(repo, log=print)
+    folder = repo.results_dir() / "testbox-cpu"
+    (path,) = [p for p in folder.glob("*.json") if p.name != "machine.json"]
+    text = path.read_text()
+    # asv writes the file in place: a run cut off mid-write leaves half of it.
+    bad = text[: len(text) // 2] if damage == "truncated" else "[]"
+    path.write_text(bad)
+    capsys.readouterr()
+    assert suite_run.run_target(repo, log=print) == EXIT_FAILURE  # cpu.Bad fails, as before
+    out = capsys.readouterr().out
+    assert f"run: warning: {path} is damaged (" in out
+    assert "FAILED (asv exit 1)" not in out
+    kept = repo.tree / ".asv" / "quarantine" / "testbox-cpu" / path.name
+    assert kept.read_text() == bad and f"moved to {kept}" in out
+    assert {"cpu.Good.track_value(1)", "cpu.Good.track_value(2)"} <= _stored(repo)
+
+
+def test_a_suite_that_does_not_import_is_an_error_not_a_traceback(monkeypatch, capsys):
+    def broken(root):
+        raise SyntaxError("'(' was never closed", ("gemm.py", 12, 11, "VALUE = (\n"))
+
+    monkeypatch.setattr(suite_run.discovery, "listing", broken)
+    monkeypatch.setattr("harness.measure.device.no_gpu_reason", lambda: "test: no GPU")
+    assert suite_run.main(["--no-publish", "--machine", "testbox"]) == EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert "cannot be listed: SyntaxError: '(' was never closed (gemm.py, line 12)" in err
