@@ -432,10 +432,20 @@ def run_paired(
             entry.pop("ratios", None)
         results[name] = entry
         status = ", ".join(
-            f"{side} {next(iter(v))}" for side, v in entry["sides"].items() if "latency" not in v
+            f"{side} {kind}: {first_line(why)}"
+            for side, v in entry["sides"].items()
+            if "latency" not in v
+            for kind, why in list(v.items())[:1]
         )
         print(f"  {name}: {status or 'ok'}", file=sys.stderr, flush=True)
     return results
+
+
+def first_line(text: object, limit: int = 200) -> str:
+    """The first line of an error or skip reason, cut to ``limit`` characters, for a
+    one-line status."""
+    lines = str(text).strip().splitlines()
+    return lines[0][:limit] if lines else ""
 
 
 def _named(text: str, what: str, convert):
