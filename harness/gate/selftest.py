@@ -117,7 +117,7 @@ def tally(aa: Sequence[Sequence[gd.Verdict]], injected: Sequence[Sequence[gd.Ver
                 noisy[v.name] += 1
             if v.ratio is not None:
                 injected_ratios[v.name].append(v.ratio)
-            why = v.reason.strip().splitlines()[0] if v.reason.strip() else ""
+            why = inject.first_line(v.reason)
             if v.status == gd.FAILED and why not in errors[v.name]:
                 errors[v.name].append(why)
     return Tally(

@@ -244,4 +244,3 @@ def test_a_failed_sides_status_line_gives_its_error(worker, monkeypatch, tmp_pat
         "  gemm.Fam(1): injected error: RuntimeError: this revision's kernels have no "
         "test-only delay to inject with"
     )
-    assert worker.first_line("ValueError: a\n  b") == "ValueError: a"
