@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(revisions.run_paired(sides, args.bench, out_file))
         else:
             runs.append(revisions.run_worker(tree, args.bench, out_file))
+    timer = revisions.timer_of(runs)
     benchmarks = summarise(runs, floor, args.method)
     failed = failures(benchmarks, benchmark_names(runs), args.runs)
     out = args.out or revisions.calibration_path()
@@ -215,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 "date": dt.date.today().isoformat(),
                 "runs": args.runs,
                 "method": args.method,
+                "timer": timer,
                 "floor": floor,
                 "cap": gd.MAX_THRESHOLD,
                 "spread": f"median absolute deviation x {POLICY.mad_to_sigma} / median",
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             f"threshold {b['threshold']:.1%}"
             + (f" TOO NOISY to gate (cap {gd.MAX_THRESHOLD:.0%})" if b["too_noisy"] else "")
         )
+    print(f"timer: {timer or 'the revision timing path (process mode)'}")
     print(f"wrote {out}")
     if failed:
         print(f"calibrate: error: {len(failed)} benchmark(s) cannot be gated:", file=sys.stderr)

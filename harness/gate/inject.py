@@ -16,6 +16,7 @@ another revision's tree is on ``sys.path``).
 from __future__ import annotations
 
 import math
+import traceback
 from collections.abc import Callable, Sequence
 
 # The self-test reports a detection rate only where the slowdown the gate saw is within
@@ -25,6 +26,9 @@ TOLERANCE = 0.003
 # TOLERANCE despite their noise.
 CALIBRATION_TOLERANCE = 0.001
 MAX_STEPS = 6
+# An error as a payload records it: a compiler's failure is the kernel's whole source
+# with the compiler's message at its end, so a long one keeps both ends.
+ERROR_CHARS = 500
 
 
 def waves(blocks: int, sms: int) -> int:
@@ -105,3 +109,28 @@ def miss(seen: float | None, fraction: float, tolerance: float = TOLERANCE) -> s
         f"{(seen - fraction) * 100:+.2f} pp (tolerance ±{tolerance * 100:g} pp): a detection "
         "rate here would not show the requested slowdown; fix the injection's calibration"
     )
+
+
+def error_text(err: BaseException, limit: int = ERROR_CHARS) -> str:
+    """``err`` as the worker records it: its type and message, at most ``limit``
+    characters; a longer one keeps its start and its end (where a compiler's error is)."""
+    text = traceback.format_exception_only(type(err), err)[-1].strip()
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return f"{text[:head]} [...] {text[-(limit - head) :]}"
+
+
+def first_line(text: object, limit: int = 200) -> str:
+    """The line of an error that says what went wrong, for a one-line status or refusal:
+    its first, and where that is only a prefix ending in ``:`` (a compiler's failure
+    goes on with the kernel's source), also the first later line naming an error."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    out = lines[0]
+    if out.endswith(":"):
+        hit = next((line for line in lines[1:] if "error" in line.lower()), None)
+        if hit:
+            out = f"{out} {hit}"
+    return out[:limit]

@@ -245,7 +245,15 @@ def paired_gpus(
     if "fatal" not in merged:
         merged["mode"] = "paired"
         merged["tilelang"] = next((p.get("tilelang") for p in parts), None)
+        merged["timer"] = timer_of(parts)
     return merged
+
+
+def timer_of(payloads: list[dict]) -> str | None:
+    """The timer the paired workers of ``payloads`` used (``cupti``, or ``event`` with why
+    CUPTI was not), the distinct ones joined; None where none said (process mode)."""
+    seen = dict.fromkeys(p["timer"] for p in payloads if p.get("timer"))
+    return "; ".join(seen) or None
 
 
 def resources(tree: Path, names: list[str], out_file: Path, site: Path | None = None) -> dict:

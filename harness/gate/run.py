@@ -131,16 +131,27 @@ def gpu_summary(rounds: list[dict]) -> str:
     return f"SM clock {min(clocks)}-{max(clocks)} MHz over {readings} readings; throttling: {seen}"
 
 
-def load_calibration(path: Path | None, method: str = "process") -> dict[str, float]:
+def load_calibration(
+    path: Path | None, method: str = "process", floor: float | None = None
+) -> dict[str, float]:
     """Per-benchmark thresholds from ``nox -s calibrate`` for ``method``
     (``{"method": m, "benchmarks": {name: {"threshold": x}}}``; a file without a method
-    is from process-mode calibration)."""
+    is from process-mode calibration). A file's thresholds hold its own floor; with
+    ``floor`` (a caller's lower floor, the self-test's ``--threshold``) each is what the
+    noise alone asks for (``mde + offset``), which the caller floors again."""
     if path is None or not path.exists():
         return {}
     data = json.loads(path.read_text())
     if data.get("method", "process") != method:
         return {}
-    return {name: float(v["threshold"]) for name, v in data.get("benchmarks", {}).items()}
+    benchmarks = data.get("benchmarks", {})
+
+    def one(v: dict) -> float:
+        if floor is None or "mde" not in v:
+            return float(v["threshold"])
+        return max(floor, float(v["mde"]) + float(v.get("offset", 0.0)))
+
+    return {name: one(v) for name, v in benchmarks.items()}
 
 
 def pool(rounds: list[dict[str, dict]]) -> list[gd.BenchSamples]:

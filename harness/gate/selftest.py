@@ -81,6 +81,8 @@ class Tally:
     aa_ratios: dict[str, list[float]] | None = None
     injected_ratios: dict[str, list[float]] | None = None
     noisy: dict[str, int] | None = None  # comparisons where calibration left it ungated
+    # Why the injected side failed, per benchmark (first line of each distinct error).
+    errors: dict[str, list[str]] | None = None
 
     @property
     def false_alarm_rate(self) -> float:
@@ -97,6 +99,7 @@ def tally(aa: Sequence[Sequence[gd.Verdict]], injected: Sequence[Sequence[gd.Ver
     aa_ratios = {n: [] for n in names}
     injected_ratios = {n: [] for n in names}
     noisy = dict.fromkeys(names, 0)
+    errors: dict[str, list[str]] = {n: [] for n in names}
     runs_with_alarm = 0
     for run in aa:
         hits = [v.name for v in run if v.status == gd.REGRESSION]
@@ -114,8 +117,18 @@ def tally(aa: Sequence[Sequence[gd.Verdict]], injected: Sequence[Sequence[gd.Ver
                 noisy[v.name] += 1
             if v.ratio is not None:
                 injected_ratios[v.name].append(v.ratio)
+            why = inject.first_line(v.reason)
+            if v.status == gd.FAILED and why not in errors[v.name]:
+                errors[v.name].append(why)
     return Tally(
-        len(aa), runs_with_alarm, false_alarms, detections, aa_ratios, injected_ratios, noisy
+        len(aa),
+        runs_with_alarm,
+        false_alarms,
+        detections,
+        aa_ratios,
+        injected_ratios,
+        noisy,
+        errors,
     )
 
 
@@ -156,6 +169,9 @@ def refusals(t: Tally, slowdown: float) -> dict[str, str]:
     out = {}
     for name in t.detections:
         why = inject.miss(seen_injection(t, name), slowdown)
+        failed = (t.errors or {}).get(name)
+        if why and failed and seen_injection(t, name) is None:
+            why += f" ({failed[0]})"
         if why:
             out[name] = why
     return out
@@ -257,10 +273,12 @@ def iterate(
     only: Path | None = None,
     log: Callable[[str], None] = print,
     out: list | None = None,
+    timers: dict[str, None] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``setup.n`` iterations on one GPU (all visible when None): per iteration and round,
     the three worker runs in that block's order; returns each iteration's verdicts,
-    appended to ``out`` as each finishes (so an interrupted run keeps the finished ones)."""
+    appended to ``out`` as each finishes (so an interrupted run keeps the finished ones);
+    the paired workers' timers are added to ``timers``."""
     tag = "" if gpu is None else f"-gpu{gpu}"
     out = [] if out is None else out
     n, rounds = setup.n, setup.rounds
@@ -270,7 +288,7 @@ def iterate(
         for r in range(rounds):
             if setup.method == "paired":
                 runs.append(
-                    revisions.run_paired(
+                    payload := revisions.run_paired(
                         dict.fromkeys(SIDES, setup.tree),
                         setup.bench,
                         setup.work / f"paired{tag}-{i}-{r}.json",
@@ -279,6 +297,10 @@ def iterate(
                         only=only,
                     )
                 )
+                timer = revisions.timer_of([payload])
+                if timer and timers is not None and timer not in timers:
+                    timers[timer] = None
+                    log(f"gate_selftest{tag}: timer: {timer}")
                 continue
             block = i * rounds + r
             got = {}
@@ -325,6 +347,7 @@ def split_iterate(
     gpus: list[int],
     log: Callable[[str], None] = print,
     out: dict | None = None,
+    timers: dict[str, None] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``iterate`` on every GPU at once, each over its share of the benchmarks (the
     gate's plan), then each iteration's verdicts joined across GPUs. ``out`` collects
@@ -345,7 +368,9 @@ def split_iterate(
 
     def one(gpu):
         try:
-            iterate(setup, gpu=gpu, only=files[gpu], log=log, out=out.setdefault(gpu, []))
+            iterate(
+                setup, gpu=gpu, only=files[gpu], log=log, out=out.setdefault(gpu, []), timers=timers
+            )
         except Exception as err:  # re-raised in the caller's thread
             errors.append(err)
 
@@ -445,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     tree = revisions.worktree(work, "tree", sha)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     calibration = args.calibration or revisions.calibration_path()
-    thresholds = gate.load_calibration(calibration, args.method)
+    thresholds = gate.load_calibration(calibration, args.method, floor=args.threshold)
     setup = Setup(
         tree,
         args.bench,
@@ -467,12 +492,13 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     revisions.precompile({"tree": tree}, args.bench, log=log)
     finished: dict = {}
+    timers: dict[str, None] = {}
     interrupted = False
     try:
         if gpus is None:
-            iterate(setup, log=log, out=finished.setdefault(None, []))
+            iterate(setup, log=log, out=finished.setdefault(None, []), timers=timers)
         else:
-            split_iterate(setup, gpus, log=log, out=finished)
+            split_iterate(setup, gpus, log=log, out=finished, timers=timers)
     except KeyboardInterrupt:
         interrupted = True
     results = join_shards(finished)
@@ -485,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         record = to_json(t, args.slowdown, threshold, args.rounds, args.bench, gpus)
         record["method"] = args.method
+        record["timer"] = "; ".join(timers) or None
         record["interrupted"] = interrupted
         record["calibration"] = calibration.name if thresholds else None
         record["wall_s"] = round(time.perf_counter() - start, 1)

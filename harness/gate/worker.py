@@ -338,8 +338,7 @@ def prepare_side(
         except NotImplementedError as skip:
             out[name] = {"skipped": str(skip)}
         except Exception as err:  # this side of this combination fails alone
-            last = traceback.format_exception_only(type(err), err)[-1].strip()
-            out[name] = {"error": last[:500]}
+            out[name] = {"error": inject.error_text(err)}
     return out
 
 
@@ -438,13 +437,16 @@ def run_paired(
                     entry["sides"][side] = {"latency": [x * 1e-3 for t in ms[i] for x in t]}
                     entry.setdefault("ratios", {})[side] = ratios[i]
         except Exception as err:  # a launch failed: every side of this combination fails
-            last = traceback.format_exception_only(type(err), err)[-1].strip()
+            last = inject.error_text(err)
             for side in runnable:
-                entry["sides"][side] = {"error": last[:500]}
+                entry["sides"][side] = {"error": last}
             entry.pop("ratios", None)
         results[name] = entry
         status = ", ".join(
-            f"{side} {next(iter(v))}" for side, v in entry["sides"].items() if "latency" not in v
+            f"{side} {kind}: {inject.first_line(why)}"
+            for side, v in entry["sides"].items()
+            if "latency" not in v
+            for kind, why in list(v.items())[:1]
         )
         print(f"  {name}: {status or 'ok'}", file=sys.stderr, flush=True)
     return results

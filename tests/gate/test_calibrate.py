@@ -209,7 +209,7 @@ def test_calibrate_shards_over_gpus_as_the_gate_does(monkeypatch, tmp_path):
 
     def paired_gpus(trees, bench, out, gpus, names, tag="pair"):
         calls.append((gpus, names, tag))
-        return _paired_run({"gemm.Quiet(a)": 1.0})
+        return {**_paired_run({"gemm.Quiet(a)": 1.0}), "timer": "cupti"}
 
     monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
     monkeypatch.setattr(device, "gpu_name", lambda index=0: "NVIDIA H200")
@@ -224,6 +224,21 @@ def test_calibrate_shards_over_gpus_as_the_gate_does(monkeypatch, tmp_path):
     assert calibrate.main(argv) == 0
     assert [c[2] for c in calls] == ["calibrate0", "calibrate1", "calibrate2"]
     assert all(c[0] == [0, 1] and c[1] == ["gemm.Quiet(a)"] for c in calls)
+    # The record and the output say which timer the paired runs used.
+    assert json.loads((tmp_path / "c.json").read_text())["timer"] == "cupti"
+
+
+def test_sharded_paired_runs_keep_their_timer(monkeypatch, tmp_path):
+    from harness.gate import revisions
+
+    def run_paired(trees, bench, out_file, gpu=None, only=None, **kw):
+        timer = "cupti" if gpu == 0 else "event (no CUPTI)"
+        return {"mode": "paired", "results": {f"gemm.X({gpu})": {}}, "timer": timer}
+
+    monkeypatch.setattr(revisions, "run_paired", run_paired)
+    merged = revisions.paired_gpus({"base": tmp_path}, ".", tmp_path, [0, 1], ["a", "b"])
+    assert merged["timer"] == "cupti; event (no CUPTI)"
+    assert revisions.timer_of([{"results": {}}]) is None
 
 
 def test_calibrate_gpus_needs_the_paired_method(capsys):
@@ -232,3 +247,27 @@ def test_calibrate_gpus_needs_the_paired_method(capsys):
     with pytest.raises(SystemExit):
         calibrate.main(["--method", "process", "--gpus", "all"])
     assert "--gpus=all: needs --method paired" in capsys.readouterr().err
+
+
+def test_a_lower_floor_re_derives_calibrated_thresholds_from_the_noise(tmp_path):
+    """The 1% self-test runs at --threshold 0.005: a file written under the 1% floor holds
+    1% for every quiet benchmark, which would hide a 1% slowdown; under the caller's floor
+    each threshold is what its noise asks for (mde + offset), floored again."""
+    path = tmp_path / "h200.json"
+    quiet = {"threshold": 0.01, "mde": 0.002, "offset": 0.0005}
+    noisy = {"threshold": 0.03, "mde": 0.028, "offset": 0.002}
+    old = {"threshold": 0.02}  # a file from before mde was recorded
+    benchmarks = {"gemm.Q(a)": quiet, "gemm.N(b)": noisy, "gemm.O(c)": old}
+    path.write_text(json.dumps({"method": "paired", "floor": 0.01, "benchmarks": benchmarks}))
+    assert gate.load_calibration(path, "paired") == {
+        "gemm.Q(a)": 0.01,
+        "gemm.N(b)": 0.03,
+        "gemm.O(c)": 0.02,
+    }
+    got = gate.load_calibration(path, "paired", floor=0.005)
+    assert got["gemm.Q(a)"] == 0.005
+    assert got["gemm.N(b)"] == pytest.approx(0.03)
+    assert got["gemm.O(c)"] == 0.02
+    quiet["mde"] = 0.006
+    path.write_text(json.dumps({"method": "paired", "benchmarks": benchmarks}))
+    assert gate.load_calibration(path, "paired", floor=0.005)["gemm.Q(a)"] == pytest.approx(0.0065)

@@ -71,3 +71,18 @@ def test_miss_is_silent_within_the_tolerance_and_says_why_beyond():
     why = inject.miss(0.0587, 0.02)
     assert "+5.87% for +2.00% injected, off by +3.87 pp (tolerance ±0.3 pp)" in why
     assert inject.miss(None, 0.02) == "no injected ratio was measured"
+
+
+def test_a_compile_error_keeps_the_compilers_message():
+    """TileLang raises a failed build as ``RuntimeError:`` then the kernel's whole source,
+    the compiler's message last: the record keeps both ends, the status line the message."""
+    source = "\n".join(f"  line {i} of the kernel;" for i in range(200))
+    err = RuntimeError(f"\n{source}\nkernel.cu(12): error: identifier tl_x is undefined")
+    text = inject.error_text(err)
+    assert len(text) <= inject.ERROR_CHARS + len(" [...] ")
+    assert text.startswith("RuntimeError:") and text.endswith("tl_x is undefined")
+    assert inject.first_line(text) == (
+        "RuntimeError: kernel.cu(12): error: identifier tl_x is undefined"
+    )
+    assert inject.first_line("ValueError: a\n  b error") == "ValueError: a"
+    assert inject.error_text(ValueError("short")) == "ValueError: short"

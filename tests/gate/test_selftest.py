@@ -223,3 +223,34 @@ def test_a_slowdown_the_threshold_would_hide_is_refused(capsys):
         selftest.main(["--slowdown", "0.01", "--method", "paired"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "--slowdown=0.01: must exceed the threshold (0.01)" in err
+
+
+class BrokenInjectionWorker(FakePairedWorker):
+    """The paired worker whose injected side failed to build, as on the H200 where every
+    benchmark printed ``injected error`` and the record said only that no ratio came."""
+
+    def __call__(self, *args, **kwargs):
+        payload = super().__call__(*args, **kwargs)
+        for entry in payload["results"].values():
+            entry["sides"]["injected"] = {"error": "RuntimeError: delayed build failed\nmore"}
+            entry["ratios"].pop("injected", None)
+        payload["timer"] = "cupti"
+        return payload
+
+
+def test_the_injected_sides_error_reaches_the_refusal_and_the_timer_is_logged(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setattr(revisions, "run_paired", BrokenInjectionWorker())
+    setup = selftest.Setup(tmp_path, ".", 2, 1, 0.02, 0.01, tmp_path, None, "paired")
+    lines, timers = [], {}
+    results = selftest.iterate(setup, log=lines.append, timers=timers)
+    assert list(timers) == ["cupti"] and "gate_selftest: timer: cupti" in lines
+    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
+    refused = selftest.refusals(t, 0.02)
+    assert set(refused) == set(NAMES)
+    for why in refused.values():
+        assert why.startswith("no injected ratio was measured (")
+        assert "injected: RuntimeError: delayed build failed)" in why and "more" not in why
+    record = selftest.to_json(t, 0.02, 0.01, 1, ".")
+    assert "delayed build failed" in record["benchmarks"][NAMES[0]]["refused"]

@@ -244,3 +244,17 @@ def test_the_paired_loop_times_kernels_by_cupti_and_says_when_it_cannot(
     assert asked == ["cupti", "event", "event"]  # CUPTI tried once, then events
     assert worker.TIMER == {"name": "event", "why": "no CUPTI in this build"}
     assert "timing with CUDA events: no CUPTI in this build" in capsys.readouterr().err
+
+
+def test_a_failed_sides_status_line_gives_its_error(worker, monkeypatch, tmp_path, capsys):
+    """``injected error`` alone told nothing: the line names the error's first line."""
+    tree = _tree(tmp_path / "a", "base")
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
+    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker, "sm_count", lambda: 132)
+    worker.run_paired({"base": tree, "injected": tree}, r"Fam\(1\)", {"injected": 0.02})
+    line = next(x for x in capsys.readouterr().err.splitlines() if "gemm.Fam(1)" in x)
+    assert line == (
+        "  gemm.Fam(1): injected error: RuntimeError: this revision's kernels have no "
+        "test-only delay to inject with"
+    )
