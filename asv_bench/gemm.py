@@ -226,7 +226,10 @@ class _GpuGemm:
     def _cached(self, cache, track: str, params: tuple) -> dict:
         entry = cache["combinations"][params]
         if "error" in entry:
-            raise RuntimeError(f"{self.combination_name(params)} failed:\n{entry['error']}")
+            # The error's own last line first: history stores a failure's first line.
+            error = entry["error"]
+            cause = error.strip().splitlines()[-1] if error.strip() else "no message"
+            raise RuntimeError(f"{self.combination_name(params)} failed: {cause}\n{error}")
         return {"samples": entry[track], "number": 1}
 
     def track_latency(self, cache, *params):

@@ -71,6 +71,13 @@ def test_setup_cache_measures_every_combination_once(gpu_here, capsys):
     assert lines[0].startswith("[1/3] test_asv_gemm.Fake(ok, f16): 0.500 ms, kernel/torch 1.250 (")
     assert lines[1].startswith("[2/3] test_asv_gemm.Fake(invalid, f16): skipped: block_m=100")
     assert lines[2].startswith("[3/3] test_asv_gemm.Fake(broken, f16): error: RuntimeError")
+    # The track's error starts with its cause: history keeps a failure's first line.
+    with pytest.raises(RuntimeError) as failed:
+        Fake().track_latency(cache, "broken", "f16")
+    assert str(failed.value).splitlines()[0] == (
+        "test_asv_gemm.Fake(broken, f16) failed: "
+        "RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
 
 
 def test_setup_cache_measures_only_the_combinations_the_runner_lists(gpu_here, monkeypatch, capsys):
@@ -96,7 +103,8 @@ def test_tracks_read_the_cache_and_fail_or_skip_per_combination(gpu_here):
     with pytest.raises(NotImplementedError, match="block_m=100"):
         bench.setup(cache, "invalid", "f16")
     bench.setup(cache, "broken", "f16")  # setup passes; the track fails with the error
-    with pytest.raises(RuntimeError, match=r"(?s)Fake\(broken, f16\) failed:\n.*illegal memory"):
+    cause = r"(?s)Fake\(broken, f16\) failed: RuntimeError: CUDA error.*\nTraceback"
+    with pytest.raises(RuntimeError, match=cause):
         bench.track_latency(cache, "broken", "f16")
 
 
