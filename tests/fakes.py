@@ -1,11 +1,12 @@
 """Stand-ins for the GPU-facing pieces, shared by the CPU tests: a GEMM case, a timing
-batch, an NVML reader and module, the gate's worker, and the asv configuration of a
-throwaway repository's tiny suite."""
+batch, an NVML reader and module, the gate's worker, and a throwaway repository (git
+and commits, the asv configuration of its tiny suite)."""
 
 from __future__ import annotations
 
 import json
 import random
+import subprocess
 import types
 from collections.abc import Callable
 
@@ -190,3 +191,38 @@ def tiny_asv_conf(benchmark_dir: str = "suite") -> dict:
         "env_dir": ".asv/env",
         "environment_type": "virtualenv",
     }
+
+
+def git(*args: str, cwd) -> str:
+    """``git ARGS`` in ``cwd``; its stdout, stripped (raises on failure)."""
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def commit(repo, message: str, author: str = "t") -> str:
+    """Commit everything in ``repo`` as ``author``; the new commit's hash."""
+    git("add", "-A", cwd=repo)
+    ident = ("-c", f"user.name={author}", "-c", "user.email=t@t")
+    git(*ident, "commit", "-qm", message, cwd=repo)
+    return git("rev-parse", "HEAD", cwd=repo)
+
+
+def tiny_gpu_family(cls: str, track: str, value: str) -> str:
+    """A throwaway repository's suite module: one GPU family ``cls`` (its ``case`` hook
+    puts its unit in the machine's own lane; nothing touches a GPU) of two combinations,
+    ``n`` in 1 and 2, whose method ``track`` returns ``value``, an expression of ``n``
+    and of ``gemm``, the repository's ``kernels/gemm.py``."""
+    return f"""from kernels import gemm
+
+
+class {cls}:
+    params = ([1, 2],)
+    param_names = ["n"]
+
+    def case(self, n):
+        return None, None
+
+    def {track}(self, n):
+        return {value}
+"""

@@ -9,7 +9,6 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -18,7 +17,7 @@ from harness.gate import revisions
 from harness.suite import history, result_files
 from harness.suite import regressions as rg
 from harness.suite import run as suite_run
-from tests.fakes import tiny_asv_conf
+from tests.fakes import commit, git, tiny_asv_conf, tiny_gpu_family
 
 MACHINE = "testbox"
 KERNEL = "def value():\n    return {}\n"
@@ -27,32 +26,7 @@ NO_BUILD = "def value():\n    raise RuntimeError('ptxas fatal: Insufficient regi
 # c0 .. c4: which commits build, and what their kernel returns.
 KERNELS = [KERNEL.format(1), SYNTAX_ERROR, KERNEL.format(2), NO_BUILD, KERNEL.format(3)]
 MEASURED = (0, 2, 4)
-SUITE = """
-    from kernels import gemm
-
-
-    class Family:
-        params = ([1, 2],)
-        param_names = ["n"]
-
-        def case(self, n):  # a GPU family's hook: its unit runs in the machine's own lane
-            return None, None
-
-        def track_value(self, n):
-            return float(gemm.value() * 10 + n)
-"""
-
-
-def _git(*args, cwd):
-    return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def _commit(repo, message):
-    _git("add", "-A", cwd=repo)
-    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message, cwd=repo)
-    return _git("rev-parse", "HEAD", cwd=repo)
+SUITE = tiny_gpu_family("Family", "track_value", "float(gemm.value() * 10 + n)")
 
 
 def _make(repo):
@@ -61,15 +35,15 @@ def _make(repo):
     (repo / "kernels").mkdir()
     (repo / "kernels" / "__init__.py").write_text("")
     (repo / "suite" / "__init__.py").write_text("")
-    (repo / "suite" / "fam.py").write_text(textwrap.dedent(SUITE))
+    (repo / "suite" / "fam.py").write_text(SUITE)
     (repo / ".gitignore").write_text(".asv/\n")
     conf = tiny_asv_conf()
     (repo / "asv.conf.json").write_text(json.dumps(conf))
-    _git("init", "-q", "-b", "main", cwd=repo)
+    git("init", "-q", "-b", "main", cwd=repo)
     shas = []
     for i, text in enumerate(KERNELS):
         (repo / "kernels" / "gemm.py").write_text(text)
-        shas.append(_commit(repo, f"c{i}"))
+        shas.append(commit(repo, f"c{i}"))
     return shas
 
 
