@@ -16,6 +16,7 @@ another revision's tree is on ``sys.path``).
 from __future__ import annotations
 
 import math
+import statistics
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -26,6 +27,15 @@ TOLERANCE = 0.003
 # TOLERANCE despite their noise.
 CALIBRATION_TOLERANCE = 0.001
 MAX_STEPS = 6
+# A correction step moves the cycles by at most this factor either way.
+STEP_RANGE = (0.25, 4.0)
+# Each step's slowdown is the median of per-launch-pair ratios over about this much
+# kernel time (ms), in at least MIN_PAIRS and at most MAX_PAIRS pairs: a 9 us kernel gets
+# the cap (its per-pair ratio varies by about 1%, so the median's noise is a few hundredths
+# of a point, well under CALIBRATION_TOLERANCE), a 2 ms kernel MIN_PAIRS.
+STEP_BUDGET_MS = 50.0
+MIN_PAIRS = 30
+MAX_PAIRS = 2000
 # An error as a payload records it: a compiler's failure is the kernel's whole source
 # with the compiler's message at its end, so a long one keeps both ends.
 ERROR_CHARS = 500
@@ -51,23 +61,51 @@ def initial_cycles(fraction: float, base_ms: float, cycles_per_ms: float, n_wave
     return max(1, round(fraction * base_ms * cycles_per_ms / n_waves))
 
 
+def fit_line(steps: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
+    """``(a, b)`` of the least-squares line ``seen = a + b * cycles`` through every step,
+    or None where it does not say which way to go (fewer than two distinct cycles, or a
+    slope that is not positive: the noise outweighs what the steps spanned)."""
+    n = len(steps)
+    if len({c for c, _ in steps}) < 2:
+        return None
+    mean_c = sum(c for c, _ in steps) / n
+    mean_s = sum(s for _, s in steps) / n
+    sxx = sum((c - mean_c) ** 2 for c, _ in steps)
+    slope = sum((c - mean_c) * (s - mean_s) for c, s in steps) / sxx
+    if slope <= 0:
+        return None
+    return mean_s - slope * mean_c, slope
+
+
 def next_cycles(steps: Sequence[tuple[int, float]], fraction: float) -> int:
-    """The next cycles to try from the ``(cycles, seen slowdown)`` steps so far: the
-    secant through the last two distinct steps (the seen slowdown is close to linear in
-    the cycles, but not through zero: the spin has a fixed cost), else a proportional
-    scale of the last step. A step that saw no slowdown doubles its cycles."""
+    """The next cycles to try from the ``(cycles, seen slowdown)`` steps so far: where
+    ``fit_line`` gives a line (the seen slowdown is close to linear in the cycles, but not
+    through zero: the spin has a fixed cost), the cycles it predicts for ``fraction``, so
+    every step's noise is averaged, not only the last two's; else a proportional scale of
+    the last step (one that saw no slowdown doubles its cycles). The guess stays within
+    ``STEP_RANGE`` times the last cycles, so one noisy step cannot throw it far."""
     if not steps:
         raise ValueError("steps: need at least one (cycles, seen) step")
-    c1, s1 = steps[-1]
-    earlier = [(c, s) for c, s in steps[:-1] if c != c1 and s != s1]
-    if earlier:
-        c0, s0 = earlier[-1]
-        slope = (s1 - s0) / (c1 - c0)
-        if slope > 0:
-            return max(1, round(c1 + (fraction - s1) / slope))
-    if s1 <= 0:
-        return 2 * c1
-    return max(1, round(c1 * fraction / s1))
+    last, seen = steps[-1]
+    line = fit_line(steps)
+    if line is not None:
+        guess = (fraction - line[0]) / line[1]
+    elif seen <= 0:
+        guess = 2 * last
+    else:
+        guess = last * fraction / seen
+    low, high = STEP_RANGE
+    return max(1, round(min(max(guess, low * last), high * last)))
+
+
+def closest(steps: Sequence[tuple[int, float]], fraction: float) -> tuple[int, float]:
+    """The step to keep: the one whose slowdown is closest to ``fraction``, judged by the
+    line through all steps where there is one (a lone step's noise can put it near the
+    request by luck), else by its own measurement."""
+    line = fit_line(steps)
+    if line is None:
+        return min(steps, key=lambda step: abs(step[1] - fraction))
+    return min(steps, key=lambda step: abs(line[0] + line[1] * step[0] - fraction))
 
 
 def calibrate(
@@ -76,7 +114,7 @@ def calibrate(
     """Set ``kernel.delay_cycles`` (a kernel of ``kernel.blocks`` blocks, ``base_ms`` long
     undelayed) until ``seen()``, the slowdown measured with those cycles, is ``fraction``
     within ``CALIBRATION_TOLERANCE``, from the first guess for ``clock`` = (cycles per ms,
-    SMs), at most ``MAX_STEPS`` measurements; the closest step is kept. Returns the
+    SMs), at most ``MAX_STEPS`` measurements; the closest step (``closest``) is kept. Returns the
     record: requested, the cycles set, what they were seen to add, and every step."""
     cycles_per_ms, sms = clock
     cycles = initial_cycles(fraction, base_ms, cycles_per_ms, waves(kernel.blocks, sms))
@@ -87,9 +125,28 @@ def calibrate(
         if within(steps[-1][1], fraction, CALIBRATION_TOLERANCE):
             break
         cycles = next_cycles(steps, fraction)
-    cycles, got = min(steps, key=lambda step: abs(step[1] - fraction))
+    cycles, got = closest(steps, fraction)
     kernel.delay_cycles = cycles
     return {"requested": fraction, "cycles": cycles, "seen": got, "steps": steps}
+
+
+def step_pairs(base_ms: float) -> int:
+    """Launch pairs (plain, delayed) one calibration step measures for a kernel of
+    ``base_ms``: ``STEP_BUDGET_MS`` of kernel time, within [MIN_PAIRS, MAX_PAIRS]."""
+    if not base_ms > 0:
+        raise ValueError(f"base_ms={base_ms!r}: must be positive")
+    return max(MIN_PAIRS, min(MAX_PAIRS, math.ceil(STEP_BUDGET_MS / base_ms)))
+
+
+def pair_seen(plain_ms: Sequence[float], slowed_ms: Sequence[float]) -> float:
+    """The slowdown of one calibration step: the median of the per-pair ratios of
+    launches taken in turn (the i-th of each side one pair), less one."""
+    if not plain_ms or len(plain_ms) != len(slowed_ms):
+        raise ValueError(
+            f"plain_ms, slowed_ms: need equal, non-zero counts, got {len(plain_ms)} and "
+            f"{len(slowed_ms)}"
+        )
+    return statistics.median(s / p for p, s in zip(plain_ms, slowed_ms, strict=True)) - 1.0
 
 
 def within(seen: float, fraction: float, tolerance: float = TOLERANCE) -> bool:

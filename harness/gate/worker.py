@@ -95,10 +95,10 @@ def sleep_cycles_per_ms(median_ms) -> float:
     return cycles / median_ms(lambda: torch.cuda._sleep(cycles))
 
 
-def _tree_median_ms(fn) -> float:
-    """Median of a few launches on the timing path of the revision under test."""
+def _tree_median_ms(fn, repeat: int = 5) -> float:
+    """Median of ``repeat`` launches on the timing path of the revision under test."""
     measure = _tree_module("harness.measure.timing", "harness.timing").measure
-    return measure(fn, warmup=1, repeat=5).median_ms
+    return measure(fn, warmup=1, repeat=repeat).median_ms
 
 
 # The paired loop's timer: each kernel's own time from CUPTI's records, or CUDA events
@@ -123,17 +123,26 @@ def _paired_median_ms(fn, launches: int = 5) -> float:
     return statistics.median(paired_times([fn], trials=1, launches=launches)[0][0])
 
 
-def _paired_seen(plain, slowed) -> float:
-    """The slowdown of ``slowed`` over ``plain`` as the paired gate sees it."""
-    ratios = interleave.trial_ratios(paired_times([plain, slowed], trials=3))
-    return statistics.median(ratios[1]) - 1.0
+def _paired_seen(plain, slowed, pairs: int) -> float:
+    """The slowdown of ``slowed`` over ``plain`` as the paired gate sees it: the median
+    ratio of ``pairs`` launch pairs taken in turn (``inject.pair_seen``)."""
+    ms = paired_times([plain, slowed], trials=1, launches=pairs)
+    return inject.pair_seen(ms[0][0], ms[1][0])
 
 
-def _tree_seen(plain, slowed) -> float:
-    """The slowdown of ``slowed`` over ``plain`` on the revision's timing path, the two
-    timed in turn."""
-    ratios = [_tree_median_ms(slowed) / _tree_median_ms(plain) for _ in range(3)]
-    return statistics.median(ratios) - 1.0
+TREE_BLOCK = 10  # launches per block when the revision's timer times the two in turn
+
+
+def _tree_seen(plain, slowed, pairs: int) -> float:
+    """The slowdown of ``slowed`` over ``plain`` on the revision's timing path, which
+    times one function at a time: blocks of ``TREE_BLOCK`` launches each in turn, the
+    median of the blocks' ratios, about ``pairs`` launches a side."""
+    blocks = max(3, pairs // TREE_BLOCK)
+    plain_ms, slowed_ms = [], []
+    for _ in range(blocks):
+        plain_ms.append(_tree_median_ms(plain, TREE_BLOCK))
+        slowed_ms.append(_tree_median_ms(slowed, TREE_BLOCK))
+    return inject.pair_seen(plain_ms, slowed_ms)
 
 
 def delayed_kernel(data, config):
@@ -153,10 +162,13 @@ def sm_count() -> int:
 
 def calibrate_delay(kernel, launch, plain, fraction: float, seen_of, clock) -> dict:
     """Set ``kernel.delay_cycles`` so that ``launch`` (the delayed kernel) is slower than
-    ``plain`` by ``fraction`` as ``seen_of(plain, launch)`` measures it
-    (``inject.calibrate``); ``clock`` is (cycles per ms, SMs)."""
+    ``plain`` by ``fraction`` as ``seen_of(plain, launch, pairs)`` measures it, over
+    ``inject.step_pairs`` launch pairs a step (``inject.calibrate``); ``clock`` is
+    (cycles per ms, SMs)."""
     base_ms = _paired_median_ms(plain, launches=20)
-    return inject.calibrate(kernel, fraction, base_ms, clock, lambda: seen_of(plain, launch))
+    pairs = inject.step_pairs(base_ms)
+    seen = partial(seen_of, plain, launch, pairs)
+    return inject.calibrate(kernel, fraction, base_ms, clock, seen)
 
 
 def inject_slowdown(bench, fraction: float, clock: tuple[float, int], entry: dict) -> None:

@@ -86,3 +86,72 @@ def test_a_compile_error_keeps_the_compilers_message():
     )
     assert inject.first_line("ValueError: a\n  b error") == "ValueError: a"
     assert inject.error_text(ValueError("short")) == "ValueError: short"
+
+
+def _noisy_calibrations(sigma: float, trials: int = 200) -> list[float]:
+    """The true slowdown left set after ``inject.calibrate`` on seeded noisy linear
+    kernels (a 2% request, per-step noise of ``sigma``), one per trial."""
+    import random
+
+    rng = random.Random(22)
+    models = [(0.0, 2e-5), (0.004, 1e-5), (-0.002, 1e-5), (0.001, 4e-5)]
+    got = []
+    for i in range(trials):
+        a, b = models[i % len(models)]
+
+        class Kernel:
+            blocks, delay_cycles = 132, 0
+
+        kernel = Kernel()
+
+        def seen(k=kernel, a=a, b=b):
+            return a + b * k.delay_cycles + rng.gauss(0.0, sigma)
+
+        inject.calibrate(kernel, 0.02, 0.5, (2000.0, 132), seen)  # first guess: 1000 cycles
+        got.append(a + b * kernel.delay_cycles)
+    return got
+
+
+def test_calibration_with_the_per_step_pair_counts_lands_within_its_tolerance():
+    """With the noise the per-step pair counts give (0.03 pp per step), the calibration
+    leaves the kernel within CALIBRATION_TOLERANCE of the request in >= 95% of seeded
+    trials."""
+    quiet = _noisy_calibrations(0.0003)
+    tight = sum(inject.within(t, 0.02, inject.CALIBRATION_TOLERANCE) for t in quiet)
+    assert tight >= 0.95 * len(quiet)
+
+
+def test_a_correction_step_moves_at_most_the_step_range():
+    # A step that saw almost nothing would ask for 200x the cycles: 4x at most.
+    assert inject.next_cycles([(100, 0.0001)], 0.02) == 400
+    assert inject.next_cycles([(1000, 0.5)], 0.02) == 250
+
+
+def test_the_next_guess_fits_every_step_not_the_last_two():
+    """The H200's noisy steps: 175 cycles read 4.6% and 195 read 2.2%; the secant through
+    those two has a negative slope. The line through all steps averages them."""
+    steps = [(195, 0.0223), (175, 0.0456), (77, 0.0097), (105, 0.0033)]
+    a, b = inject.fit_line(steps)
+    assert b > 0
+    assert inject.next_cycles(steps, 0.02) == round((0.02 - a) / b)
+    assert inject.fit_line([(100, 0.01), (100, 0.02)]) is None  # one distinct cycles
+    assert inject.fit_line([(100, 0.02), (200, 0.01)]) is None  # no positive slope
+    # The step kept is judged by the line, not by one lucky reading.
+    assert inject.closest([(100, 0.01), (200, 0.0199), (300, 0.03)], 0.02) == (200, 0.0199)
+    assert inject.closest([(100, 0.010), (200, 0.026), (300, 0.0199), (400, 0.04)], 0.02)[0] == 200
+
+
+def test_a_step_measures_pairs_for_a_time_budget():
+    assert inject.step_pairs(0.009) == inject.MAX_PAIRS  # a 9 us kernel: the cap
+    assert inject.step_pairs(0.05) == 1000  # 50 ms of kernel time
+    assert inject.step_pairs(2.0) == inject.MIN_PAIRS
+    with pytest.raises(ValueError, match="base_ms=0"):
+        inject.step_pairs(0)
+
+
+def test_a_step_reads_the_median_of_per_pair_ratios():
+    plain = [1.0, 1.0, 2.0, 1.0, 1.0]  # a slow pair (clock dip) moves both sides
+    slowed = [1.02, 1.02, 2.04, 1.5, 1.02]  # and one outlier launch
+    assert inject.pair_seen(plain, slowed) == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="plain_ms, slowed_ms"):
+        inject.pair_seen([1.0], [1.0, 1.0])

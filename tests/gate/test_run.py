@@ -261,7 +261,7 @@ def test_injection_launches_a_delayed_build_calibrated_to_the_request(monkeypatc
     monkeypatch.setattr(gate_worker, "_paired_median_ms", lambda fn, launches=5: 0.05)
     # What the timer sees: a fixed cost of the spin plus a share proportional to cycles.
     monkeypatch.setattr(
-        gate_worker, "_tree_seen", lambda plain, slowed: 0.004 + 2e-6 * kernel.delay_cycles
+        gate_worker, "_tree_seen", lambda plain, slowed, pairs: 0.004 + 2e-6 * kernel.delay_cycles
     )
     shared = FakeCase()
     shared.a = shared.b = shared.out = None  # the inputs the delayed kernel is given
