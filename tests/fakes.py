@@ -128,12 +128,49 @@ class FakeWorker:
         self.calls = []
         self.rng = random.Random(3)
 
-    def __call__(self, tree, bench, out_file, inject=0.0, gpu=None, only=None, listing=False):
+    def __call__(
+        self,
+        tree,
+        bench,
+        out_file,
+        inject=0.0,
+        gpu=None,
+        only=None,
+        listing=False,
+        inject_cycles=None,
+    ):
         if listing:
             return {"names": self.names}
         shard = self.names if only is None else json.loads(only.read_text())
-        self.calls.append({"file": out_file.name, "inject": inject, "gpu": gpu, "shard": shard})
-        return worker_payload(self.rng, shard, slowdown=inject)
+        self.calls.append(
+            {
+                "file": out_file.name,
+                "inject": inject,
+                "gpu": gpu,
+                "shard": shard,
+                "inject_cycles": inject_cycles,
+            }
+        )
+        payload = worker_payload(self.rng, shard, slowdown=inject)
+        if inject:  # the injected run calibrates its delay, or sets the cycles given
+            for name, entry in payload["results"].items():
+                entry["injection"] = fake_injection(name, inject, inject_cycles)
+        return payload
+
+
+def fake_injection(name: str, fraction: float, cycles_file=None) -> dict:
+    """A worker's injection record: calibrated now (cycles from the name, one step), or
+    the cycles ``cycles_file`` gives (no steps), as ``harness.gate.inject`` makes them."""
+    if cycles_file is None:
+        cycles = 1000 + len(name)
+        return {
+            "requested": fraction,
+            "cycles": cycles,
+            "seen": fraction,
+            "steps": [[cycles, fraction]],
+        }
+    cycles = json.loads(cycles_file.read_text())["cycles"][name]
+    return {"requested": fraction, "cycles": cycles, "seen": None, "steps": []}
 
 
 def paired_payload(rng: random.Random, names, inject: dict | None = None, sides=None) -> dict:
@@ -163,7 +200,9 @@ class FakePairedWorker:
         self.calls = []
         self.rng = random.Random(5)
 
-    def __call__(self, trees, bench, out_file, inject=None, gpu=None, only=None, **kwargs):
+    def __call__(
+        self, trees, bench, out_file, inject=None, gpu=None, only=None, inject_cycles=None, **kw
+    ):
         shard = self.names if only is None else json.loads(only.read_text())
         self.calls.append(
             {
@@ -172,9 +211,16 @@ class FakePairedWorker:
                 "inject": inject,
                 "gpu": gpu,
                 "shard": shard,
+                "inject_cycles": inject_cycles,
             }
         )
-        return paired_payload(self.rng, shard, inject, trees)
+        payload = paired_payload(self.rng, shard, inject, trees)
+        for side, fraction in (inject or {}).items():
+            for name, entry in payload["results"].items():
+                entry.setdefault("injection", {})[side] = fake_injection(
+                    name, fraction, inject_cycles
+                )
+        return payload
 
 
 def tiny_asv_conf(benchmark_dir: str = "suite") -> dict:

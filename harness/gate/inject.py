@@ -7,7 +7,9 @@ so one launch of a kernel with ``blocks`` blocks over ``sms`` multiprocessors (o
 resident per SM) gains about ``waves * cycles`` of time. That gives the first guess;
 the wave tail and blocks sharing an SM make the truth differ, so the worker then measures
 the slowed kernel against the plain one, launch by launch, and corrects the cycles until
-the seen slowdown is within ``CALIBRATION_TOLERANCE`` of the request.
+the seen slowdown is within ``CALIBRATION_TOLERANCE`` of the request. Each step's launch
+pairs are held to a budget of GPU time (``step_pairs``). The self-test calibrates once
+and hands the cycles to its later workers in a file (``cycles_record``, ``read_cycles``).
 
 Pure: no GPU, no project imports (the gate's worker loads this file by path while
 another revision's tree is on ``sys.path``).
@@ -15,10 +17,11 @@ another revision's tree is on ``sys.path``).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 # The self-test reports a detection rate only where the slowdown the gate saw is within
 # this of the request (absolute, in fractions: 0.003 is 0.3 percentage points).
@@ -36,6 +39,12 @@ STEP_RANGE = (0.25, 4.0)
 STEP_BUDGET_MS = 50.0
 MIN_PAIRS = 30
 MAX_PAIRS = 2000
+# A step's launches, each after its L2 flush (a 256 MB rewrite, about 0.1 ms on the H200,
+# ten times a 9 us kernel), are held to about this much GPU time, so one step, its
+# profiler capture included, stays under about a second.
+STEP_GPU_BUDGET_MS = 400.0
+# The injected delay's cycles per benchmark, calibrated once and reused (``--inject-cycles``).
+CYCLES_VERSION = 1
 # An error as a payload records it: a compiler's failure is the kernel's whole source
 # with the compiler's message at its end, so a long one keeps both ends.
 ERROR_CHARS = 500
@@ -130,12 +139,69 @@ def calibrate(
     return {"requested": fraction, "cycles": cycles, "seen": got, "steps": steps}
 
 
-def step_pairs(base_ms: float) -> int:
+def step_pairs(base_ms: float, flush_ms: float = 0.0) -> int:
     """Launch pairs (plain, delayed) one calibration step measures for a kernel of
-    ``base_ms``: ``STEP_BUDGET_MS`` of kernel time, within [MIN_PAIRS, MAX_PAIRS]."""
+    ``base_ms`` timed after a flush of ``flush_ms``: ``STEP_BUDGET_MS`` of kernel time,
+    at most ``STEP_GPU_BUDGET_MS`` of GPU time (two kernels and two flushes a pair),
+    within [MIN_PAIRS, MAX_PAIRS]."""
     if not base_ms > 0:
         raise ValueError(f"base_ms={base_ms!r}: must be positive")
-    return max(MIN_PAIRS, min(MAX_PAIRS, math.ceil(STEP_BUDGET_MS / base_ms)))
+    if not flush_ms >= 0:
+        raise ValueError(f"flush_ms={flush_ms!r}: must be >= 0")
+    pairs = min(
+        math.ceil(STEP_BUDGET_MS / base_ms),
+        math.floor(STEP_GPU_BUDGET_MS / (2 * (base_ms + flush_ms))),
+    )
+    return max(MIN_PAIRS, min(MAX_PAIRS, pairs))
+
+
+def cycles_record(fraction: float, cycles: Mapping[str, int]) -> dict:
+    """The file ``--inject-cycles`` reads: the delay cycles per benchmark that make its
+    kernel ``fraction`` slower, as a calibration found them."""
+    return {"version": CYCLES_VERSION, "slowdown": fraction, "cycles": dict(cycles)}
+
+
+def read_cycles(text: str, fractions: Collection[float]) -> dict[str, int]:
+    """``{benchmark: cycles}`` of a ``cycles_record`` file's ``text``, calibrated for the
+    slowdown every one of ``fractions`` asks for; ValueError naming the field and the
+    rule otherwise (the caller names the file and its option)."""
+    try:
+        record = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"not valid JSON: {err}") from None
+    if not isinstance(record, dict) or record.get("version") != CYCLES_VERSION:
+        raise ValueError(
+            f"must be an object with version {CYCLES_VERSION}, 'slowdown' and 'cycles' "
+            "(the self-test writes it)"
+        )
+    slowdown = record.get("slowdown")
+    if isinstance(slowdown, bool) or not isinstance(slowdown, (int, float)):
+        raise ValueError(f"slowdown={slowdown!r}: must be a number")
+    off = sorted(f for f in set(fractions) if abs(f - slowdown) > 1e-12)
+    if off:
+        raise ValueError(
+            f"slowdown={slowdown!r}: its cycles were calibrated for {slowdown:.2%}, this run "
+            f"injects {off[0]:.2%}; calibrate again (leave the option out)"
+        )
+    cycles = record.get("cycles")
+    if not isinstance(cycles, dict) or not cycles:
+        raise ValueError("cycles: must map benchmark names to cycles, got none")
+    for name, value in cycles.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"cycles[{name!r}]={value!r}: must be an integer >= 1")
+    return dict(cycles)
+
+
+def given(kernel, name: str, fraction: float, cycles: Mapping[str, int]) -> dict:
+    """Set ``kernel.delay_cycles`` to benchmark ``name``'s calibrated ``cycles`` (no
+    measuring); the record ``calibrate`` would give, without steps or a seen slowdown:
+    what the gate then sees is the injected comparison's own ratio."""
+    if name not in cycles:
+        raise RuntimeError(
+            f"--inject-cycles has no cycles for {name}: calibrate it (leave the option out)"
+        )
+    kernel.delay_cycles = cycles[name]
+    return {"requested": fraction, "cycles": cycles[name], "seen": None, "steps": []}
 
 
 def pair_seen(plain_ms: Sequence[float], slowed_ms: Sequence[float]) -> float:

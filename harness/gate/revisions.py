@@ -162,10 +162,13 @@ def run_worker(
     site: Path | None = None,
     python: str | None = None,
     env: Mapping[str, str] | None = None,
+    inject_cycles: Path | None = None,
 ) -> dict:
     """Run the worker on ``tree`` in a fresh process of ``python`` (this interpreter by
     default), with ``site``'s packages first and ``env`` set when given; its payload
-    (``{"results": ...}``, ``{"names": [...]}`` with ``listing``, or ``{"fatal": why}``)."""
+    (``{"results": ...}``, ``{"names": [...]}`` with ``listing``, or ``{"fatal": why}``).
+    ``inject_cycles`` (a file of calibrated delay cycles) sets the injection's delay
+    instead of calibrating it."""
     cmd = [python or sys.executable, str(WORKER), "--tree", str(tree), "--out", str(out_file)]
     cmd += ["--bench", bench]
     if listing:
@@ -174,6 +177,8 @@ def run_worker(
         cmd += ["--only", str(only)]
     if inject:
         cmd += ["--inject-slowdown", repr(inject)]
+    if inject_cycles is not None:
+        cmd += ["--inject-cycles", str(inject_cycles)]
     return _run(cmd, {**tree_env(tree, gpu, site), **(env or {})}, tree, out_file)
 
 
@@ -195,16 +200,20 @@ def run_paired(
     only: Path | None = None,
     trials: int = 20,
     launches: int = 6,
+    inject_cycles: Path | None = None,
 ) -> dict:
     """Run the worker once on all ``trees`` (side -> tree) paired: each side's kernels
     built by its own suite, then launched in turn in this one process. Its payload
-    (``{"mode": "paired", "results": ...}`` or ``{"fatal": why}``)."""
+    (``{"mode": "paired", "results": ...}`` or ``{"fatal": why}``). ``inject_cycles``
+    as for ``run_worker``."""
     cmd = [sys.executable, str(WORKER), "--out", str(out_file), "--bench", bench]
     for side, tree in trees.items():
         cmd += ["--side", f"{side}={tree}"]
     for side, fraction in (inject or {}).items():
         cmd += ["--inject", f"{side}={fraction!r}"]
     cmd += ["--trials", str(trials), "--launches", str(launches)]
+    if inject_cycles is not None:
+        cmd += ["--inject-cycles", str(inject_cycles)]
     if only is not None:
         cmd += ["--only", str(only)]
     env = dict(os.environ)

@@ -24,9 +24,13 @@ The injection is test-only: the injected side launches its kernel's delayed buil
 its pipeline starts), one launch as before, whose cycles the worker calibrates with the
 gate's own timer until the slowdown it sees is the request (``harness.gate.inject``).
 The tracked kernels are untouched, and nothing on the normal gate path passes the flag.
-The slowdown the gate then saw is recorded per benchmark, and where it misses the
-request by more than ``inject.TOLERANCE`` the benchmark gets no detection rate: it is
-listed as refused, with why.
+The delay is calibrated once per self-test (per GPU, by the first injected worker), and
+every later worker sets those cycles (``--inject-cycles``, a file under the work folder)
+instead of measuring them again; ``--inject-cycles FILE`` gives a self-test a file of an
+earlier one and skips calibrating. The slowdown the gate then saw, the median over the
+iterations of the injected comparison's ratio, is recorded per benchmark, and where it
+misses the request by more than ``inject.TOLERANCE`` the benchmark gets no detection
+rate: it is listed as refused, with why.
 
 The calibration file is in force (``--calibration``, default the machine's), as in the
 gate: a benchmark it marks too noisy is counted as such, neither detected nor alarmed.
@@ -69,6 +73,7 @@ class Setup:
     work: Path
     thresholds: Mapping[str, float] | None = None
     method: str = "paired"
+    cycles: Path | None = None  # calibrated delay cycles to start from (``--inject-cycles``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +198,12 @@ def to_json(
     rounds: int,
     bench: str,
     gpus: list[int] | None = None,
+    calibrated: Mapping[str, dict] | None = None,
 ) -> dict:
     """The tally for the record: settings, rates, and counts per benchmark. The overall
     detection rate is over all (comparison, benchmark) pairs of the benchmarks whose seen
-    injection met the request; the others have none and are listed under ``refused``."""
+    injection met the request; the others have none and are listed under ``refused``.
+    ``calibrated`` holds each benchmark's injection calibration (cycles, what it saw)."""
     n = t.comparisons
     refused = refusals(t, slowdown)
     counted = [name for name in t.detections if name not in refused]
@@ -223,6 +230,9 @@ def to_json(
                 "detections": t.detections[name],
                 "detection_rate": None if name in refused else rate(t.detections[name], n),
                 "seen_injection": seen_injection(t, name),
+                "injection_cycles": (calibrated or {}).get(name, {}).get("cycles"),
+                # What the calibration's own launch pairs saw, beside what the gate saw.
+                "calibration_seen": (calibrated or {}).get(name, {}).get("seen"),
                 "refused": refused.get(name),
                 "too_noisy": (t.noisy or {}).get(name, 0),
                 # What the gate saw: median and extremes of the per-comparison ratios.
@@ -267,6 +277,45 @@ def compare(
     )
 
 
+def calibrations(payload: dict, method: str) -> dict[str, dict]:
+    """``{benchmark: record}`` of the injection calibrations one injected worker payload
+    made (paired: the ``injected`` side's; process: the run's), leaving out benchmarks
+    that were given their cycles and those that failed."""
+    out = {}
+    for name, entry in (payload.get("results") or {}).items():
+        record = entry.get("injection") or {}
+        if method == "paired":
+            record = record.get("injected") or {}
+        if record.get("steps"):
+            out[name] = record
+    return out
+
+
+def keep_cycles(
+    setup: Setup,
+    payload: dict,
+    tag: str,
+    log: Callable[[str], None],
+    calibrated: dict[str, dict] | None = None,
+) -> Path | None:
+    """Write the cycles ``payload``'s worker calibrated to a file for the later workers
+    (``--inject-cycles``) and add its records to ``calibrated``; the file, or None where
+    it calibrated nothing (the next worker calibrates again)."""
+    found = calibrations(payload, setup.method)
+    if not found:
+        return None
+    if calibrated is not None:
+        calibrated.update(found)
+    path = setup.work / f"inject-cycles{tag}.json"
+    cycles = {name: record["cycles"] for name, record in found.items()}
+    path.write_text(json.dumps(inject.cycles_record(setup.slowdown, cycles), indent=2) + "\n")
+    log(
+        f"gate_selftest{tag}: injection calibrated for {len(found)} benchmark(s); "
+        f"the later workers set these cycles ({path.name})"
+    )
+    return path
+
+
 def iterate(
     setup: Setup,
     gpu: int | None = None,
@@ -274,14 +323,18 @@ def iterate(
     log: Callable[[str], None] = print,
     out: list | None = None,
     timers: dict[str, None] | None = None,
+    calibrated: dict[str, dict] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``setup.n`` iterations on one GPU (all visible when None): per iteration and round,
     the three worker runs in that block's order; returns each iteration's verdicts,
     appended to ``out`` as each finishes (so an interrupted run keeps the finished ones);
-    the paired workers' timers are added to ``timers``."""
+    the paired workers' timers are added to ``timers``. The first injected worker
+    calibrates the delay (unless ``setup.cycles`` gives it; its records go to
+    ``calibrated``), every later one sets the same cycles."""
     tag = "" if gpu is None else f"-gpu{gpu}"
     out = [] if out is None else out
     n, rounds = setup.n, setup.rounds
+    cycles = setup.cycles
     for i in range(n):
         start = time.perf_counter()
         runs = []
@@ -295,8 +348,10 @@ def iterate(
                         inject={"injected": setup.slowdown},
                         gpu=gpu,
                         only=only,
+                        inject_cycles=cycles,
                     )
                 )
+                cycles = cycles or keep_cycles(setup, payload, tag, log, calibrated)
                 timer = revisions.timer_of([payload])
                 if timer and timers is not None and timer not in timers:
                     timers[timer] = None
@@ -305,11 +360,22 @@ def iterate(
             block = i * rounds + r
             got = {}
             for side in order(block):
-                inject = setup.slowdown if side == "injected" else 0.0
                 out_file = setup.work / f"{side}{tag}-{i}-{r}.json"
+                if side != "injected":
+                    got[side] = revisions.run_worker(
+                        setup.tree, setup.bench, out_file, 0.0, gpu, only
+                    )
+                    continue
                 got[side] = revisions.run_worker(
-                    setup.tree, setup.bench, out_file, inject, gpu, only
+                    setup.tree,
+                    setup.bench,
+                    out_file,
+                    setup.slowdown,
+                    gpu,
+                    only,
+                    inject_cycles=cycles,
                 )
+                cycles = cycles or keep_cycles(setup, got[side], tag, log, calibrated)
             runs.append(got)
         aa, injected = compare(runs, setup.threshold, setup.thresholds, setup.method)
         out.append((aa, injected))
@@ -348,10 +414,12 @@ def split_iterate(
     log: Callable[[str], None] = print,
     out: dict | None = None,
     timers: dict[str, None] | None = None,
+    calibrated: dict[str, dict] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``iterate`` on every GPU at once, each over its share of the benchmarks (the
     gate's plan), then each iteration's verdicts joined across GPUs. ``out`` collects
-    each GPU's finished iterations as they come."""
+    each GPU's finished iterations as they come; ``calibrated`` each GPU's injection
+    calibrations."""
     from harness.suite.shard import plan
 
     names = revisions.run_worker(setup.tree, setup.bench, setup.work / "names.json", listing=True)
@@ -369,7 +437,13 @@ def split_iterate(
     def one(gpu):
         try:
             iterate(
-                setup, gpu=gpu, only=files[gpu], log=log, out=out.setdefault(gpu, []), timers=timers
+                setup,
+                gpu=gpu,
+                only=files[gpu],
+                log=log,
+                out=out.setdefault(gpu, []),
+                timers=timers,
+                calibrated=calibrated,
             )
         except Exception as err:  # re-raised in the caller's thread
             errors.append(err)
@@ -449,6 +523,15 @@ def main(argv: list[str] | None = None) -> int:
         help="per-benchmark thresholds, as the gate applies them "
         "(default: calibration/<machine>.json when present; --threshold stays the floor)",
     )
+    p.add_argument(
+        "--inject-cycles",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the injected delay's cycles per benchmark from an earlier self-test at the "
+        "same --slowdown (its .gate/selftest/inject-cycles*.json): set them instead of "
+        "calibrating",
+    )
     args = p.parse_args(argv)
     threshold = gate.THRESHOLDS[args.method] if args.threshold is None else args.threshold
     if threshold >= args.slowdown:
@@ -459,6 +542,14 @@ def main(argv: list[str] | None = None) -> int:
     args.bench = args.bench or revisions.default_bench()
     if args.calibration is not None and not args.calibration.is_file():
         p.error(f"--calibration={args.calibration}: no such file")
+    if args.inject_cycles is not None:
+        try:
+            inject.read_cycles(args.inject_cycles.read_text(), [args.slowdown])
+        except OSError as err:
+            p.error(f"--inject-cycles={args.inject_cycles}: cannot read it ({err.strerror})")
+        except ValueError as err:
+            p.error(f"--inject-cycles={args.inject_cycles}: {err}")
+        args.inject_cycles = args.inject_cycles.resolve()
     try:
         gpus = revisions.gpus_for(args.gpus)
     except ValueError as err:
@@ -481,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         work,
         thresholds,
         args.method,
+        args.inject_cycles,
     )
     log(
         f"gate_selftest: {args.method}; thresholds per benchmark from {calibration.name}, "
@@ -493,12 +585,19 @@ def main(argv: list[str] | None = None) -> int:
     revisions.precompile({"tree": tree}, args.bench, log=log)
     finished: dict = {}
     timers: dict[str, None] = {}
+    calibrated: dict[str, dict] = {}
     interrupted = False
     try:
         if gpus is None:
-            iterate(setup, log=log, out=finished.setdefault(None, []), timers=timers)
+            iterate(
+                setup,
+                log=log,
+                out=finished.setdefault(None, []),
+                timers=timers,
+                calibrated=calibrated,
+            )
         else:
-            split_iterate(setup, gpus, log=log, out=finished, timers=timers)
+            split_iterate(setup, gpus, log=log, out=finished, timers=timers, calibrated=calibrated)
     except KeyboardInterrupt:
         interrupted = True
     results = join_shards(finished)
@@ -509,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     t = tally([aa for aa, _ in results], [inj for _, inj in results])
     print(render(t, args.slowdown))
     if args.json is not None:
-        record = to_json(t, args.slowdown, threshold, args.rounds, args.bench, gpus)
+        record = to_json(t, args.slowdown, threshold, args.rounds, args.bench, gpus, calibrated)
+        record["inject_cycles"] = None if args.inject_cycles is None else args.inject_cycles.name
         record["method"] = args.method
         record["timer"] = "; ".join(timers) or None
         record["interrupted"] = interrupted

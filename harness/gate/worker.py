@@ -18,6 +18,11 @@ Two modes:
 
     python harness/gate/worker.py --tree WORKTREE --out samples.json [--bench REGEX]
     python harness/gate/worker.py --side base=TREE_A --side head=TREE_B --out pair.json
+
+Test-only (the gate self-test): ``--inject SIDE=FRACTION`` (paired) or
+``--inject-slowdown FRACTION`` launches that side's kernel with a delay calibrated to the
+fraction, one progress line per calibration step; ``--inject-cycles FILE``
+(``inject.cycles_record``) sets calibrated cycles instead and measures none.
 """
 
 import sys
@@ -160,24 +165,73 @@ def sm_count() -> int:
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
-def calibrate_delay(kernel, launch, plain, fraction: float, seen_of, clock) -> dict:
+def flush_ms() -> float:
+    """GPU time (ms) of one L2 flush as the paired timer does it before every launch,
+    timed now with CUDA events over a few flushes."""
+    import torch
+
+    cache = torch.empty(interleave.FLUSH_BYTES // 4, dtype=torch.int, device="cuda")
+    interleave.kernel_timer.flush(cache)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        interleave.kernel_timer.flush(cache)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 10
+
+
+def calibrate_delay(kernel, launch, plain, fraction: float, seen_of, clock, name: str) -> dict:
     """Set ``kernel.delay_cycles`` so that ``launch`` (the delayed kernel) is slower than
     ``plain`` by ``fraction`` as ``seen_of(plain, launch, pairs)`` measures it, over
     ``inject.step_pairs`` launch pairs a step (``inject.calibrate``); ``clock`` is
-    (cycles per ms, SMs)."""
+    (cycles per ms, SMs, flush ms). Each step prints a line (benchmark ``name``, step,
+    cycles, what it saw, how long it took), so a long calibration shows itself."""
+    cycles_per_ms, sms, flush = clock
     base_ms = _paired_median_ms(plain, launches=20)
-    pairs = inject.step_pairs(base_ms)
-    seen = partial(seen_of, plain, launch, pairs)
-    return inject.calibrate(kernel, fraction, base_ms, clock, seen)
+    pairs = inject.step_pairs(base_ms, flush)
+    done = []
+
+    def seen() -> float:
+        start = time.perf_counter()
+        got = seen_of(plain, launch, pairs)
+        done.append(got)
+        print(
+            f"  {name}: injection step {len(done)}/{inject.MAX_STEPS}: "
+            f"{kernel.delay_cycles} cycles, {pairs} pairs, seen {got:+.3%} for "
+            f"{fraction:+.2%} ({time.perf_counter() - start:.2f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return got
+
+    return inject.calibrate(kernel, fraction, base_ms, (cycles_per_ms, sms), seen)
 
 
-def inject_slowdown(bench, fraction: float, clock: tuple[float, int], entry: dict) -> None:
+def injection_clock(median_ms) -> tuple[float, int, float]:
+    """What calibrating a delay needs of the GPU, read once per process: its SM clock in
+    cycles per ms (``median_ms`` times the spin), its SMs, and one flush's ms."""
+    return sleep_cycles_per_ms(median_ms), sm_count(), flush_ms()
+
+
+def set_delay(kernel, launch, plain, fraction, seen_of, clock, name, cycles) -> dict:
+    """The injection record of benchmark ``name``: its ``cycles`` as given
+    (``--inject-cycles``), or calibrated now where none are given."""
+    if cycles is not None:
+        return inject.given(kernel, name, fraction, cycles)
+    return calibrate_delay(kernel, launch, plain, fraction, seen_of, clock, name)
+
+
+def inject_slowdown(
+    bench, fraction: float, clock, entry: dict, name: str = "", cycles=None
+) -> None:
     """Test-only (``--inject-slowdown``, used by the gate self-test): this benchmark's
     kernel is replaced by its delayed build (``kernels.gemm.make_gemm(delay=True)``), its
     delay calibrated on the revision's timing path to ``fraction`` of the plain kernel's
     latency. Only this instance's ``prepare`` is wrapped, and it hands ``measure`` a copy
     of the shared inputs whose kernel is the delayed one: the suite's code and other
-    combinations are untouched. The calibration goes to ``entry["injection"]``."""
+    combinations are untouched. The calibration (or ``cycles[name]``, given) goes to
+    ``entry["injection"]``."""
     import copy
 
     prepare = bench.prepare
@@ -187,7 +241,9 @@ def inject_slowdown(bench, fraction: float, clock: tuple[float, int], entry: dic
         kernel = delayed_kernel(data, config)
         plain = data.tilelang_fn(config)
         launch = partial(kernel, data.a, data.b, data.out)
-        entry["injection"] = calibrate_delay(kernel, launch, plain, fraction, _tree_seen, clock)
+        entry["injection"] = set_delay(
+            kernel, launch, plain, fraction, _tree_seen, clock, name, cycles
+        )
         slowed = copy.copy(data)
         slowed.tilelang_fn = lambda cfg: launch
         return slowed, config
@@ -219,11 +275,15 @@ def measure(bench, params: tuple) -> dict[str, list[float]]:
 
 
 def run(
-    tree: Path, pattern: str | None, slowdown: float = 0.0, only: set[str] | None = None
+    tree: Path,
+    pattern: str | None,
+    slowdown: float = 0.0,
+    only: set[str] | None = None,
+    cycles: dict[str, int] | None = None,
 ) -> dict:
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
     nvml = open_nvml()
-    clock = (sleep_cycles_per_ms(_tree_median_ms), sm_count()) if slowdown else None
+    clock = injection_clock(_tree_median_ms) if slowdown and cycles is None else None
     results = {}
     for name, cls, params in discover(tree, pattern):
         if only is not None and name not in only:
@@ -234,7 +294,7 @@ def run(
             if slowdown:
                 if not hasattr(bench, "prepare"):
                     raise RuntimeError("--inject-slowdown needs a suite with prepare/measure")
-                inject_slowdown(bench, slowdown, clock, entry)
+                inject_slowdown(bench, slowdown, clock, entry, name, cycles)
             if nvml is None:
                 entry.update(measure(bench, params))
             else:  # the GPU's state while this benchmark ran, not after it
@@ -392,11 +452,13 @@ def run_paired(
     only: set[str] | None = None,
     trials: int = 20,
     launches: int = 6,
+    cycles: dict[str, int] | None = None,
 ) -> dict:
     """``{name: {"sides": {side: {"latency": [s...]} | {"error"|"skipped": why}},
     "ratios": {side: [per-trial ratio to the first side]}, "gpu": ..., "shared_inputs":
     bool}}``; an ``injected`` side (test-only, side -> fraction) launches its kernel's
-    delayed build, calibrated to that fraction (``"injection": {side: record}``)."""
+    delayed build, calibrated to that fraction, or with ``cycles[name]`` where ``cycles``
+    are given (``"injection": {side: record}``)."""
     trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
     prepared = {}
     for side, tree in sides.items():
@@ -408,7 +470,8 @@ def run_paired(
             raise SideFailed(side) from err
     open_nvml = _tree_module("harness.measure.gpu_state", "harness.gpu_state").open_nvml
     nvml = open_nvml()
-    clock = (sleep_cycles_per_ms(_paired_median_ms), sm_count()) if any(injected.values()) else None
+    calibrating = any(injected.values()) and cycles is None
+    clock = injection_clock(_paired_median_ms) if calibrating else None
     names = list(dict.fromkeys(n for p in prepared.values() for n in p))
     results = {}
     for name in names:
@@ -432,8 +495,8 @@ def run_paired(
                 if injected.get(side):
                     kernel = prepared[side][name]["delayed"]
                     plain, fn = fn, partial(kernel, data.a, data.b, data.out)
-                    entry.setdefault("injection", {})[side] = calibrate_delay(
-                        kernel, fn, plain, injected[side], _paired_seen, clock
+                    entry.setdefault("injection", {})[side] = set_delay(
+                        kernel, fn, plain, injected[side], _paired_seen, clock, name, cycles
                     )
                 fns.append(fn)
             if fns:
@@ -493,6 +556,22 @@ def _tilelang_version() -> str | None:
     return getattr(module, "__version__", None) if module is not None else None
 
 
+def given_cycles(parser, path: Path, fractions: list[float]) -> dict[str, int]:
+    """The cycles of ``--inject-cycles FILE`` for a run injecting ``fractions``; a missing,
+    unreadable or malformed file, or one without an injection to apply it to, is a usage
+    error naming the option (exit 2), before any GPU work."""
+    if not fractions:
+        parser.error("--inject-cycles: needs --inject SIDE=FRACTION or --inject-slowdown")
+    try:
+        text = path.read_text()
+    except OSError as err:
+        parser.error(f"--inject-cycles={path}: cannot read it ({err.strerror or err})")
+    try:
+        return inject.read_cycles(text, fractions)
+    except ValueError as err:
+        parser.error(f"--inject-cycles={path}: {err}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -535,18 +614,32 @@ def main() -> int:
         default=[],
         help="test-only, paired: SIDE=FRACTION slows that side's launches (self-test)",
     )
+    parser.add_argument(
+        "--inject-cycles",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="test-only, with --inject or --inject-slowdown: the delay cycles per benchmark "
+        "a calibration found (the self-test writes it); set them instead of calibrating",
+    )
     parser.add_argument("--trials", type=_positive, default=20, help="paired: trials (ratios)")
     parser.add_argument(
         "--launches", type=_positive, default=6, help="paired: launches per side and trial"
     )
     args = parser.parse_args()
     start = time.perf_counter()
+    cycles = None
+    if args.inject_cycles is not None:
+        fractions = [f for _, f in args.inject] + (
+            [args.inject_slowdown] * bool(args.inject_slowdown)
+        )
+        cycles = given_cycles(parser, args.inject_cycles, fractions)
     if args.side:
         sides = {name: tree.resolve() for name, tree in args.side}
         try:
             only = None if args.only is None else set(json.loads(args.only.read_text()))
             results = run_paired(
-                sides, args.bench, dict(args.inject), only, args.trials, args.launches
+                sides, args.bench, dict(args.inject), only, args.trials, args.launches, cycles
             )
             payload = {"mode": "paired", "sides": list(sides), "results": results}
             payload["timer"] = TIMER["name"] + (f" ({TIMER['why']})" if TIMER["why"] else "")
@@ -576,7 +669,7 @@ def main() -> int:
             payload = {"resources": resources_of(tree, only)}
         else:
             only = None if args.only is None else set(json.loads(args.only.read_text()))
-            payload = {"results": run(tree, args.bench, args.inject_slowdown, only)}
+            payload = {"results": run(tree, args.bench, args.inject_slowdown, only, cycles)}
             payload["tilelang"] = _tilelang_version()
     except Exception as err:  # the whole side failed to import or discover
         payload = {"fatal": "".join(traceback.format_exception_only(type(err), err)).strip()}

@@ -1,6 +1,10 @@
 """The self-test's injection math on synthetic numbers: the first guess of delay cycles,
 the correction steps, and when a seen injection misses its request."""
 
+import json
+import math
+import re
+
 import pytest
 
 from harness.gate import inject
@@ -155,3 +159,52 @@ def test_a_step_reads_the_median_of_per_pair_ratios():
     assert inject.pair_seen(plain, slowed) == pytest.approx(0.02)
     with pytest.raises(ValueError, match="plain_ms, slowed_ms"):
         inject.pair_seen([1.0], [1.0, 1.0])
+
+
+def test_a_step_counts_the_flushes_in_its_gpu_time_budget():
+    """A 9 us kernel is timed after a ~0.13 ms flush: 2000 pairs were 4000 flushes, over
+    half a second of GPU time before the profiler's own cost. The budget counts them."""
+    flush = 0.13
+    pairs = inject.step_pairs(0.009, flush)
+    assert pairs == math.floor(inject.STEP_GPU_BUDGET_MS / (2 * (0.009 + flush))) < 2000
+    assert pairs * 2 * (0.009 + flush) <= inject.STEP_GPU_BUDGET_MS
+    # A long kernel keeps its kernel-time rule (the GPU budget is not the tighter one).
+    assert inject.step_pairs(1.6, flush) == inject.step_pairs(1.6) == math.ceil(50 / 1.6)
+    with pytest.raises(ValueError, match="flush_ms=-1"):
+        inject.step_pairs(0.009, -1)
+
+
+def test_calibrated_cycles_round_trip_through_their_file():
+    record = inject.cycles_record(0.02, {"gemm.S(0)": 1234, "gemm.S(1)": 7})
+    text = json.dumps(record)
+    assert inject.read_cycles(text, [0.02]) == {"gemm.S(0)": 1234, "gemm.S(1)": 7}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not valid JSON"),
+        ("[1, 2]", "must be an object with version 1"),
+        ('{"version": 1, "slowdown": "2%", "cycles": {"a": 1}}', "slowdown='2%': must be a number"),
+        ('{"version": 1, "slowdown": 0.01, "cycles": {"a": 1}}', "calibrated for 1.00%, this run"),
+        ('{"version": 1, "slowdown": 0.02, "cycles": {}}', "cycles: must map benchmark names"),
+        ('{"version": 1, "slowdown": 0.02, "cycles": {"a": 0}}', "cycles['a']=0: must be an"),
+        ('{"version": 1, "slowdown": 0.02, "cycles": {"a": 1.5}}', "cycles['a']=1.5: must be"),
+        ('{"version": 1, "slowdown": 0.02, "cycles": {"a": true}}', "cycles['a']=True: must be"),
+    ],
+)
+def test_a_bad_cycles_file_names_the_field_and_the_rule(text, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        inject.read_cycles(text, [0.02])
+
+
+def test_given_cycles_are_set_without_measuring_and_a_missing_one_is_named():
+    class Kernel:
+        delay_cycles = 0
+
+    kernel = Kernel()
+    record = inject.given(kernel, "gemm.S(0)", 0.02, {"gemm.S(0)": 321})
+    assert kernel.delay_cycles == 321
+    assert record == {"requested": 0.02, "cycles": 321, "seen": None, "steps": []}
+    with pytest.raises(RuntimeError, match=r"--inject-cycles has no cycles for gemm.S\(1\)"):
+        inject.given(kernel, "gemm.S(1)", 0.02, {"gemm.S(0)": 321})

@@ -267,7 +267,7 @@ def test_injection_launches_a_delayed_build_calibrated_to_the_request(monkeypatc
     shared.a = shared.b = shared.out = None  # the inputs the delayed kernel is given
     bench = _Bench(shared)
     entry = {}
-    gate_worker.inject_slowdown(bench, 0.02, clock=(1.98e6, 132), entry=entry)
+    gate_worker.inject_slowdown(bench, 0.02, clock=(1.98e6, 132, 0.1), entry=entry)
     data, config = bench.prepare("a")
     assert data is not shared and "tilelang_fn" not in vars(shared)
     data.time_tilelang(config)

@@ -9,7 +9,7 @@ import pytest
 
 from harness.cli import EXIT_INTERRUPTED
 from harness.gate import decide as gd
-from harness.gate import revisions, selftest
+from harness.gate import inject, revisions, selftest
 from tests.fakes import WORKER_NAMES as NAMES
 from tests.fakes import FakePairedWorker, FakeWorker
 
@@ -50,7 +50,8 @@ def test_three_runs_per_iteration_with_the_base_shared(monkeypatch, tmp_path):
     assert [c["inject"] for c in worker.calls].count(0.1) == 4
     first = [c["file"].split("-")[0] for c in worker.calls[:3]]
     assert tuple(first) == selftest.order(0)
-    assert len(results) == 4 and len(lines) == 4 and "iteration 4/4" in lines[-1]
+    iterations = [line for line in lines if ": iteration " in line]
+    assert len(results) == 4 and len(iterations) == 4 and "iteration 4/4" in lines[-1]
     for aa, injected in results:
         assert {v.status for v in aa} <= {gd.UNCHANGED, gd.IMPROVEMENT}
         assert {v.status for v in injected} == {gd.REGRESSION}
@@ -102,6 +103,8 @@ def test_json_record_of_the_tally():
         "detection_rate": 1.0,
         "too_noisy": 0,
         "seen_injection": pytest.approx(0.03),
+        "injection_cycles": None,
+        "calibration_seen": None,
         "refused": None,
         "aa_ratio": {"median": 1.0, "min": 1.0, "max": 1.0},
         "injected_ratio": {"median": 1.03, "min": 1.03, "max": 1.03},
@@ -135,6 +138,17 @@ def test_no_detection_rate_where_the_seen_injection_misses_the_request():
     assert "  under: the gate saw +1.69% for +2.00% injected" in text
 
 
+def _offline(monkeypatch, tmp_path):
+    """``main`` with no git, no precompiling, no GPU and no calibration file."""
+    monkeypatch.setattr(revisions, "precompile", lambda *args, **kw: None)
+    monkeypatch.setattr(revisions, "worktree", lambda work, side, sha: tmp_path)
+    monkeypatch.setattr(revisions, "resolve", lambda *args, **kw: "0" * 40)
+    monkeypatch.setattr(revisions, "ROOT", tmp_path)
+    monkeypatch.setattr(revisions, "default_bench", lambda: ".")
+    monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
+    monkeypatch.setattr("harness.measure.device.no_gpu_reason", lambda: None)
+
+
 class InterruptingWorker(FakeWorker):
     """A worker that is interrupted (Ctrl-C) at its ``stop_at``-th call."""
 
@@ -151,13 +165,7 @@ class InterruptingWorker(FakeWorker):
 def test_an_interrupted_self_test_tallies_the_finished_iterations(monkeypatch, tmp_path, capsys):
     # Two full iterations (three runs each), then Ctrl-C in the third.
     monkeypatch.setattr(revisions, "run_worker", InterruptingWorker(stop_at=8))
-    monkeypatch.setattr(revisions, "precompile", lambda *args, **kw: None)
-    monkeypatch.setattr(revisions, "worktree", lambda work, side, sha: tmp_path)
-    monkeypatch.setattr(revisions, "resolve", lambda *args, **kw: "0" * 40)
-    monkeypatch.setattr(revisions, "ROOT", tmp_path)
-    monkeypatch.setattr(revisions, "default_bench", lambda: ".")
-    monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
-    monkeypatch.setattr("harness.measure.device.no_gpu_reason", lambda: None)
+    _offline(monkeypatch, tmp_path)
     out = tmp_path / "tally.json"
     code = selftest.main(
         ["--n", "5", "--slowdown", "0.1", "--method", "process", "--json", str(out)]
@@ -254,3 +262,97 @@ def test_the_injected_sides_error_reaches_the_refusal_and_the_timer_is_logged(
         assert "injected: RuntimeError: delayed build failed)" in why and "more" not in why
     record = selftest.to_json(t, 0.02, 0.01, 1, ".")
     assert "delayed build failed" in record["benchmarks"][NAMES[0]]["refused"]
+
+
+def test_the_delay_is_calibrated_once_per_gpu_and_every_later_worker_sets_its_cycles(
+    monkeypatch, tmp_path
+):
+    """Every iteration's worker calibrated every benchmark again (6 steps of up to 2000
+    launch pairs each); now the first does, per GPU, and the rest read its cycles."""
+    paired = FakePairedWorker()
+    monkeypatch.setattr(revisions, "run_paired", paired)
+    monkeypatch.setattr(revisions, "run_worker", FakeWorker())  # the listing
+    setup = selftest.Setup(tmp_path, ".", 4, 2, 0.02, 0.01, tmp_path, None, "paired")
+    calibrated, lines = {}, []
+    selftest.split_iterate(setup, [0, 1], log=lines.append, calibrated=calibrated)
+    for gpu in (0, 1):
+        calls = [c for c in paired.calls if c["gpu"] == gpu]
+        assert len(calls) == 4 * 2 and calls[0]["inject_cycles"] is None
+        path = calls[1]["inject_cycles"]
+        assert path == tmp_path / f"inject-cycles-gpu{gpu}.json"
+        assert all(c["inject_cycles"] == path for c in calls[1:])
+        cycles = inject.read_cycles(path.read_text(), [0.02])
+        assert set(cycles) == set(calls[0]["shard"])
+        assert cycles == {n: calibrated[n]["cycles"] for n in cycles}
+    assert set(calibrated) == set(NAMES)
+    assert sum("injection calibrated for" in line for line in lines) == 2
+
+
+def test_process_mode_calibrates_in_the_first_injected_run_only(monkeypatch, tmp_path):
+    worker = FakeWorker()
+    monkeypatch.setattr(revisions, "run_worker", worker)
+    selftest.iterate(_setup(tmp_path, 3), log=lambda line: None)
+    injected = [c for c in worker.calls if c["inject"]]
+    assert len(injected) == 3 and injected[0]["inject_cycles"] is None
+    assert {c["inject_cycles"] for c in injected[1:]} == {tmp_path / "inject-cycles.json"}
+    assert all(c["inject_cycles"] is None for c in worker.calls if not c["inject"])
+
+
+def test_a_given_cycles_file_skips_calibrating(monkeypatch, tmp_path):
+    paired = FakePairedWorker()
+    monkeypatch.setattr(revisions, "run_paired", paired)
+    given = tmp_path / "given.json"
+    given.write_text(json.dumps(inject.cycles_record(0.02, dict.fromkeys(NAMES, 5))))
+    setup = selftest.Setup(tmp_path, ".", 2, 1, 0.02, 0.01, tmp_path, None, "paired", given)
+    calibrated = {}
+    selftest.iterate(setup, log=lambda line: None, calibrated=calibrated)
+    assert [c["inject_cycles"] for c in paired.calls] == [given, given] and calibrated == {}
+
+
+class OffByCalibrationWorker(FakePairedWorker):
+    """Its calibration saw exactly the request; what the gate saw in each iteration's
+    injected comparison was more: the record must judge by the latter."""
+
+    SEEN = [1.0240, 1.0230, 1.0236, 1.0180, 1.0250]  # per call; median 1.0236
+
+    def __call__(self, *args, **kwargs):
+        payload = super().__call__(*args, **kwargs)
+        ratio = self.SEEN[len(self.calls) - 1]
+        for entry in payload["results"].values():
+            entry["ratios"]["injected"] = [ratio] * 10
+        return payload
+
+
+def test_the_seen_injection_is_the_median_over_iterations_of_what_the_gate_saw(
+    monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setattr(revisions, "run_paired", OffByCalibrationWorker())
+    _offline(monkeypatch, tmp_path)
+    out = tmp_path / "tally.json"
+    assert selftest.main(["--n", "5", "--slowdown", "0.02", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    for name in NAMES:
+        bench = record["benchmarks"][name]
+        assert bench["seen_injection"] == pytest.approx(0.0236)
+        assert bench["calibration_seen"] == 0.02  # the fake's calibration hit the request
+        assert bench["injection_cycles"] == 1000 + len(name)
+        assert "the gate saw +2.36% for +2.00% injected" in bench["refused"]
+    assert set(record["refused"]) == set(NAMES)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "cannot read it"),
+        ("{", "not valid JSON"),
+        ('{"version": 1, "slowdown": 0.05, "cycles": {"a": 9}}', "calibrated for 5.00%"),
+    ],
+)
+def test_a_bad_inject_cycles_file_is_refused_naming_the_option(tmp_path, capsys, text, message):
+    path = tmp_path / "cycles.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        selftest.main(["--slowdown", "0.02", "--inject-cycles", str(path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"--inject-cycles={path}: " in err and message in err

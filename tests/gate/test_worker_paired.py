@@ -200,6 +200,7 @@ def test_the_injected_side_launches_its_delayed_kernel_calibrated(worker, monkey
     monkeypatch.setattr(worker.interleave, "interleaved", delay_timer(launched, seen))
     monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
     monkeypatch.setattr(worker, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
     sides = {"base": tree, "head": tree, "injected": tree}
     results = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})
     entry = results["gemm.Fam(1)"]
@@ -221,6 +222,7 @@ def test_an_injection_into_a_tree_without_the_delay_fails_that_benchmark(
     monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
     monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
     monkeypatch.setattr(worker, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
     sides = {"base": tree, "injected": tree}
     results = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})
     error = results["gemm.Fam(1)"]["sides"]["injected"]["error"]
@@ -252,9 +254,113 @@ def test_a_failed_sides_status_line_gives_its_error(worker, monkeypatch, tmp_pat
     monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
     monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
     monkeypatch.setattr(worker, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
     worker.run_paired({"base": tree, "injected": tree}, r"Fam\(1\)", {"injected": 0.02})
     line = next(x for x in capsys.readouterr().err.splitlines() if "gemm.Fam(1)" in x)
     assert line == (
         "  gemm.Fam(1): injected error: RuntimeError: this revision's kernels have no "
         "test-only delay to inject with"
     )
+
+
+def _no_calibration(worker, monkeypatch):
+    """Every measurement a calibration makes raises: a run given its cycles makes none."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("calibrated although the cycles were given")
+
+    for name in ("sleep_cycles_per_ms", "sm_count", "flush_ms", "_paired_median_ms"):
+        monkeypatch.setattr(worker, name, refuse)
+    monkeypatch.setattr(worker, "_paired_seen", refuse)
+
+
+def test_given_cycles_are_set_and_nothing_is_calibrated(worker, monkeypatch, tmp_path):
+    tree = _tree(tmp_path / "a", "base", delay=True)
+    launched = []
+    seen = lambda cycles: 1e-5 * cycles  # noqa: E731
+    monkeypatch.setattr(worker.interleave, "interleaved", delay_timer(launched, seen))
+    _no_calibration(worker, monkeypatch)
+    sides = {"base": tree, "head": tree, "injected": tree}
+    results = worker.run_paired(
+        sides, r"Fam\(1\)", {"injected": 0.02}, cycles={"gemm.Fam(1)": 2100}
+    )
+    entry = results["gemm.Fam(1)"]
+    assert entry["injection"]["injected"] == {
+        "requested": 0.02,
+        "cycles": 2100,
+        "seen": None,
+        "steps": [],
+    }
+    assert launched == [["base", "base", ("delayed", "base", 2100)]]  # the trials alone
+    assert entry["ratios"]["injected"][0] == pytest.approx(1.021)
+
+
+def test_a_benchmark_the_cycles_file_lacks_fails_naming_the_option(worker, monkeypatch, tmp_path):
+    tree = _tree(tmp_path / "a", "base", delay=True)
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
+    _no_calibration(worker, monkeypatch)
+    results = worker.run_paired(
+        {"base": tree, "injected": tree}, r"Fam\(1\)", {"injected": 0.02}, cycles={"x": 5}
+    )
+    error = results["gemm.Fam(1)"]["sides"]["injected"]["error"]
+    assert "--inject-cycles has no cycles for gemm.Fam(1)" in error
+
+
+def test_each_calibration_step_prints_a_progress_line(worker, monkeypatch, tmp_path, capsys):
+    tree = _tree(tmp_path / "a", "base", delay=True)
+    seen = lambda cycles: 0.005 + 1e-6 * cycles  # noqa: E731
+    monkeypatch.setattr(worker.interleave, "interleaved", delay_timer([], seen))
+    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
+    sides = {"base": tree, "injected": tree}
+    record = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})["gemm.Fam(1)"]
+    steps = record["injection"]["injected"]["steps"]
+    lines = [x for x in capsys.readouterr().err.splitlines() if "injection step" in x]
+    assert len(lines) == len(steps) >= 2
+    # The fake kernel takes 1 ms: 50 ms of kernel time is 50 pairs, within the GPU budget.
+    assert lines[0].startswith(
+        f"  gemm.Fam(1): injection step 1/{worker.inject.MAX_STEPS}: 19800 cycles, 50 pairs, "
+        f"seen {seen(19800):+.3%} for +2.00% ("
+    )
+
+
+def _cycles_file(path, slowdown=0.02, cycles=None):
+    record = {"version": 1, "slowdown": slowdown, "cycles": cycles or {"gemm.Fam(1)": 10}}
+    path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "extra", "message"),
+    [
+        (lambda p: p / "none.json", ["--inject", "injected=0.02"], "cannot read it"),
+        (lambda p: _write(p / "bad.json", "{"), ["--inject", "injected=0.02"], "not valid JSON"),
+        (lambda p: _cycles_file(p / "c.json", 0.01), ["--inject", "injected=0.02"], "for 1.00%"),
+        (
+            lambda p: _cycles_file(p / "c.json", cycles={"gemm.Fam(1)": -3}),
+            ["--inject", "injected=0.02"],
+            "cycles['gemm.Fam(1)']=-3: must be an integer >= 1",
+        ),
+        (lambda p: _cycles_file(p / "c.json"), [], "needs --inject SIDE=FRACTION"),
+    ],
+)
+def test_a_bad_inject_cycles_file_is_a_usage_error_naming_the_option(
+    worker, monkeypatch, tmp_path, capsys, make, extra, message
+):
+    tree = _tree(tmp_path / "a", "base", delay=True)
+    path = make(tmp_path)
+    argv = ["worker.py", "--side", f"base={tree}", "--side", f"injected={tree}"]
+    argv += ["--out", str(tmp_path / "out.json"), "--inject-cycles", str(path), *extra]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
+    with pytest.raises(SystemExit) as exit_:
+        worker.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--inject-cycles" in err and message in err
+    assert "Traceback" not in err and not (tmp_path / "out.json").exists()
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
