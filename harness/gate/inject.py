@@ -5,11 +5,17 @@ the gate's own timer sees it, and whether an injection missed its request.
 The delay is a spin of every block on the SM's cycle counter before its pipeline starts,
 so one launch of a kernel with ``blocks`` blocks over ``sms`` multiprocessors (one block
 resident per SM) gains about ``waves * cycles`` of time. That gives the first guess;
-the wave tail and blocks sharing an SM make the truth differ, so the worker then measures
-the slowed kernel against the plain one, launch by launch, and corrects the cycles until
-the seen slowdown is within ``CALIBRATION_TOLERANCE`` of the request. Each step's launch
-pairs are held to a budget of GPU time (``step_pairs``). The self-test calibrates once
-and hands the cycles to its later workers in a file (``cycles_record``, ``read_cycles``).
+the wave tail, blocks sharing an SM and what ran just before each launch make the truth
+differ, so the worker then measures the slowdown the gate itself will compute and corrects
+the cycles until it is within ``CALIBRATION_TOLERANCE`` of the request. In the paired gate
+a step is the gate's own trials: every side of the comparison (base, head and the delayed
+kernel) launched in the trial's rotation, each trial reduced to its ratio against the first
+side, the seen slowdown the median of those ratios (``trial_seen``), the statistic the
+gate's verdict reads. A short kernel's time depends on the launch before it, so a ratio
+taken in another rotation (the delayed kernel against the plain one alone) is not the one
+the gate sees. Each step's launches are held to a budget of GPU time (``step_launches``).
+The self-test calibrates once and hands the cycles to its later workers in a file
+(``cycles_record``, ``read_cycles``).
 
 Pure: no GPU, no project imports (the gate's worker loads this file by path while
 another revision's tree is on ``sys.path``).
@@ -32,13 +38,13 @@ CALIBRATION_TOLERANCE = 0.001
 MAX_STEPS = 6
 # A correction step moves the cycles by at most this factor either way.
 STEP_RANGE = (0.25, 4.0)
-# Each step's slowdown is the median of per-launch-pair ratios over about this much
-# kernel time (ms), in at least MIN_PAIRS and at most MAX_PAIRS pairs: a 9 us kernel gets
-# the cap (its per-pair ratio varies by about 1%, so the median's noise is a few hundredths
-# of a point, well under CALIBRATION_TOLERANCE), a 2 ms kernel MIN_PAIRS.
+# Each step measures about this much kernel time (ms) a side, in at least MIN_LAUNCHES and
+# at most MAX_LAUNCHES launches a side: a 9 us kernel gets the cap (its per-launch time
+# varies by about 1%, so the median's noise is a few hundredths of a point, well under
+# CALIBRATION_TOLERANCE), a 2 ms kernel MIN_LAUNCHES.
 STEP_BUDGET_MS = 50.0
-MIN_PAIRS = 30
-MAX_PAIRS = 2000
+MIN_LAUNCHES = 30
+MAX_LAUNCHES = 2000
 # A step's launches, each after its L2 flush (a 256 MB rewrite, about 0.1 ms on the H200,
 # ten times a 9 us kernel), are held to about this much GPU time, so one step, its
 # profiler capture included, stays under about a second.
@@ -139,20 +145,39 @@ def calibrate(
     return {"requested": fraction, "cycles": cycles, "seen": got, "steps": steps}
 
 
-def step_pairs(base_ms: float, flush_ms: float = 0.0) -> int:
-    """Launch pairs (plain, delayed) one calibration step measures for a kernel of
-    ``base_ms`` timed after a flush of ``flush_ms``: ``STEP_BUDGET_MS`` of kernel time,
-    at most ``STEP_GPU_BUDGET_MS`` of GPU time (two kernels and two flushes a pair),
-    within [MIN_PAIRS, MAX_PAIRS]."""
+def step_launches(base_ms: float, flush_ms: float = 0.0, sides: int = 2) -> int:
+    """Launches a side one calibration step measures, with ``sides`` kernels of about
+    ``base_ms`` launched in turn, each after a flush of ``flush_ms``: ``STEP_BUDGET_MS``
+    of kernel time a side, at most ``STEP_GPU_BUDGET_MS`` of GPU time (every side's
+    kernel and flush), within [MIN_LAUNCHES, MAX_LAUNCHES]."""
     if not base_ms > 0:
         raise ValueError(f"base_ms={base_ms!r}: must be positive")
     if not flush_ms >= 0:
         raise ValueError(f"flush_ms={flush_ms!r}: must be >= 0")
-    pairs = min(
+    if isinstance(sides, bool) or not isinstance(sides, int) or sides < 1:
+        raise ValueError(f"sides={sides!r}: must be an integer >= 1")
+    launches = min(
         math.ceil(STEP_BUDGET_MS / base_ms),
-        math.floor(STEP_GPU_BUDGET_MS / (2 * (base_ms + flush_ms))),
+        math.floor(STEP_GPU_BUDGET_MS / (sides * (base_ms + flush_ms))),
     )
-    return max(MIN_PAIRS, min(MAX_PAIRS, pairs))
+    return max(MIN_LAUNCHES, min(MAX_LAUNCHES, launches))
+
+
+def step_trials(base_ms: float, flush_ms: float, sides: int, launches: int) -> int:
+    """Trials of ``launches`` launches a side that one calibration step of the paired gate
+    measures: ``step_launches`` a side, rounded up to whole trials."""
+    if isinstance(launches, bool) or not isinstance(launches, int) or launches < 1:
+        raise ValueError(f"launches={launches!r}: must be an integer >= 1")
+    return math.ceil(step_launches(base_ms, flush_ms, sides) / launches)
+
+
+def trial_seen(ratios: Sequence[float]) -> float:
+    """The slowdown the paired gate sees in one comparison: the median of its per-trial
+    ratios (the injected side's median over the first side's, trial by trial), less one,
+    the statistic its verdict reads."""
+    if not ratios:
+        raise ValueError("ratios: need at least one per-trial ratio")
+    return statistics.median(ratios) - 1.0
 
 
 def cycles_record(fraction: float, cycles: Mapping[str, int]) -> dict:
@@ -205,8 +230,9 @@ def given(kernel, name: str, fraction: float, cycles: Mapping[str, int]) -> dict
 
 
 def pair_seen(plain_ms: Sequence[float], slowed_ms: Sequence[float]) -> float:
-    """The slowdown of one calibration step: the median of the per-pair ratios of
-    launches taken in turn (the i-th of each side one pair), less one."""
+    """The slowdown of one calibration step of the process gate: the median of the
+    per-pair ratios of measurements taken in turn (the i-th of each side one pair), less
+    one."""
     if not plain_ms or len(plain_ms) != len(slowed_ms):
         raise ValueError(
             f"plain_ms, slowed_ms: need equal, non-zero counts, got {len(plain_ms)} and "

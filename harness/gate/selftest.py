@@ -21,8 +21,9 @@ gate uses; a benchmark's three runs always share one GPU.
 
 The injection is test-only: the injected side launches its kernel's delayed build
 (``kernels.gemm.make_gemm(..., delay=True)``: every block spins on the SM clock before
-its pipeline starts), one launch as before, whose cycles the worker calibrates with the
-gate's own timer until the slowdown it sees is the request (``harness.gate.inject``).
+its pipeline starts), one launch as before, whose cycles the worker calibrates on the
+gate's own trials (every side in their rotation, read by the verdict's statistic) until
+the slowdown they show is the request (``harness.gate.inject``).
 The tracked kernels are untouched, and nothing on the normal gate path passes the flag.
 The delay is calibrated once per self-test (per GPU, by the first injected worker), and
 every later worker sets those cycles (``--inject-cycles``, a file under the work folder)
@@ -231,7 +232,7 @@ def to_json(
                 "detection_rate": None if name in refused else rate(t.detections[name], n),
                 "seen_injection": seen_injection(t, name),
                 "injection_cycles": (calibrated or {}).get(name, {}).get("cycles"),
-                # What the calibration's own launch pairs saw, beside what the gate saw.
+                # What the calibration's own steps saw, beside what the gate saw.
                 "calibration_seen": (calibrated or {}).get(name, {}).get("seen"),
                 "refused": refused.get(name),
                 "too_noisy": (t.noisy or {}).get(name, 0),

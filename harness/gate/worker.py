@@ -21,7 +21,8 @@ Two modes:
 
 Test-only (the gate self-test): ``--inject SIDE=FRACTION`` (paired) or
 ``--inject-slowdown FRACTION`` launches that side's kernel with a delay calibrated to the
-fraction, one progress line per calibration step; ``--inject-cycles FILE``
+fraction (paired: measured on the trials themselves, every side launched in their
+rotation), one progress line per calibration step; ``--inject-cycles FILE``
 (``inject.cycles_record``) sets calibrated cycles instead and measures none.
 """
 
@@ -128,11 +129,25 @@ def _paired_median_ms(fn, launches: int = 5) -> float:
     return statistics.median(paired_times([fn], trials=1, launches=launches)[0][0])
 
 
-def _paired_seen(plain, slowed, pairs: int) -> float:
-    """The slowdown of ``slowed`` over ``plain`` as the paired gate sees it: the median
-    ratio of ``pairs`` launch pairs taken in turn (``inject.pair_seen``)."""
-    ms = paired_times([plain, slowed], trials=1, launches=pairs)
-    return inject.pair_seen(ms[0][0], ms[1][0])
+def paired_trials(fns, trials: int, launches: int):
+    """The paired gate's trials: ``fns`` launched in turn (``paired_times``), ``trials``
+    trials of ``launches`` launches a side; ``(ms, ratios)``, the latencies and each
+    side's per-trial ratios to the first side (``interleave.trial_ratios``). The gate's
+    comparison and the injection's calibration both measure through this."""
+    ms = paired_times(fns, trials=trials, launches=launches)
+    return ms, interleave.trial_ratios(ms)
+
+
+def _paired_seen(fns, index: int, trials: int, launches: int) -> float:
+    """The slowdown of side ``index`` of ``fns`` as the paired gate will see it: the same
+    sides in the same rotation (``paired_trials``), read by the gate's statistic, the
+    median of the per-trial ratios to the first side (``inject.trial_seen``)."""
+    if index == 0:
+        raise RuntimeError(
+            "the injected side is this benchmark's first side, the one every ratio is "
+            "taken against: inject a later side"
+        )
+    return inject.trial_seen(paired_trials(fns, trials, launches)[1][index])
 
 
 TREE_BLOCK = 10  # launches per block when the revision's timer times the two in turn
@@ -181,25 +196,28 @@ def flush_ms() -> float:
     return start.elapsed_time(end) / 10
 
 
-def calibrate_delay(kernel, launch, plain, fraction: float, seen_of, clock, name: str) -> dict:
-    """Set ``kernel.delay_cycles`` so that ``launch`` (the delayed kernel) is slower than
-    ``plain`` by ``fraction`` as ``seen_of(plain, launch, pairs)`` measures it, over
-    ``inject.step_pairs`` launch pairs a step (``inject.calibrate``); ``clock`` is
-    (cycles per ms, SMs, flush ms). Each step prints a line (benchmark ``name``, step,
-    cycles, what it saw, how long it took), so a long calibration shows itself."""
+def calibrate_delay(
+    kernel, plain, fraction: float, seen_of, clock, name: str, sides: int = 2, unit: int = 1
+) -> dict:
+    """Set ``kernel.delay_cycles`` so that the delayed kernel is slower than ``plain`` by
+    ``fraction`` as ``seen_of(count)`` measures it, ``count`` steps of ``unit`` launches
+    a side (paired: trials) with ``sides`` kernels launched in turn, within the budget of
+    ``inject.step_trials`` (``inject.calibrate``); ``clock`` is (cycles per ms, SMs,
+    flush ms). Each step prints a line (benchmark ``name``, step, cycles, what it saw,
+    how long it took), so a long calibration shows itself."""
     cycles_per_ms, sms, flush = clock
     base_ms = _paired_median_ms(plain, launches=20)
-    pairs = inject.step_pairs(base_ms, flush)
+    count = inject.step_trials(base_ms, flush, sides, unit)
     done = []
 
     def seen() -> float:
         start = time.perf_counter()
-        got = seen_of(plain, launch, pairs)
+        got = seen_of(count)
         done.append(got)
         print(
             f"  {name}: injection step {len(done)}/{inject.MAX_STEPS}: "
-            f"{kernel.delay_cycles} cycles, {pairs} pairs, seen {got:+.3%} for "
-            f"{fraction:+.2%} ({time.perf_counter() - start:.2f} s)",
+            f"{kernel.delay_cycles} cycles, {count * unit} launches a side, seen {got:+.3%} "
+            f"for {fraction:+.2%} ({time.perf_counter() - start:.2f} s)",
             file=sys.stderr,
             flush=True,
         )
@@ -214,12 +232,12 @@ def injection_clock(median_ms) -> tuple[float, int, float]:
     return sleep_cycles_per_ms(median_ms), sm_count(), flush_ms()
 
 
-def set_delay(kernel, launch, plain, fraction, seen_of, clock, name, cycles) -> dict:
+def set_delay(kernel, plain, fraction, seen_of, clock, name, cycles, sides=2, unit=1) -> dict:
     """The injection record of benchmark ``name``: its ``cycles`` as given
-    (``--inject-cycles``), or calibrated now where none are given."""
+    (``--inject-cycles``), or calibrated now where none are given (``calibrate_delay``)."""
     if cycles is not None:
         return inject.given(kernel, name, fraction, cycles)
-    return calibrate_delay(kernel, launch, plain, fraction, seen_of, clock, name)
+    return calibrate_delay(kernel, plain, fraction, seen_of, clock, name, sides, unit)
 
 
 def inject_slowdown(
@@ -241,9 +259,8 @@ def inject_slowdown(
         kernel = delayed_kernel(data, config)
         plain = data.tilelang_fn(config)
         launch = partial(kernel, data.a, data.b, data.out)
-        entry["injection"] = set_delay(
-            kernel, launch, plain, fraction, _tree_seen, clock, name, cycles
-        )
+        seen_of = partial(_tree_seen, plain, launch)
+        entry["injection"] = set_delay(kernel, plain, fraction, seen_of, clock, name, cycles)
         slowed = copy.copy(data)
         slowed.tilelang_fn = lambda cfg: launch
         return slowed, config
@@ -485,7 +502,7 @@ def run_paired(
                 continue
             runnable.append(side)
         try:
-            fns = []
+            fns, delayed = [], {}
             ref = prepared[runnable[0]][name]["data"] if runnable else None
             shared = True
             for side in runnable:
@@ -494,20 +511,26 @@ def run_paired(
                 fn = data.tilelang_fn(config)
                 if injected.get(side):
                     kernel = prepared[side][name]["delayed"]
-                    plain, fn = fn, partial(kernel, data.a, data.b, data.out)
-                    entry.setdefault("injection", {})[side] = set_delay(
-                        kernel, fn, plain, injected[side], _paired_seen, clock, name, cycles
-                    )
+                    delayed[side] = (kernel, fn)
+                    fn = partial(kernel, data.a, data.b, data.out)
                 fns.append(fn)
+            # Calibrated on the trials the gate runs next: every side, delayed one included.
+            for i, side in enumerate(runnable):
+                if side in delayed:
+                    kernel, plain = delayed[side]
+                    seen_of = partial(_paired_seen, fns, i, launches=launches)
+                    steps = {"sides": len(fns), "unit": launches}
+                    entry.setdefault("injection", {})[side] = set_delay(
+                        kernel, plain, injected[side], seen_of, clock, name, cycles, **steps
+                    )
             if fns:
                 entry["shared_inputs"] = shared
-                timed = partial(paired_times, fns, trials=trials, launches=launches)
+                timed = partial(paired_trials, fns, trials, launches)
                 if nvml is None:
-                    ms = timed()
+                    ms, ratios = timed()
                 else:
-                    ms, state = nvml.during(timed, interval_s=0.01)
+                    (ms, ratios), state = nvml.during(timed, interval_s=0.01)
                     entry["gpu"] = gpu_entry(state)
-                ratios = interleave.trial_ratios(ms)
                 for i, side in enumerate(runnable):
                     entry["sides"][side] = {"latency": [x * 1e-3 for t in ms[i] for x in t]}
                     entry.setdefault("ratios", {})[side] = ratios[i]
@@ -628,6 +651,12 @@ def main() -> int:
     )
     args = parser.parse_args()
     start = time.perf_counter()
+    if args.side and args.side[0][0] in dict(args.inject):
+        first = args.side[0][0]
+        parser.error(
+            f"--inject {first}=...: {first} is the first --side, the one every ratio is taken "
+            "against; inject a later side"
+        )
     cycles = None
     if args.inject_cycles is not None:
         fractions = [f for _, f in args.inject] + (

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from harness.gate import decide as gd
 from harness.gate import inject
 
 
@@ -145,12 +146,40 @@ def test_the_next_guess_fits_every_step_not_the_last_two():
     assert inject.closest([(100, 0.010), (200, 0.026), (300, 0.0199), (400, 0.04)], 0.02)[0] == 200
 
 
-def test_a_step_measures_pairs_for_a_time_budget():
-    assert inject.step_pairs(0.009) == inject.MAX_PAIRS  # a 9 us kernel: the cap
-    assert inject.step_pairs(0.05) == 1000  # 50 ms of kernel time
-    assert inject.step_pairs(2.0) == inject.MIN_PAIRS
+def test_a_step_measures_launches_for_a_time_budget():
+    assert inject.step_launches(0.009) == inject.MAX_LAUNCHES  # a 9 us kernel: the cap
+    assert inject.step_launches(0.05) == 1000  # 50 ms of kernel time
+    assert inject.step_launches(2.0) == inject.MIN_LAUNCHES
     with pytest.raises(ValueError, match="base_ms=0"):
-        inject.step_pairs(0)
+        inject.step_launches(0)
+    with pytest.raises(ValueError, match="sides=0"):
+        inject.step_launches(0.009, 0.1, 0)
+
+
+def test_a_paired_step_is_whole_trials_within_the_budget_of_every_side():
+    """The paired gate's trials launch every side (base, head, injected), each after a
+    flush: the GPU budget counts three of each, and a step is whole trials."""
+    flush, launches = 0.13, 6
+    trials = inject.step_trials(0.009, flush, 3, launches)
+    per_side = math.floor(inject.STEP_GPU_BUDGET_MS / (3 * (0.009 + flush)))
+    assert trials == math.ceil(per_side / launches)
+    assert per_side < inject.step_launches(0.009, flush, 2)  # three sides: fewer a side
+    assert inject.step_trials(2.0, flush, 3, launches) == math.ceil(inject.MIN_LAUNCHES / 6)
+    with pytest.raises(ValueError, match="launches=0"):
+        inject.step_trials(0.009, flush, 3, 0)
+
+
+def test_a_paired_step_reads_the_gates_own_statistic():
+    """The seen slowdown of a paired step is the gate's verdict ratio less one: the
+    median of the per-trial ratios, not a ratio of medians."""
+    ratios = [1.01, 1.03, 1.02, 1.05, 1.019]
+    verdict = gd.decide(
+        gd.BenchSamples(name="b", base=(1.0,), head=(1.0,), ratios=tuple(ratios)), 0.01
+    )
+    assert inject.trial_seen(ratios) == pytest.approx(verdict.ratio - 1.0)
+    assert inject.trial_seen(ratios) == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="ratios"):
+        inject.trial_seen([])
 
 
 def test_a_step_reads_the_median_of_per_pair_ratios():
@@ -165,13 +194,13 @@ def test_a_step_counts_the_flushes_in_its_gpu_time_budget():
     """A 9 us kernel is timed after a ~0.13 ms flush: 2000 pairs were 4000 flushes, over
     half a second of GPU time before the profiler's own cost. The budget counts them."""
     flush = 0.13
-    pairs = inject.step_pairs(0.009, flush)
-    assert pairs == math.floor(inject.STEP_GPU_BUDGET_MS / (2 * (0.009 + flush))) < 2000
-    assert pairs * 2 * (0.009 + flush) <= inject.STEP_GPU_BUDGET_MS
+    launches = inject.step_launches(0.009, flush)
+    assert launches == math.floor(inject.STEP_GPU_BUDGET_MS / (2 * (0.009 + flush))) < 2000
+    assert launches * 2 * (0.009 + flush) <= inject.STEP_GPU_BUDGET_MS
     # A long kernel keeps its kernel-time rule (the GPU budget is not the tighter one).
-    assert inject.step_pairs(1.6, flush) == inject.step_pairs(1.6) == math.ceil(50 / 1.6)
+    assert inject.step_launches(1.6, flush) == inject.step_launches(1.6) == math.ceil(50 / 1.6)
     with pytest.raises(ValueError, match="flush_ms=-1"):
-        inject.step_pairs(0.009, -1)
+        inject.step_launches(0.009, -1)
 
 
 def test_calibrated_cycles_round_trip_through_their_file():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -318,11 +319,77 @@ def test_each_calibration_step_prints_a_progress_line(worker, monkeypatch, tmp_p
     steps = record["injection"]["injected"]["steps"]
     lines = [x for x in capsys.readouterr().err.splitlines() if "injection step" in x]
     assert len(lines) == len(steps) >= 2
-    # The fake kernel takes 1 ms: 50 ms of kernel time is 50 pairs, within the GPU budget.
+    # The fake kernel takes 1 ms: 50 ms of kernel time is 50 launches a side, within the
+    # GPU budget, in whole trials of the gate's 6 launches: 9 trials, 54 launches.
     assert lines[0].startswith(
-        f"  gemm.Fam(1): injection step 1/{worker.inject.MAX_STEPS}: 19800 cycles, 50 pairs, "
+        f"  gemm.Fam(1): injection step 1/{worker.inject.MAX_STEPS}: 19800 cycles, "
+        "54 launches a side, "
         f"seen {seen(19800):+.3%} for +2.00% ("
     )
+
+
+def neighbour_timer(launch_order, seen_of_cycles, after_delayed=0.01):
+    """Stands in for interleave.interleaved on a short kernel whose time depends on the
+    launch before it: the launches in the real rotation (``launch_order``), one sequence
+    across trials; a plain launch takes 1 ms, a delayed one ``1 + seen_of_cycles(cycles)``
+    ms, and any launch right after a delayed one ``after_delayed`` ms more."""
+
+    def interleaved(fns, trials=20, launches=6, **kw):
+        out = [[[] for _ in range(trials)] for _ in fns]
+        before_delayed = False
+        for t in range(trials):
+            for j in range(launches):
+                for f in launch_order(len(fns), t, j, launches):
+                    got = fns[f]()
+                    delayed = isinstance(got, tuple)
+                    ms = 1.0 + (seen_of_cycles(got[2]) if delayed else 0.0)
+                    out[f][t].append(ms + (after_delayed if before_delayed else 0.0))
+                    before_delayed = delayed
+        return out
+
+    return interleaved
+
+
+def test_the_injection_is_calibrated_on_the_gates_own_trials(worker, monkeypatch, tmp_path):
+    """Every launch right after the delayed kernel takes 1% longer. Two kernels in turn
+    (plain, delayed) each follow it equally often, and a pair's ratio cancels it; in the
+    gate's trials of three sides base follows it in half its launches and the injected
+    side never, so the gate sees half a point less than a two-kernel calibration. The
+    calibration measures the gate's own trials: the gate sees the request."""
+    tree = _tree(tmp_path / "a", "base", delay=True)
+    seen = lambda cycles: 0.005 + 1e-6 * cycles  # noqa: E731
+    timer = neighbour_timer(worker.interleave.launch_order, seen)
+    monkeypatch.setattr(worker.interleave, "interleaved", timer)
+    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
+    sides = {"base": tree, "head": tree, "injected": tree}
+    entry = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})["gemm.Fam(1)"]
+    gate_seen = statistics.median(entry["ratios"]["injected"]) - 1.0
+    assert abs(gate_seen - 0.02) <= worker.inject.CALIBRATION_TOLERANCE
+    record = entry["injection"]["injected"]
+    assert record["seen"] == pytest.approx(gate_seen)  # the calibration saw what the gate did
+    # The model tells the rotations apart: the same cycles, two kernels in turn, pair by
+    # pair (how the injection was calibrated before), miss what the gate sees.
+    plain, slowed = lambda: "base", lambda: ("delayed", "base", record["cycles"])
+    ms = timer([plain, slowed], trials=1, launches=600)
+    pairs = statistics.median(s / p for p, s in zip(ms[0][0], ms[1][0], strict=True)) - 1.0
+    assert pairs - gate_seen > worker.inject.TOLERANCE
+
+
+def test_injecting_the_first_side_is_a_usage_error(worker, monkeypatch, tmp_path, capsys):
+    """Every ratio is taken against the first side: injecting it calibrates nothing."""
+    tree = _tree(tmp_path / "a", "base", delay=True)
+    argv = ["worker.py", "--side", f"base={tree}", "--side", f"head={tree}"]
+    argv += ["--out", str(tmp_path / "out.json"), "--inject", "base=0.02"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_:
+        worker.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--inject base=...: base is the first --side" in err
+    assert "Traceback" not in err and not (tmp_path / "out.json").exists()
+    with pytest.raises(RuntimeError, match="the injected side is this benchmark's first side"):
+        worker._paired_seen([lambda: None], 0, 1, 6)
 
 
 def _cycles_file(path, slowdown=0.02, cycles=None):
