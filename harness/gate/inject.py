@@ -17,7 +17,7 @@ the gate sees. Each step's launches are held to a budget of GPU time (``step_lau
 The self-test calibrates once and hands the cycles to its later workers in a file
 (``cycles_record``, ``read_cycles``).
 
-Pure: no GPU, no project imports (the gate's worker loads this file by path while
+No GPU, no project imports (the gate's worker loads this file by path while
 another revision's tree is on ``sys.path``).
 """
 
@@ -215,6 +215,24 @@ def read_cycles(text: str, fractions: Collection[float]) -> dict[str, int]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"cycles[{name!r}]={value!r}: must be an integer >= 1")
     return dict(cycles)
+
+
+def cycles_option(parser, path, fractions: Collection[float]) -> dict[str, int]:
+    """The cycles of ``--inject-cycles FILE`` (``path``) for a run injecting
+    ``fractions``; a missing, unreadable or malformed file, or one without an injection
+    to apply it to, is ``parser``'s usage error naming the option (exit 2), before any
+    GPU work. The worker and the self-test read the option through this."""
+    if not fractions:
+        parser.error("--inject-cycles: needs --inject SIDE=FRACTION or --inject-slowdown")
+    try:
+        with open(path) as file:
+            text = file.read()
+    except OSError as err:
+        parser.error(f"--inject-cycles={path}: cannot read it ({err.strerror or err})")
+    try:
+        return read_cycles(text, fractions)
+    except ValueError as err:
+        parser.error(f"--inject-cycles={path}: {err}")
 
 
 def given(kernel, name: str, fraction: float, cycles: Mapping[str, int]) -> dict:

@@ -544,12 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibration is not None and not args.calibration.is_file():
         p.error(f"--calibration={args.calibration}: no such file")
     if args.inject_cycles is not None:
-        try:
-            inject.read_cycles(args.inject_cycles.read_text(), [args.slowdown])
-        except OSError as err:
-            p.error(f"--inject-cycles={args.inject_cycles}: cannot read it ({err.strerror})")
-        except ValueError as err:
-            p.error(f"--inject-cycles={args.inject_cycles}: {err}")
+        inject.cycles_option(p, args.inject_cycles, [args.slowdown])
         args.inject_cycles = args.inject_cycles.resolve()
     try:
         gpus = revisions.gpus_for(args.gpus)

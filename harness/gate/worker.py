@@ -579,22 +579,6 @@ def _tilelang_version() -> str | None:
     return getattr(module, "__version__", None) if module is not None else None
 
 
-def given_cycles(parser, path: Path, fractions: list[float]) -> dict[str, int]:
-    """The cycles of ``--inject-cycles FILE`` for a run injecting ``fractions``; a missing,
-    unreadable or malformed file, or one without an injection to apply it to, is a usage
-    error naming the option (exit 2), before any GPU work."""
-    if not fractions:
-        parser.error("--inject-cycles: needs --inject SIDE=FRACTION or --inject-slowdown")
-    try:
-        text = path.read_text()
-    except OSError as err:
-        parser.error(f"--inject-cycles={path}: cannot read it ({err.strerror or err})")
-    try:
-        return inject.read_cycles(text, fractions)
-    except ValueError as err:
-        parser.error(f"--inject-cycles={path}: {err}")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -662,7 +646,7 @@ def main() -> int:
         fractions = [f for _, f in args.inject] + (
             [args.inject_slowdown] * bool(args.inject_slowdown)
         )
-        cycles = given_cycles(parser, args.inject_cycles, fractions)
+        cycles = inject.cycles_option(parser, args.inject_cycles, fractions)
     if args.side:
         sides = {name: tree.resolve() for name, tree in args.side}
         try:

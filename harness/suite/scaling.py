@@ -73,9 +73,18 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--gpus", type=gpu_list, default="all", help="'all' or indices like 0,1")
+    p.add_argument(
+        "--gpus", type=gpu_list, default="all", help="'all' or indices like 0,1: at least two"
+    )
     p.add_argument("--json", type=Path, default=None, help="default reports/scaling_<gpu>.json")
-    p.add_argument("-b", "--bench", action="append", type=regex, default=[])
+    p.add_argument(
+        "-b",
+        "--bench",
+        action="append",
+        type=regex,
+        default=[],
+        help="regex on asv's or the gate's names, as in nox -s bench (repeatable)",
+    )
     args = p.parse_args(argv)
     from harness.measure import device
     from harness.suite import precompile
