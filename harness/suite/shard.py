@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 # measured on an H200 host. On another GPU the seconds differ, but their ratios (what the
 # balance needs) much less.
 COST_MODEL = ROOT / "reports" / "cost_h200.json"
-# Room over the even share: a little keeps a class on its own GPU when another class is
+# Room over the even share: a little keeps a unit on its own GPU when another unit is
 # added (fewer moves, comparable histories) at a small cost in balance. ``plan`` only.
 SLACK = 0.1
 # Host cores per CPU lane. A CPU lane's compiles use half of its cores
