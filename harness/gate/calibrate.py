@@ -95,6 +95,11 @@ def summarise(
             "too_noisy": threshold > cap,
             "runs": len(values),
         }
+        launches = {
+            p["results"][name].get("launches") for p in runs if name in p.get("results", {})
+        }
+        if launches - {None}:  # paired: launches a side per trial, as the worker chose them
+            out[name]["launches"] = sorted(launches - {None})
     return out
 
 

@@ -199,7 +199,7 @@ def run_paired(
     gpu: int | None = None,
     only: Path | None = None,
     trials: int = 20,
-    launches: int = 6,
+    launches: int | None = None,
     inject_cycles: Path | None = None,
 ) -> dict:
     """Run the worker once on all ``trees`` (side -> tree) paired: each side's kernels
@@ -211,7 +211,9 @@ def run_paired(
         cmd += ["--side", f"{side}={tree}"]
     for side, fraction in (inject or {}).items():
         cmd += ["--inject", f"{side}={fraction!r}"]
-    cmd += ["--trials", str(trials), "--launches", str(launches)]
+    cmd += ["--trials", str(trials)]
+    if launches is not None:  # else the worker's own, per benchmark
+        cmd += ["--launches", str(launches)]
     if inject_cycles is not None:
         cmd += ["--inject-cycles", str(inject_cycles)]
     if only is not None:

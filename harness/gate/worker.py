@@ -468,14 +468,15 @@ def run_paired(
     injected: dict[str, float],
     only: set[str] | None = None,
     trials: int = 20,
-    launches: int = 6,
+    launches: int | None = None,
     cycles: dict[str, int] | None = None,
 ) -> dict:
     """``{name: {"sides": {side: {"latency": [s...]} | {"error"|"skipped": why}},
-    "ratios": {side: [per-trial ratio to the first side]}, "gpu": ..., "shared_inputs":
-    bool}}``; an ``injected`` side (test-only, side -> fraction) launches its kernel's
-    delayed build, calibrated to that fraction, or with ``cycles[name]`` where ``cycles``
-    are given (``"injection": {side: record}``)."""
+    "ratios": {side: [per-trial ratio to the first side]}, "launches": per side and trial,
+    "gpu": ..., "shared_inputs": bool}}``; an ``injected`` side (test-only, side ->
+    fraction) launches its kernel's delayed build, calibrated to that fraction, or with
+    ``cycles[name]`` where ``cycles`` are given (``"injection": {side: record}``).
+    ``launches`` None: each benchmark's from its kernel's time (``interleave.launches_for``)."""
     trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
     prepared = {}
     for side, tree in sides.items():
@@ -489,6 +490,7 @@ def run_paired(
     nvml = open_nvml()
     calibrating = any(injected.values()) and cycles is None
     clock = injection_clock(_paired_median_ms) if calibrating else None
+    flush = None if launches is not None else clock[2] if clock else flush_ms()
     names = list(dict.fromkeys(n for p in prepared.values() for n in p))
     results = {}
     for name in names:
@@ -514,18 +516,22 @@ def run_paired(
                     delayed[side] = (kernel, fn)
                     fn = partial(kernel, data.a, data.b, data.out)
                 fns.append(fn)
+            n = launches
+            if n is None and fns:
+                n = interleave.launches_for(_paired_median_ms(fns[0], launches=6), flush)
             # Calibrated on the trials the gate runs next: every side, delayed one included.
             for i, side in enumerate(runnable):
                 if side in delayed:
                     kernel, plain = delayed[side]
-                    seen_of = partial(_paired_seen, fns, i, launches=launches)
-                    steps = {"sides": len(fns), "unit": launches}
+                    seen_of = partial(_paired_seen, fns, i, launches=n)
+                    steps = {"sides": len(fns), "unit": n}
                     entry.setdefault("injection", {})[side] = set_delay(
                         kernel, plain, injected[side], seen_of, clock, name, cycles, **steps
                     )
             if fns:
                 entry["shared_inputs"] = shared
-                timed = partial(paired_trials, fns, trials, launches)
+                entry["launches"] = n
+                timed = partial(paired_trials, fns, trials, n)
                 if nvml is None:
                     ms, ratios = timed()
                 else:
@@ -631,7 +637,12 @@ def main() -> int:
     )
     parser.add_argument("--trials", type=_positive, default=20, help="paired: trials (ratios)")
     parser.add_argument(
-        "--launches", type=_positive, default=6, help="paired: launches per side and trial"
+        "--launches",
+        type=_positive,
+        default=None,
+        help="paired: launches per side and trial (default: per benchmark, as many rounds "
+        f"of {interleave.LAUNCH_ROUND} as fit {interleave.TRIAL_BUDGET_MS:g} ms of GPU time "
+        f"a side, at most {interleave.MAX_TRIAL_LAUNCHES}: short kernels get more)",
     )
     args = parser.parse_args()
     start = time.perf_counter()

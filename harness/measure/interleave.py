@@ -65,12 +65,37 @@ TIMERS = ("event", "cupti")
 # do_bench's default flush buffer: more than the H200's 50 MB L2 several times over.
 FLUSH_BYTES = 256 * 1024 * 1024
 
+# Launches a function gets per trial (``launches_for``): a multiple of the slots that put
+# two or three functions through every order (3! = 6), at least one such round, and as
+# many rounds as fit ``TRIAL_BUDGET_MS`` of GPU time a function (each launch with its
+# flush), up to ``MAX_TRIAL_LAUNCHES``. A trial's ratio is a ratio of medians, whose noise
+# falls with the square root of the launches: a 2 ms GEMM's launches vary by a few tenths
+# of a percent and 6 do, a 9 us kernel's by a few percent, and it needs dozens to bring its
+# A/A ratio's spread between processes under a quarter of a percent (it measured 0.2-0.9%
+# on the H200 with 6, CUPTI timing).
+LAUNCH_ROUND = 6
+TRIAL_BUDGET_MS = 8.0
+MAX_TRIAL_LAUNCHES = 120
+
 
 def check_counts(trials: int, launches: int, warmup: int) -> None:
     counts = (("trials", trials, 1), ("launches", launches, 1), ("warmup", warmup, 0))
     for name, value, low in counts:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r}: must be an integer >= {low}")
+
+
+def launches_for(kernel_ms: float, flush_ms: float, budget_ms: float = TRIAL_BUDGET_MS) -> int:
+    """Launches a function gets per trial when one launch takes ``kernel_ms`` after a
+    flush of ``flush_ms``: whole rounds of ``LAUNCH_ROUND`` that fit ``budget_ms``, at
+    least one and at most ``MAX_TRIAL_LAUNCHES``."""
+    for name, value in (("kernel_ms", kernel_ms), ("flush_ms", flush_ms), ("budget_ms", budget_ms)):
+        if not (isinstance(value, (int, float)) and value >= 0 and value == value):
+            raise ValueError(f"{name}={value!r}: must be a number >= 0")
+    if kernel_ms + flush_ms <= 0:
+        raise ValueError("kernel_ms + flush_ms: must be > 0")
+    rounds = int(budget_ms // (LAUNCH_ROUND * (kernel_ms + flush_ms)))
+    return LAUNCH_ROUND * max(1, min(MAX_TRIAL_LAUNCHES // LAUNCH_ROUND, rounds))
 
 
 @functools.cache

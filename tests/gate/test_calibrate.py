@@ -49,6 +49,15 @@ def test_paired_calibration_reads_the_median_ratio_of_each_run():
     ]
     out = summarise(runs, floor=0.01, method="paired")
     assert out["gemm.T(a)"]["threshold"] == 0.01 and out["gemm.T(a)"]["runs"] == 5
+    assert "launches" not in out["gemm.T(a)"]  # the payloads said nothing of them
+
+
+def test_paired_calibration_records_the_launches_the_worker_chose():
+    runs = [
+        {"results": {"gemm.T(a)": {"ratios": {"head": [1.0] * 10}, "launches": n}}}
+        for n in (72, 72, 66, 72, 72)
+    ]
+    assert summarise(runs, floor=0.01, method="paired")["gemm.T(a)"]["launches"] == [66, 72]
 
 
 def test_a_paired_a_a_that_sits_off_one_raises_the_threshold_by_the_offset():

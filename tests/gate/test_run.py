@@ -415,3 +415,47 @@ def test_the_worker_runs_as_a_script(tmp_path):
 def test_worker_options_name_the_field_and_rule(args, message, tmp_path):
     proc = _worker(*args, "--out", str(tmp_path / "x.json"))
     assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_paired_trials_give_short_kernels_more_launches(monkeypatch, tmp_path):
+    """Default launches: each benchmark's from its own kernel time, recorded per entry;
+    a given --launches holds for every benchmark."""
+    kernel_ms = {"gemm.Short()": 0.009, "gemm.Long()": 2.0}
+
+    class Data:
+        def __init__(self, name):
+            self.a = self.b = self.out = object()
+            self.name = name
+
+        def tilelang_fn(self, config):
+            return lambda: kernel_ms[self.name]
+
+    def prepare_side(tree, trees, pattern, only, delayed=False):
+        return {n: {"data": Data(n), "config": "cfg"} for n in kernel_ms}
+
+    asked = {}
+
+    def paired_times(fns, trials, launches):
+        ms = fns[0]()
+        if trials > 1:  # the trials, not the one-trial median that sizes them
+            asked.setdefault(ms, set()).add(launches)
+        return [[[ms] * launches for _ in range(trials)] for _ in fns]
+
+    monkeypatch.setattr(gate_worker, "prepare_side", prepare_side)
+    monkeypatch.setattr(gate_worker, "paired_times", paired_times)
+    monkeypatch.setattr(gate_worker, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(gate_worker, "_tree_module", lambda *names: _NoNvml)
+    sides = {"base": tmp_path / "a", "head": tmp_path / "b"}
+    out = gate_worker.run_paired(sides, None, {})
+    short, long = out["gemm.Short()"]["launches"], out["gemm.Long()"]["launches"]
+    assert short == gate_worker.interleave.launches_for(0.009, 0.1) > long
+    assert asked == {0.009: {short}, 2.0: {long}}
+    assert len(out["gemm.Short()"]["ratios"]["head"]) == 20
+    fixed = gate_worker.run_paired(sides, None, {}, launches=12)
+    assert {e["launches"] for e in fixed.values()} == {12}
+
+
+class _NoNvml:
+    @staticmethod
+    def open_nvml():
+        return None

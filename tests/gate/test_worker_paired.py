@@ -94,6 +94,10 @@ def worker(monkeypatch):
     spec = importlib.util.spec_from_file_location("_worker_under_test", WORKER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    # A flush's and a kernel's GPU time size the paired trials (``interleave.launches_for``);
+    # measured apart from the fake timers, whose launches the tests count.
+    monkeypatch.setattr(module, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(module, "_paired_median_ms", lambda fn, launches=5: 1.0)
     yield module
     for name in list(sys.modules):
         if name.split(".")[0] in ("kernels", "harness", "suite"):
@@ -270,9 +274,8 @@ def _no_calibration(worker, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("calibrated although the cycles were given")
 
-    for name in ("sleep_cycles_per_ms", "sm_count", "flush_ms", "_paired_median_ms"):
+    for name in ("sleep_cycles_per_ms", "sm_count", "calibrate_delay", "_paired_seen"):
         monkeypatch.setattr(worker, name, refuse)
-    monkeypatch.setattr(worker, "_paired_seen", refuse)
 
 
 def test_given_cycles_are_set_and_nothing_is_calibrated(worker, monkeypatch, tmp_path):

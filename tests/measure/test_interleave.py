@@ -38,3 +38,31 @@ def test_bad_counts_name_the_field(field, value):
     counts = {"trials": 1, "launches": 1, "warmup": 0, field: value}
     with pytest.raises(ValueError, match=field):
         interleave.check_counts(**counts)
+
+
+def test_short_kernels_get_more_launches_a_trial():
+    flush = 0.1  # ms: the 256 MB rewrite before every launch on the H200
+    short, mid, large = (interleave.launches_for(ms, flush) for ms in (0.009, 0.05, 2.0))
+    assert large == interleave.LAUNCH_ROUND  # a 2 ms GEMM: one round of every order
+    assert short > mid > large
+    assert short <= interleave.MAX_TRIAL_LAUNCHES
+    for n in (short, mid, large):
+        assert n % interleave.LAUNCH_ROUND == 0  # every order of 2 or 3 sides, equally often
+    # Within the budget: one more round would pass it.
+    per = 0.05 + flush
+    assert mid * per <= interleave.TRIAL_BUDGET_MS < (mid + interleave.LAUNCH_ROUND) * per
+    assert interleave.launches_for(1e-6, 0.0) == interleave.MAX_TRIAL_LAUNCHES
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"kernel_ms": -1.0, "flush_ms": 0.1}, "kernel_ms"),
+        ({"kernel_ms": 0.01, "flush_ms": float("nan")}, "flush_ms"),
+        ({"kernel_ms": 0.0, "flush_ms": 0.0}, "kernel_ms \\+ flush_ms"),
+        ({"kernel_ms": 0.01, "flush_ms": 0.1, "budget_ms": -2}, "budget_ms"),
+    ],
+)
+def test_launches_for_names_the_bad_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        interleave.launches_for(**kwargs)
