@@ -85,7 +85,8 @@ class BenchSamples:
     error: str | None = None
     # "base" or "head": the revision that does not have this benchmark at all.
     missing: str | None = None
-    # Paired measurement: head/base, one ratio of medians per trial of launches in turn.
+    # Paired measurement: head/base, one ratio per trial of launches in turn
+    # (of the launches' means, strays left out: ``interleave.trial_center``).
     ratios: tuple[float, ...] = ()
 
 

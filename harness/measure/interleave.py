@@ -7,8 +7,9 @@ processes and between blocks of launches, and timed one after the other the two 
 would see different clocks. Here every launch of one function is followed by one of the
 next, in an order that changes every slot, with do_bench's method around each: the L2
 cache flushed by writing a 256 MB buffer, then CUDA events around the launch. A trial is
-``launches`` launches of each function; its samples are reduced to one ratio of medians
-per function against the first, and those ratios are what a decision reads.
+``launches`` launches of each function; its samples are reduced to one ratio per function
+against the first (of means without stray launches, ``trial_center``), and those ratios are what a
+decision reads.
 
 Measured on the H200 (an A/A, 12 trials of 30 launches a side): the ratio's coefficient of
 variation was 0.07-0.27% launch by launch against 0.24-3.2% in blocks of 30.
@@ -68,11 +69,11 @@ FLUSH_BYTES = 256 * 1024 * 1024
 # Launches a function gets per trial (``launches_for``): a multiple of the slots that put
 # two or three functions through every order (3! = 6), at least one such round, and as
 # many rounds as fit ``TRIAL_BUDGET_MS`` of GPU time a function (each launch with its
-# flush), up to ``MAX_TRIAL_LAUNCHES``. A trial's ratio is a ratio of medians, whose noise
-# falls with the square root of the launches: a 2 ms GEMM's launches vary by a few tenths
-# of a percent and 6 do, a 9 us kernel's by a few percent, and it needs dozens to bring its
-# A/A ratio's spread between processes under a quarter of a percent (it measured 0.2-0.9%
-# on the H200 with 6, CUPTI timing).
+# flush), up to ``MAX_TRIAL_LAUNCHES``. A trial's ratio is of means (``trial_center``),
+# whose noise falls with the square root of the launches: a 2 ms GEMM's launches vary by a
+# few tenths of a percent and 6 do, a 9 us kernel's by a few percent, and it needs dozens
+# to bring its A/A ratio's spread between processes under a quarter of a percent (it
+# measured 0.2-0.9% on the H200 with 6, CUPTI timing).
 LAUNCH_ROUND = 6
 TRIAL_BUDGET_MS = 8.0
 MAX_TRIAL_LAUNCHES = 120
@@ -177,11 +178,29 @@ def _interleaved_cupti(fns, trials: int, launches: int, cache) -> list[list[list
     return out
 
 
+# A launch further than this from its trial's median is a stray (an interrupt, a clock
+# step) and left out of the trial's mean.
+STRAY_BAND = 0.05
+
+
+def trial_center(latencies: Sequence[float]) -> float:
+    """One trial's latency of one function: the mean of its launches within
+    ``STRAY_BAND`` of their median. As robust to a stray launch as the median, and
+    unlike it (or any trimmed mean) not stuck to the timer's tick: CUPTI stamps kernels in
+    32 ns steps on the H200, so a 4.7 us kernel reads 146 or 147 ticks, in the proportion
+    that makes their mean the true time, while their median moves in steps of 0.7%."""
+    if not latencies:
+        raise ValueError("latencies: need at least one launch")
+    middle = statistics.median(latencies)
+    kept = [x for x in latencies if abs(x - middle) <= STRAY_BAND * abs(middle)]
+    return statistics.fmean(kept)
+
+
 def trial_ratios(samples: list[list[list[float]]], reference: int = 0) -> list[list[float]]:
-    """Per function, one ratio per trial: its median latency over the ``reference``
-    function's median in the same trial (the reference's own ratios are all 1)."""
-    ref = [statistics.median(trial) for trial in samples[reference]]
+    """Per function, one ratio per trial: its ``trial_center`` over the ``reference``
+    function's in the same trial (the reference's own ratios are all 1)."""
+    ref = [trial_center(trial) for trial in samples[reference]]
     return [
-        [statistics.median(trial) / r for trial, r in zip(per_fn, ref, strict=True)]
+        [trial_center(trial) / r for trial, r in zip(per_fn, ref, strict=True)]
         for per_fn in samples
     ]
