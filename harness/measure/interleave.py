@@ -178,22 +178,27 @@ def _interleaved_cupti(fns, trials: int, launches: int, cache) -> list[list[list
     return out
 
 
-# A launch further than this from its trial's median is a stray (an interrupt, a clock
-# step) and left out of the trial's mean.
+# A launch further than both of these from its trial's median is a stray (an interrupt, a
+# clock step) and left out of the trial's mean: a fraction of the median, and a multiple of
+# the launches' median absolute deviation (so a trial whose launches split into two
+# clusters further apart than the fraction, as a power-capped GEMM's can, keeps them all).
 STRAY_BAND = 0.05
+STRAY_MADS = 5.0
 
 
 def trial_center(latencies: Sequence[float]) -> float:
-    """One trial's latency of one function: the mean of its launches within
-    ``STRAY_BAND`` of their median. As robust to a stray launch as the median, and
+    """One trial's latency of one function: the mean of its launches without strays
+    (``STRAY_BAND``, ``STRAY_MADS``). As robust to a stray launch as the median, and
     unlike it (or any trimmed mean) not stuck to the timer's tick: CUPTI stamps kernels in
     32 ns steps on the H200, so a 4.7 us kernel reads 146 or 147 ticks, in the proportion
-    that makes their mean the true time, while their median moves in steps of 0.7%."""
+    that makes their mean the true time, while their median moves in steps of 0.7%. At
+    least half the launches are always kept (those within one deviation of the median)."""
     if not latencies:
         raise ValueError("latencies: need at least one launch")
     middle = statistics.median(latencies)
-    kept = [x for x in latencies if abs(x - middle) <= STRAY_BAND * abs(middle)]
-    return statistics.fmean(kept)
+    deviation = statistics.median(abs(x - middle) for x in latencies)
+    band = max(STRAY_BAND * abs(middle), STRAY_MADS * deviation)
+    return statistics.fmean(x for x in latencies if abs(x - middle) <= band)
 
 
 def trial_ratios(samples: list[list[list[float]]], reference: int = 0) -> list[list[float]]:

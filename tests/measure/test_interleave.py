@@ -38,6 +38,8 @@ def test_trial_ratios_are_robust_centers_over_the_reference():
     head = [[1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 0.1, 50.0], [2.2] * 8]
     assert interleave.trial_ratios([base, head]) == [[1.0, 1.0], pytest.approx([1.1, 1.1])]
     assert interleave.trial_center([3.0]) == 3.0
+    # Two clusters 15% apart, as a power-capped GEMM's launches can split: all kept.
+    assert interleave.trial_center([1.0, 1.0, 1.0, 1.15, 1.15, 1.15]) == pytest.approx(1.075)
     with pytest.raises(ValueError, match="latencies"):
         interleave.trial_center([])
 
