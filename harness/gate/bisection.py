@@ -2,7 +2,7 @@
 
     nox -s bisect -- GOOD BAD [-b REGEX] [--method auto] [--threshold T] [--gpus 0,1]
                               [--out .gate/bisect] [--max-commits 256] [--calibration FILE]
-    python -m harness.gate.bisect GOOD BAD ...
+    python -m harness.gate.bisection GOOD BAD ...
 
 ``-b REGEX`` selects as the suite runner does (``harness.suite.discovery.selected``): by
 asv's name of a benchmark (``gemm.Stage.track_latency('4096x4096x4096', 128, 3, 'f16')``,
@@ -52,8 +52,9 @@ from harness.cli import (
     positive_int,
 )
 from harness.gate import decide as gd
-from harness.gate import revisions
 from harness.gate import run as gate
+from harness.revisions import git, launch, placement, records
+from harness.suite import discovery
 
 GOOD = "good"
 BAD = "bad"
@@ -156,21 +157,21 @@ def first_bad(
 # Judging one comparison: pure.
 
 
-def side_failed(rounds: list[dict], side: str) -> bool:
-    """Whether the worker of ``side`` failed in any round, as a whole or on a benchmark."""
+def side_failed(rounds: list, side: str) -> bool:
+    """Whether the worker of ``side`` failed in any round, as a whole or on a benchmark.
+    A process round holds one record per side; a paired round is one record of all."""
     for r in rounds:
-        if r.get("mode") == "paired" or "fatal" in r:  # one paired process, all sides
-            if "fatal" in r:  # one side's when the worker names it, else all of them
-                return r.get("side", side) == side
-            entries = [e.get("sides", {}).get(side, {}) for e in r.get("results", {}).values()]
-            if any("error" in entry for entry in entries):
+        run = r.get(side) if isinstance(r, dict) else r
+        if run is None:
+            continue
+        if isinstance(run, records.Fatal):  # a paired one names its side, else all failed
+            if run.side in (None, side):
                 return True
             continue
-        payload = r.get(side, {})
-        if "fatal" in payload:
-            return True
-        if any("error" in entry for entry in payload.get("results", {}).values()):
-            return True
+        for entry in run.results.values():
+            got = entry.sides.get(side) if isinstance(entry, records.Paired) else entry
+            if got is not None and got.error is not None:
+                return True
     return False
 
 
@@ -361,18 +362,18 @@ def build_parser() -> argparse.ArgumentParser:
 def commit_range(good_rev: str, bad_rev: str, max_commits: int, repo: Path) -> list[str]:
     """GOOD's and BAD's hashes and the first-parent commits after GOOD up to BAD, checked:
     a BisectError naming the argument when they make no range to search."""
-    good = revisions.resolve(good_rev, "GOOD", cwd=repo)
-    bad = revisions.resolve(bad_rev, "BAD", cwd=repo)
+    good = git.resolve(good_rev, "GOOD", cwd=repo)
+    bad = git.resolve(bad_rev, "BAD", cwd=repo)
     if good == bad:
         raise BisectError(f"GOOD={good_rev!r} and BAD={bad_rev!r} are the same commit: empty range")
-    if not revisions.is_ancestor(good, bad, cwd=repo):
-        if revisions.is_ancestor(bad, good, cwd=repo):
+    if not git.is_ancestor(good, bad, cwd=repo):
+        if git.is_ancestor(bad, good, cwd=repo):
             raise BisectError(
                 f"BAD={bad_rev!r} comes before GOOD={good_rev!r}: empty range (swapped?)"
             )
         raise BisectError(f"GOOD={good_rev!r} is not an ancestor of BAD={bad_rev!r}")
-    commits = revisions.first_parent_range(good, bad, cwd=repo)
-    if not commits or revisions.git("rev-parse", f"{commits[0]}^", cwd=repo) != good:
+    commits = git.first_parent_range(good, bad, cwd=repo)
+    if not commits or git.git("rev-parse", f"{commits[0]}^", cwd=repo) != good:
         raise BisectError(
             f"GOOD={good_rev!r} is not on BAD's first-parent history (it came in through a "
             "merge); use a commit of the branch itself, such as that merge's first parent"
@@ -389,14 +390,14 @@ def check_bench(good: str, bad: str, bench: str, out: Path) -> None:
     """Refuse a ``--bench`` that matches nothing on GOOD and BAD, before any GPU work."""
     names: dict[str, None] = {}
     for what, sha in (("GOOD", good), ("BAD", bad)):
-        tree = revisions.worktree(out, what.lower(), sha)
+        tree = git.worktree(out, what.lower(), sha)
         try:
-            payload = revisions.run_worker(tree, bench, out / f"{what}-names.json", listing=True)
+            got = launch.listing(tree, bench, out / f"{what}-names.json")
         finally:
-            revisions.remove_worktree(tree)
-        if "fatal" in payload:
-            raise BisectError(f"listing the benchmarks of {what} failed: {payload['fatal']}")
-        names.update(dict.fromkeys(payload.get("names", [])))
+            git.remove_worktree(tree)
+        if isinstance(got, records.Fatal):
+            raise BisectError(f"listing the benchmarks of {what} failed: {got.fatal}")
+        names.update(dict.fromkeys(got.names))
     if not names:
         raise BisectError(f"--bench={bench!r} matches no benchmark on GOOD or BAD")
 
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start = time.perf_counter()
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    repo = revisions.ROOT
+    repo = git.ROOT
     out = (args.out or repo / ".gate" / "bisect").resolve()
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -423,18 +424,18 @@ def main(argv: list[str] | None = None) -> int:
             raise BisectError(f"--calibration={args.calibration}: no such file")
         good, *commits = commit_range(args.good, args.bad, args.max_commits, repo)
         bad = commits[-1]
-        bench = args.bench or revisions.default_bench()
+        bench = args.bench or discovery.gate_subset(git.ROOT)
         check_bench(good, bad, bench, out)
-    except (BisectError, revisions.RevisionError, RuntimeError) as err:
+    except (BisectError, git.RevisionError, RuntimeError) as err:
         print(f"bisect: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
     try:
-        gpus = revisions.gpus_for(args.gpus)
+        gpus = placement.gpus_for(args.gpus)
     except ValueError as err:
         print(f"bisect: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
 
-    listed = revisions.git("log", "--no-walk=unsorted", "--format=%H %s", good, *commits, cwd=repo)
+    listed = git.git("log", "--no-walk=unsorted", "--format=%H %s", good, *commits, cwd=repo)
     subjects = dict((line.split(" ", 1) + [""])[:2] for line in listed.splitlines())
     # One method for every probe, the one GOOD against BAD calls for, with its defaults.
     method, why = gate.choose_method(args.method, {"base": good, "head": bad}, repo)
