@@ -35,12 +35,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness.cli import (
@@ -53,13 +51,10 @@ from harness.cli import (
 )
 from harness.gate import decide as gd
 from harness.gate import run as gate
+from harness.gate.bisection_report import Record, render, to_json, verdict_statuses
+from harness.gate.bisection_search import BAD, GOOD, SKIP, first_bad, settle
 from harness.revisions import git, launch, placement, records
 from harness.suite import discovery
-
-GOOD = "good"
-BAD = "bad"
-SKIP = "skip"
-OUTCOMES = (GOOD, BAD, SKIP)
 
 # Long enough for any real branch, short enough that a swapped or mistyped GOOD (the
 # repository's first commit, say) is refused instead of measured for hours.
@@ -68,90 +63,6 @@ DEFAULT_MAX_COMMITS = 256
 
 class BisectError(RuntimeError):
     """Bisect cannot go on: bad input, or the gate failed for GOOD or BAD themselves."""
-
-
-# The search: pure, over an oracle.
-
-
-@dataclass(frozen=True, slots=True)
-class Search:
-    """Where a search over ``commits`` stands, given the outcomes probed so far.
-
-    ``commits`` are the commits after GOOD, oldest first, ending with BAD; GOOD is known
-    good and BAD known bad, so neither is probed. The first bad commit lies in
-    ``commits[lo + 1 : hi + 1]`` (``lo == -1``: GOOD is the last good commit).
-    """
-
-    commits: tuple[str, ...]
-    outcomes: Mapping[str, str]
-    lo: int
-    hi: int
-
-    @property
-    def candidates(self) -> tuple[str, ...]:
-        """The commits that may be the first bad one, oldest first (the last is bad)."""
-        return self.commits[self.lo + 1 : self.hi + 1]
-
-    @property
-    def culprit(self) -> str | None:
-        """The first bad commit, when the search pinned it to one."""
-        return self.candidates[0] if len(self.candidates) == 1 else None
-
-    @property
-    def probes(self) -> list[tuple[str, str]]:
-        """(sha, outcome) of every probe, in the order they were made."""
-        return list(self.outcomes.items())
-
-    def next_probe(self) -> str | None:
-        """The untried commit nearest the middle of the open range, or None when every
-        commit between the last good and the first bad one was probed (or skipped)."""
-        mid = (self.lo + self.hi) // 2
-        open_ = [i for i in range(self.lo + 1, self.hi) if self.commits[i] not in self.outcomes]
-        if not open_:
-            return None
-        return self.commits[min(open_, key=lambda i: (abs(i - mid), i))]
-
-
-def settle(commits: Iterable[str], outcomes: Mapping[str, str]) -> Search:
-    """The search state that ``outcomes`` (sha -> good/bad/skip) leave on ``commits``."""
-    commits = tuple(commits)
-    if not commits:
-        raise ValueError("commits: empty; BAD itself must be the last one")
-    unknown = {o for o in outcomes.values() if o not in OUTCOMES}
-    if unknown:
-        raise ValueError(f"outcomes: {sorted(unknown)} not among {OUTCOMES}")
-    index = {sha: i for i, sha in enumerate(commits)}
-    bad = [index[sha] for sha, o in outcomes.items() if o == BAD and sha in index]
-    hi = min(bad, default=len(commits) - 1)
-    good = [index[sha] for sha, o in outcomes.items() if o == GOOD and index.get(sha, hi) < hi]
-    return Search(commits, dict(outcomes), max(good, default=-1), hi)
-
-
-def first_bad(
-    commits: Iterable[str],
-    probe: Callable[[str], str],
-    log: Callable[[str], None] = lambda line: None,
-    outcomes: dict[str, str] | None = None,
-) -> Search:
-    """Binary-search ``commits`` (after GOOD, oldest first, ending with BAD) for the first
-    bad one; ``probe(sha)`` says ``"good"``, ``"bad"`` or ``"skip"``. Without skips it
-    probes at most ceil(log2(len(commits))) commits. ``outcomes`` is filled as probes
-    finish, so a caller that is interrupted keeps them."""
-    outcomes = {} if outcomes is None else outcomes
-    state = settle(commits, outcomes)
-    while (sha := state.next_probe()) is not None:
-        left = len(state.candidates)
-        step = len(outcomes) + 1
-        log(
-            f"bisect: step {step}/~{step - 1 + math.ceil(math.log2(left))}: probing {sha[:7]} "
-            f"({left} commits left)"
-        )
-        outcome = probe(sha)
-        if outcome not in OUTCOMES:
-            raise ValueError(f"probe({sha[:7]}) returned {outcome!r}, not one of {OUTCOMES}")
-        outcomes[sha] = outcome
-        state = settle(commits, outcomes)
-    return state
 
 
 # Judging one comparison: pure.
@@ -196,139 +107,6 @@ def judge(comparison: gate.Comparison, names: Iterable[str]) -> str:
 def exactly(names: Iterable[str]) -> str:
     """A ``--bench`` regex that matches these combination names and nothing else."""
     return "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
-
-
-# Rendering: text and markdown of a finished (or interrupted) bisect.
-
-
-@dataclass
-class Record:
-    """What a bisect measured and concluded, for the report and bisect.json."""
-
-    good: str
-    bad: str
-    bench: str
-    commits: list[str]
-    subjects: dict[str, str]
-    rounds: int
-    threshold: float
-    regressed: list[str] = field(default_factory=list)
-    # sha -> Comparison of GOOD against it; BAD's is the first comparison made.
-    comparisons: dict[str, gate.Comparison] = field(default_factory=dict)
-    search: Search | None = None
-    wall_s: float = 0.0
-    interrupted: bool = False
-
-    def label(self, sha: str) -> str:
-        return f"{sha[:10]} {self.subjects.get(sha, '')}".rstrip()
-
-
-def _statuses(comparison: gate.Comparison) -> dict[str, str]:
-    return {v.name: v.status for v in comparison.verdicts}
-
-
-def _mark(record: Record, sha: str) -> str:
-    outcome = BAD if sha == record.bad else record.search.outcomes.get(sha)
-    return {SKIP: "skipped", BAD: BAD, GOOD: GOOD}.get(outcome, "untested")
-
-
-def _summary(record: Record) -> list[str]:
-    """The headline: the culprit, the candidates, or where an interrupted search stood."""
-    search = record.search
-    if search.culprit and not record.interrupted:
-        return [f"bisect: first bad commit: {record.label(search.culprit)}"]
-    if record.interrupted:
-        head = f"bisect: interrupted; the first bad commit is one of {len(search.candidates)}:"
-    else:
-        head = (
-            f"bisect: no single culprit; the first bad commit is one of these "
-            f"{len(search.candidates)}, as skipped commits (they failed to build or run) "
-            "hide which:"
-        )
-    marks = [f"  {record.label(sha)} ({_mark(record, sha)})" for sha in search.candidates]
-    return [head, *marks]
-
-
-def _parent_line(record: Record) -> str:
-    search = record.search
-    if search.lo < 0:
-        return f"- the last good commit is GOOD {record.good[:10]} itself"
-    parent = search.commits[search.lo]
-    step = [sha for sha, _ in search.probes].index(parent) + 1
-    return f"- the last good commit is {record.label(parent)}, found good at step {step}"
-
-
-def render_steps(record: Record) -> str:
-    """A markdown table: the GOOD-BAD comparison (step 0), then each probe."""
-    rows = ["| step | commit | subject | outcome | verdicts |", "|--:|---|---|---|---|"]
-    probes = [(record.bad, BAD), *record.search.probes]
-    for step, (sha, outcome) in enumerate(probes):
-        comparison = record.comparisons.get(sha)
-        if comparison is None:
-            continue
-        counts: dict[str, int] = {}
-        for status in _statuses(comparison).values():
-            counts[status] = counts.get(status, 0) + 1
-        verdicts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        subject = record.subjects.get(sha, "").replace("|", "\\|")
-        where = " (BAD)" if step == 0 else ""
-        rows.append(f"| {step} | `{sha[:10]}`{where} | {subject} | {outcome} | {verdicts} |")
-    return "\n".join(rows) + "\n"
-
-
-def render(record: Record) -> str:
-    """The markdown report: the outcome, the steps, and the table of the comparison that
-    convicted the first bad commit (GOOD against it)."""
-    search = record.search
-    lines = [
-        *_summary(record),
-        "",
-        f"- GOOD: {record.label(record.good)}",
-        f"- BAD: {record.label(record.bad)}",
-        f"- {len(record.commits)} first-parent commits; measured: "
-        + ", ".join(f"`{name}`" for name in record.regressed),
-        _parent_line(record),
-        f"- steps: GOOD against BAD, then {len(search.outcomes)} probes: "
-        f"{len(record.comparisons)} gate comparisons ({record.rounds} rounds each, floor "
-        f"{record.threshold:.0%}), wall time {record.wall_s:.0f} s",
-        "",
-        render_steps(record),
-    ]
-    convicted = search.commits[search.hi]
-    lines += [
-        f"Evidence: GOOD against {convicted[:10]}, the comparison that found it bad:",
-        "",
-        record.comparisons[convicted].report,
-    ]
-    return "\n".join(lines)
-
-
-def to_json(record: Record, code: int) -> dict:
-    search = record.search
-
-    def commit(sha: str) -> dict:
-        return {"sha": sha, "subject": record.subjects.get(sha, "")}
-
-    probes = [(record.bad, BAD)] + (search.probes if search else [])
-    return {
-        "good": commit(record.good),
-        "bad": commit(record.bad),
-        "bench": record.bench,
-        "measured": record.regressed,
-        "commits": len(record.commits),
-        "rounds": record.rounds,
-        "threshold": record.threshold,
-        "culprit": commit(search.culprit) if search and search.culprit else None,
-        "candidates": [commit(sha) for sha in search.candidates] if search else [],
-        "steps": [
-            {**commit(sha), "outcome": o, "verdicts": _statuses(record.comparisons[sha])}
-            for sha, o in probes
-            if sha in record.comparisons
-        ],
-        "wall_s": round(record.wall_s, 1),
-        "interrupted": record.interrupted,
-        "exit": code,
-    }
 
 
 # The command: validation, then the gate's comparisons.
@@ -465,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         ends = compare(bad, bench)
     except KeyboardInterrupt:
         return finish(EXIT_INTERRUPTED, "interrupted before GOOD and BAD were compared")
-    statuses = _statuses(ends)
+    statuses = verdict_statuses(ends)
     base_failed = side_failed(ends.rounds, "base")
     head_failed = gd.FAILED in statuses.values() or side_failed(ends.rounds, "head")
     if not statuses and not (base_failed or head_failed):

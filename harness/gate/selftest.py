@@ -44,7 +44,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +53,7 @@ from harness.gate import decide as gd
 from harness.gate import inject
 from harness.gate import run as gate
 from harness.gate import samples as gs
-from harness.gate.selftest_tally import describe, render, tally, to_json
+from harness.gate.selftest_tally import compare, describe, render, tally, to_json
 from harness.revisions import fanout, git, launch, placement, records
 from harness.revisions.calibration import calibration_path
 from harness.suite import discovery
@@ -84,27 +84,6 @@ def order(i: int) -> tuple[str, ...]:
     """The order of the three runs in block ``i``: all six permutations in turn, so each
     side takes each position, and each pair each relative order, equally often."""
     return _ORDERS[i % len(_ORDERS)]
-
-
-def compare(
-    runs: Sequence[dict],
-    threshold: float,
-    thresholds: Mapping[str, float] | None = None,
-    method: str = "process",
-) -> tuple[list[gd.Verdict], list[gd.Verdict]]:
-    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``
-    (process) or paired payloads; ``thresholds`` are per-benchmark overrides
-    (calibration), as the gate applies them."""
-    if method == "paired":
-        aa = gs.pool_paired(list(runs), "base", "head")
-        injected = gs.pool_paired(list(runs), "base", "injected")
-    else:
-        aa = gs.pool([{"base": r["base"], "head": r["head"]} for r in runs])
-        injected = gs.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
-    return (
-        gd.decide_all(aa, threshold=threshold, thresholds=thresholds),
-        gd.decide_all(injected, threshold=threshold, thresholds=thresholds),
-    )
 
 
 def calibrations(run: records.Record) -> dict[str, records.Injection]:

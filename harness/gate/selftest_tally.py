@@ -1,6 +1,7 @@
-"""The gate self-test's tally: false alarms over its A/A comparisons, detections over its
-injected ones, the ratios the gate saw, and the benchmarks whose seen injection missed the
-request (refused a detection rate); rendered as text and as the JSON record."""
+"""The gate self-test's tally: each iteration's A/A and injected verdicts (``compare``),
+false alarms over the A/A comparisons, detections over the injected ones, the ratios the
+gate saw, and the benchmarks whose seen injection missed the request (refused a detection
+rate); rendered as text and as the JSON record."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from harness.gate import decide as gd
 from harness.gate import inject
+from harness.gate import samples as gs
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,3 +202,24 @@ def describe(aa: Sequence[gd.Verdict], injected: Sequence[gd.Verdict]) -> str:
         if v.status not in (gd.REGRESSION, gd.FAILED)
     ]
     return "".join(parts)
+
+
+def compare(
+    runs: Sequence[dict],
+    threshold: float,
+    thresholds: Mapping[str, float] | None = None,
+    method: str = "process",
+) -> tuple[list[gd.Verdict], list[gd.Verdict]]:
+    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``
+    (process) or paired payloads; ``thresholds`` are per-benchmark overrides
+    (calibration), as the gate applies them."""
+    if method == "paired":
+        aa = gs.pool_paired(list(runs), "base", "head")
+        injected = gs.pool_paired(list(runs), "base", "injected")
+    else:
+        aa = gs.pool([{"base": r["base"], "head": r["head"]} for r in runs])
+        injected = gs.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
+    return (
+        gd.decide_all(aa, threshold=threshold, thresholds=thresholds),
+        gd.decide_all(injected, threshold=threshold, thresholds=thresholds),
+    )
