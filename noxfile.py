@@ -193,7 +193,7 @@ def regressions(session: nox.Session) -> None:
 def bisect(session: nox.Session) -> None:
     """First bad commit between two revisions with the gate's rule: `-- GOOD BAD [-b RE]`."""
     _install(session, "bench")
-    _exit_with(session, "harness.gate.bisect", *session.posargs)
+    _exit_with(session, "harness.gate.bisection", *session.posargs)
 
 
 @nox.session(default=False, tags=["gpu"])

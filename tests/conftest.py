@@ -51,3 +51,18 @@ def pytest_collection_finish(session):
             pairs.append((params["shape"], params["config"]))
     if len(pairs) > 2:
         precompile(pairs, log=lambda line: None)
+
+
+@pytest.fixture
+def worker_entry(monkeypatch):
+    """``worker_entry(mode)``: the gate worker's entry point ``mode`` loaded as its script
+    runs (``tests.fakes.load_worker``), with ``sys.path`` and the worker's sibling modules
+    put back afterwards."""
+    import sys
+
+    from tests.fakes import WORKER_SIBLINGS, load_worker
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield load_worker
+    for name in WORKER_SIBLINGS:
+        sys.modules.pop(name, None)

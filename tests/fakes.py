@@ -4,15 +4,19 @@ and commits, the asv configuration of its tiny suite)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import subprocess
+import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 
 from harness.measure.correctness import TOLERANCE, Check
 from harness.measure.gpu_state import GpuState
 from harness.measure.timing import Timing
+from harness.revisions import records
 
 
 class FakeCase:
@@ -107,26 +111,34 @@ def fake_pynvml(clock=lambda h, c: 1755, reasons=0x4 | 0x1):
 WORKER_NAMES = [f"gemm.S({i})" for i in range(6)]
 
 
-def worker_payload(rng: random.Random, names, slowdown: float = 0.0) -> dict:
-    """A worker's results: latency and ratio samples per benchmark, ``slowdown`` slower."""
+def worker_payload(
+    rng: random.Random, names, slowdown: float = 0.0, injection=None
+) -> records.ProcessRun:
+    """A worker's run: latency and ratio samples per benchmark, ``slowdown`` slower, with
+    ``injection(name)`` (a ``records.Injection``) where given."""
 
-    def entry():
+    def entry(name):
         scale = 1.0 + slowdown
-        return {
-            "track_latency": [rng.gauss(1e-3 * scale, 1e-6) for _ in range(30)],
-            "track_vs_torch": [rng.gauss(1.1 * scale, 1e-3) for _ in range(10)],
-        }
+        return records.Measured(
+            track_latency=tuple(rng.gauss(1e-3 * scale, 1e-6) for _ in range(30)),
+            track_vs_torch=tuple(rng.gauss(1.1 * scale, 1e-3) for _ in range(10)),
+            injection=injection(name) if injection else None,
+        )
 
-    return {"results": {n: entry() for n in names}}
+    return records.ProcessRun({n: entry(n) for n in names})
 
 
 class FakeWorker:
-    """Stands in for revisions.run_worker: records every call; the injected side is slower."""
+    """Stands in for launch.run_worker: records every call; the injected side is slower.
+    ``listing`` stands in for launch.listing."""
 
     def __init__(self, names=WORKER_NAMES):
         self.names = names
         self.calls = []
         self.rng = random.Random(3)
+
+    def listing(self, tree, bench, out_file) -> records.Listing:
+        return records.Listing(tuple(self.names))
 
     def __call__(
         self,
@@ -136,11 +148,8 @@ class FakeWorker:
         inject=0.0,
         gpu=None,
         only=None,
-        listing=False,
         inject_cycles=None,
     ):
-        if listing:
-            return {"names": self.names}
         shard = self.names if only is None else json.loads(only.read_text())
         self.calls.append(
             {
@@ -151,49 +160,50 @@ class FakeWorker:
                 "inject_cycles": inject_cycles,
             }
         )
-        payload = worker_payload(self.rng, shard, slowdown=inject)
-        if inject:  # the injected run calibrates its delay, or sets the cycles given
-            for name, entry in payload["results"].items():
-                entry["injection"] = fake_injection(name, inject, inject_cycles)
-        return payload
+        # the injected run calibrates its delay, or sets the cycles given
+        injected = (lambda name: fake_injection(name, inject, inject_cycles)) if inject else None
+        return worker_payload(self.rng, shard, slowdown=inject, injection=injected)
 
 
-def fake_injection(name: str, fraction: float, cycles_file=None) -> dict:
+def fake_injection(name: str, fraction: float, cycles_file=None) -> records.Injection:
     """A worker's injection record: calibrated now (cycles from the name, one step), or
     the cycles ``cycles_file`` gives (no steps), as ``harness.gate.inject`` makes them."""
     if cycles_file is None:
         cycles = 1000 + len(name)
-        return {
-            "requested": fraction,
-            "cycles": cycles,
-            "seen": fraction,
-            "steps": [[cycles, fraction]],
-        }
+        return records.Injection(fraction, cycles, fraction, ((cycles, fraction),))
     cycles = json.loads(cycles_file.read_text())["cycles"][name]
-    return {"requested": fraction, "cycles": cycles, "seen": None, "steps": []}
+    return records.Injection(fraction, cycles, None, ())
 
 
-def paired_payload(rng: random.Random, names, inject: dict | None = None, sides=None) -> dict:
-    """A paired worker's output: per combination every side's latencies and per-trial
-    ratios to the first side, an injected side slower by its fraction."""
+def paired_payload(
+    rng: random.Random, names, inject: dict | None = None, sides=None, injection=None
+) -> records.PairedRun:
+    """A paired worker's run: per combination every side's latencies and per-trial
+    ratios to the first side, an injected side slower by its fraction, with
+    ``injection(name, side, fraction)`` (a ``records.Injection``) where given."""
     inject = inject or {}
     sides = list(sides or ("base", "head"))
     results = {}
     for name in names:
-        entry = {"sides": {}, "ratios": {}}
+        got, ratios_of = {}, {}
         for side in sides:
             factor = 1.0 + inject.get(side, 0.0)
             ratios = [factor * rng.gauss(1.0, 0.001) for _ in range(10)]
             if side == sides[0]:
                 ratios = [1.0] * 10
-            entry["ratios"][side] = ratios
-            entry["sides"][side] = {"latency": [1e-3 * r for r in ratios for _ in range(3)]}
-        results[name] = entry
-    return {"mode": "paired", "sides": sides, "results": results}
+            ratios_of[side] = tuple(ratios)
+            got[side] = records.Side(latency=tuple(1e-3 * r for r in ratios for _ in range(3)))
+        injected = {
+            side: injection(name, side, fraction)
+            for side, fraction in inject.items()
+            if injection is not None
+        }
+        results[name] = records.Paired(sides=got, ratios=ratios_of, injection=injected)
+    return records.PairedRun(tuple(sides), results)
 
 
 class FakePairedWorker:
-    """Stands in for revisions.run_paired: records every call; injected sides are slower."""
+    """Stands in for launch.run_paired: records every call; injected sides are slower."""
 
     def __init__(self, names=WORKER_NAMES):
         self.names = names
@@ -214,13 +224,13 @@ class FakePairedWorker:
                 "inject_cycles": inject_cycles,
             }
         )
-        payload = paired_payload(self.rng, shard, inject, trees)
-        for side, fraction in (inject or {}).items():
-            for name, entry in payload["results"].items():
-                entry.setdefault("injection", {})[side] = fake_injection(
-                    name, fraction, inject_cycles
-                )
-        return payload
+        return paired_payload(
+            self.rng,
+            shard,
+            inject,
+            trees,
+            lambda name, side, fraction: fake_injection(name, fraction, inject_cycles),
+        )
 
 
 def tiny_asv_conf(benchmark_dir: str = "suite") -> dict:
@@ -272,3 +282,32 @@ class {cls}:
     def {track}(self, n):
         return {value}
 """
+
+
+def process_run(results: dict, **fields) -> records.ProcessRun:
+    """A process-mode worker record from its JSON form's ``results`` (``records.from_dict``)."""
+    data = {"version": records.VERSION, "kind": "process", "results": results, **fields}
+    return records.from_dict(data)
+
+
+def paired_run(results: dict, sides=("base", "head"), **fields) -> records.PairedRun:
+    """A paired worker record from its JSON form's ``results`` (``records.from_dict``)."""
+    data = {"version": records.VERSION, "kind": "paired", "sides": list(sides)}
+    return records.from_dict({**data, "results": results, **fields})
+
+
+WORKER_DIR = Path(__file__).resolve().parent.parent / "harness" / "gate" / "worker"
+WORKER_SIBLINGS = ("common", "injection")
+
+
+def load_worker(mode: str):
+    """The worker's ``mode`` entry point loaded as its script runs: its folder first on
+    ``sys.path`` (the caller restores it and drops ``WORKER_SIBLINGS`` afterwards)."""
+    sys.path.insert(0, str(WORKER_DIR))
+    for name in WORKER_SIBLINGS:
+        sys.modules.pop(name, None)
+    path = WORKER_DIR / f"{mode}.py"
+    spec = importlib.util.spec_from_file_location(f"_worker_{mode}_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, fraction, gpu_list, positive_int, regex
-from harness.gate import decide as gd
-from harness.gate import revisions
 from harness.policy import POLICY
+from harness.revisions import calibration, fanout, git, launch, placement, records
+from harness.suite import discovery
 
 MIN_RUNS = 3  # a median absolute deviation needs a middle
 
@@ -57,28 +56,33 @@ def spread_and_mde(run_values: list[float], paired: bool = False) -> tuple[float
     return spread, POLICY.mde((1.0 if paired else math.sqrt(2)) * spread)
 
 
-def run_value(payload: dict, name: str, method: str) -> float | None:
-    """One run's value of a benchmark: the median paired ratio, or the median latency."""
-    entry = payload.get("results", {}).get(name, {})
-    if method == "paired":
-        ratios = entry.get("ratios", {}).get("head")
-        return statistics.median(ratios) if ratios else None
-    samples = entry.get("track_latency")
-    return statistics.median(samples) if samples else None
+def run_value(run: records.Record, name: str) -> float | None:
+    """One run's value of a benchmark: the median paired ratio of head, or the median
+    latency of a process-mode run; None where the run did not measure it."""
+    if isinstance(run, records.Fatal) or name not in run.results:
+        return None
+    entry = run.results[name]
+    values = entry.ratios.get("head") if isinstance(entry, records.Paired) else entry.track_latency
+    return statistics.median(values) if values else None
+
+
+def results(run: records.Record) -> dict:
+    """The per-benchmark entries of ``run`` (none for a failed run)."""
+    return {} if isinstance(run, records.Fatal) else dict(run.results)
 
 
 def summarise(
-    runs: list[dict], floor: float, method: str = "process", cap: float = gd.MAX_THRESHOLD
-) -> dict[str, dict]:
+    runs: list[records.Record], floor: float, method: str = "process", cap: float = POLICY.cap
+) -> dict[str, calibration.Benchmark]:
     """Per benchmark: spread, detectable slowdown, the threshold the gate will apply and
     whether it is too noisy to gate (a threshold over ``cap``). A paired A/A should sit at
     1; where its median ratio does not (two loads of one kernel can differ by a few
     tenths of a percent on the smallest shapes), that offset is added to what the
     threshold must clear."""
-    names = {n for payload in runs for n in payload.get("results", {})}
+    names = {n for run in runs for n in results(run)}
     out = {}
     for name in sorted(names):
-        values = [v for p in runs if (v := run_value(p, name, method)) is not None]
+        values = [v for r in runs if (v := run_value(r, name)) is not None]
         if len(values) < MIN_RUNS:
             continue
         paired = method == "paired"
@@ -86,43 +90,39 @@ def summarise(
         center = statistics.median(values)
         offset = abs(center - 1.0) if paired else 0.0
         threshold = max(floor, mde + offset)
-        out[name] = {
-            "median": center,
-            "spread": spread,
-            "offset": offset,
-            "mde": mde,
-            "threshold": threshold,
-            "too_noisy": threshold > cap,
-            "runs": len(values),
-        }
-        launches = {
-            p["results"][name].get("launches") for p in runs if name in p.get("results", {})
-        }
-        if launches - {None}:  # paired: launches a side per trial, as the worker chose them
-            out[name]["launches"] = sorted(launches - {None})
+        # paired: launches a side per trial, as the worker chose them
+        launches = {getattr(results(r).get(name), "launches", None) for r in runs} - {None}
+        out[name] = calibration.Benchmark(
+            median=center,
+            spread=spread,
+            offset=offset,
+            mde=mde,
+            threshold=threshold,
+            too_noisy=threshold > cap,
+            runs=len(values),
+            launches=tuple(sorted(launches)) if launches else None,
+        )
     return out
 
 
-def _skipped(entry: dict) -> bool:
+def _skipped(entry: records.Measured | records.Paired) -> bool:
     """An invalid combination (skipped on every side), not a benchmark."""
-    sides = entry.get("sides")
-    if sides is None:  # a process-mode entry
-        return "skipped" in entry
-    return bool(sides) and all("skipped" in side for side in sides.values())
+    if isinstance(entry, records.Measured):
+        return entry.skipped is not None
+    sides = entry.sides.values()
+    return bool(sides) and all(side.skipped is not None for side in sides)
 
 
-def benchmark_names(runs: list[dict]) -> set[str]:
+def benchmark_names(runs: list[records.Record]) -> set[str]:
     """Every benchmark some run tried to measure, invalid combinations left out."""
-    return {
-        name
-        for payload in runs
-        for name, entry in payload.get("results", {}).items()
-        if not _skipped(entry)
-    }
+    return {name for run in runs for name, entry in results(run).items() if not _skipped(entry)}
 
 
 def failures(
-    benchmarks: dict[str, dict], names: set[str], runs: int, cap: float = gd.MAX_THRESHOLD
+    benchmarks: dict[str, calibration.Benchmark],
+    names: set[str],
+    runs: int,
+    cap: float = POLICY.cap,
 ) -> list[str]:
     """Why this calibration cannot stand, one line per benchmark of ``names`` (every
     benchmark the runs saw): a threshold over ``cap`` (the gate would not gate it), or
@@ -136,10 +136,10 @@ def failures(
                 "threshold; fix the benchmark's error (the worker's output names it) and "
                 "calibrate again"
             )
-        elif b["too_noisy"]:
+        elif b.too_noisy:
             out.append(
-                f"{name}: needs a {b['threshold']:.2%} threshold (run-to-run spread "
-                f"{b['spread']:.2%}, offset {b['offset']:.2%}), above the {cap:.0%} cap, so "
+                f"{name}: needs a {b.threshold:.2%} threshold (run-to-run spread "
+                f"{b.spread:.2%}, offset {b.offset:.2%}), above the {cap:.0%} cap, so "
                 "the gate would not gate it; make its measurement quieter (a kernel timer "
                 "without launch gaps, more trials or launches per trial) and calibrate again"
             )
@@ -181,63 +181,58 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.gpus is not None and args.method != "paired":
         p.error(f"--gpus={args.gpus}: needs --method paired")
-    args.bench = args.bench or revisions.default_bench()
+    args.bench = args.bench or discovery.gate_subset(git.ROOT)
     if args.runs < MIN_RUNS:
         p.error(f"--runs={args.runs}: must be >= {MIN_RUNS} to measure a robust spread")
-    floor = args.floor or (gd.PAIRED_THRESHOLD if args.method == "paired" else gd.DEFAULT_THRESHOLD)
+    floor = args.floor or (POLICY.paired_floor if args.method == "paired" else POLICY.floor)
     try:
-        gpus = revisions.gpus_for(args.gpus)
+        gpus = placement.gpus_for(args.gpus)
     except ValueError as err:
         print(f"calibrate: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    work = revisions.ROOT / ".gate"
+    work = git.ROOT / ".gate"
     work.mkdir(exist_ok=True)
-    sha = revisions.resolve("HEAD")
-    tree = revisions.worktree(work, "calibrate", sha)
-    revisions.precompile({"tree": tree}, args.bench)
+    sha = git.resolve("HEAD")
+    tree = git.worktree(work, "calibrate", sha)
+    launch.precompile({"tree": tree}, args.bench)
     sides = {"base": tree, "head": tree}
-    names = revisions.list_names({"tree": tree}, args.bench, work) if gpus else []
+    names = launch.list_names({"tree": tree}, args.bench, work) if gpus else []
     runs = []
     for i in range(args.runs):
         print(f"calibrate: run {i + 1}/{args.runs}", file=sys.stderr, flush=True)
         out_file = work / f"calibrate-{i}.json"
         if args.method == "paired" and gpus:
             tag = f"calibrate{i}"
-            runs.append(revisions.paired_gpus(sides, args.bench, work, gpus, names, tag=tag))
+            runs.append(fanout.paired_gpus(sides, args.bench, work, gpus, names, tag=tag))
         elif args.method == "paired":
-            runs.append(revisions.run_paired(sides, args.bench, out_file))
+            runs.append(launch.run_paired(sides, args.bench, out_file))
         else:
-            runs.append(revisions.run_worker(tree, args.bench, out_file))
-    timer = revisions.timer_of(runs)
+            runs.append(launch.run_worker(tree, args.bench, out_file))
+    timer = fanout.timer_of(runs)
     benchmarks = summarise(runs, floor, args.method)
     failed = failures(benchmarks, benchmark_names(runs), args.runs)
-    out = args.out or revisions.calibration_path()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "gpu": device.gpu_name(),
-                "commit": sha,
-                "date": dt.date.today().isoformat(),
-                "runs": args.runs,
-                "method": args.method,
-                "timer": timer,
-                "floor": floor,
-                "cap": gd.MAX_THRESHOLD,
-                "spread": f"median absolute deviation x {POLICY.mad_to_sigma} / median",
-                "z_alpha": POLICY.z_alpha,
-                "z_power": POLICY.z_power,
-                "benchmarks": benchmarks,
-                "failures": failed,
-            },
-            indent=1,
-        )
+    out = args.out or calibration.calibration_path()
+    record = calibration.Calibration(
+        method=args.method,
+        benchmarks=benchmarks,
+        gpu=device.gpu_name(),
+        commit=sha,
+        date=dt.date.today().isoformat(),
+        runs=args.runs,
+        timer=timer,
+        floor=floor,
+        cap=POLICY.cap,
+        spread=f"median absolute deviation x {POLICY.mad_to_sigma} / median",
+        z_alpha=POLICY.z_alpha,
+        z_power=POLICY.z_power,
+        failures=tuple(failed),
     )
+    calibration.write(out, record)
     for name, b in benchmarks.items():
         print(
-            f"{name}: spread {b['spread']:.2%}, detectable {b['mde']:.2%}, "
-            f"threshold {b['threshold']:.1%}"
-            + (f" TOO NOISY to gate (cap {gd.MAX_THRESHOLD:.0%})" if b["too_noisy"] else "")
+            f"{name}: spread {b.spread:.2%}, detectable {b.mde:.2%}, "
+            f"threshold {b.threshold:.1%}"
+            + (f" TOO NOISY to gate (cap {POLICY.cap:.0%})" if b.too_noisy else "")
         )
     print(f"timer: {timer or 'the revision timing path (process mode)'}")
     print(f"wrote {out}")

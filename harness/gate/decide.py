@@ -16,7 +16,7 @@ A benchmark is a regression only when all of these hold:
    process, that relative median slowed down by more than the threshold as well, so a GPU
    that clocked down for HEAD's rounds (slowing torch and the kernel alike) passes.
 
-Samples measured paired (``harness.gate.worker --side``: both revisions' kernels in one
+Samples measured paired (``harness/gate/worker/paired.py``: both revisions' kernels in one
 process, launched in turn) carry per-trial ratios ``head/base`` instead, and the rule
 reads them: the median ratio beyond the threshold, and significant when the 99%
 confidence interval of that median (``compute_stats``) excludes 1. Drift cannot reach

@@ -37,9 +37,11 @@ from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, fraction, output_dir, positive_int, regex
 from harness.gate import decide as gd
-from harness.gate import revisions
 from harness.gate import run as gate
+from harness.gate import samples as gs
 from harness.gate.render import render_markdown
+from harness.revisions import fanout, git, launch, records
+from harness.suite import discovery
 
 VERSION = re.compile(r"\d+(\.\d+){1,3}([a-z]+\d*)?(\.(dev|post)\d+)?")
 PACKAGE = "tilelang"
@@ -51,7 +53,7 @@ class DepsError(ValueError):
 
 @dataclass(frozen=True)
 class Env:
-    """Where one side's TileLang comes from, as ``run_worker`` takes it."""
+    """Where one side's TileLang comes from, as ``launch.run_worker`` takes it."""
 
     spec: str
     label: str
@@ -131,7 +133,7 @@ def probe(env: Env, tree: Path) -> str:
     other than it names)."""
     proc = subprocess.run(
         [env.python, "-c", f"import {PACKAGE}; print({PACKAGE}.__version__)"],
-        env={**revisions.tree_env(tree, site=env.site), **env.env},
+        env={**git.tree_env(tree, site=env.site), **env.env},
         cwd=tree,
         capture_output=True,
         text=True,
@@ -151,8 +153,8 @@ def check_versions(rounds: list[dict], expected: dict[str, str]) -> list[str]:
     version probed for that side."""
     problems = []
     for r in rounds:
-        for side, payload in r.items():
-            got = payload.get("tilelang")
+        for side, run in r.items():
+            got = None if isinstance(run, records.Fatal) else run.tilelang
             if got is not None and got != expected[side]:
                 problems.append(f"{side}: a worker imported TileLang {got}, not {expected[side]}")
     return list(dict.fromkeys(problems))
@@ -178,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="slowdown that counts (0.02 = 2%%), as the process gate's",
     )
     p.add_argument(
-        "--out", type=output_dir, default=revisions.ROOT / ".gate" / "deps", help="work folder"
+        "--out", type=output_dir, default=git.ROOT / ".gate" / "deps", help="work folder"
     )
     return p
 
@@ -191,20 +193,20 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        sha = revisions.resolve(args.rev, "--rev")
-        bench = args.bench or revisions.default_bench()
+        sha = git.resolve(args.rev, "--rev")
+        bench = args.bench or discovery.gate_subset(git.ROOT)
         envs = {
             "base": resolve_env(args.base, out.parent / "sites"),
             "head": resolve_env(args.head, out.parent / "sites"),
         }
-    except (DepsError, revisions.RevisionError, RuntimeError) as err:
+    except (DepsError, git.RevisionError, RuntimeError) as err:
         print(f"gate_deps: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
     reason = device.no_gpu_reason()
     if reason:
         print(f"gate_deps: error: needs a CUDA GPU: {reason}", file=sys.stderr)
         return EXIT_FAILURE
-    tree = revisions.worktree(out, "tree", sha)
+    tree = git.worktree(out, "tree", sha)
     try:
         versions = {side: probe(env, tree) for side, env in envs.items()}
     except DepsError as err:
@@ -219,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     log(f"gate_deps: {sha[:10]}: base TileLang {versions['base']}, head {versions['head']}")
     start = time.perf_counter()
     trees = {"base": tree, "head": tree}
-    revisions.precompile(trees, bench, log=log, options=options)
+    launch.precompile(trees, bench, log=log, options=options)
     compile_s = time.perf_counter() - start
-    measured = revisions.interleave(trees, bench, args.rounds, out, log=log, options=options)
+    measured = fanout.interleave(trees, bench, args.rounds, out, log=log, options=options)
     problems = check_versions(measured, versions)
-    verdicts = gd.decide_all(gate.pool(measured), threshold=args.threshold)
+    verdicts = gd.decide_all(gs.pool(measured), threshold=args.threshold)
     if not verdicts:
         print(f"gate_deps: error: no benchmark matched --bench {bench!r}", file=sys.stderr)
         return EXIT_FAILURE
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         "head": f"{envs['head'].label}: TileLang {versions['head']}",
         "method": f"process: {args.rounds} rounds, interleaved, one fresh process per side "
         "per round, one kernel cache per TileLang",
-        "GPU state": gate.gpu_summary(measured),
+        "GPU state": gs.gpu_summary(gs.runs_of(measured, "process")),
         "wall time": f"{time.perf_counter() - start:.0f} s (compile {compile_s:.0f} s)",
     }
     report = render_markdown(

@@ -42,18 +42,21 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import sys
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, fraction, gpu_list, positive_int, regex
 from harness.gate import decide as gd
-from harness.gate import inject, revisions
+from harness.gate import inject
 from harness.gate import run as gate
+from harness.gate import samples as gs
+from harness.gate.selftest_tally import compare, describe, render, tally, to_json
+from harness.revisions import fanout, git, launch, placement, records
+from harness.revisions.calibration import calibration_path
+from harness.suite import discovery
 
 SIDES = ("base", "head", "injected")
 _ORDERS = list(itertools.permutations(SIDES))
@@ -77,238 +80,46 @@ class Setup:
     cycles: Path | None = None  # calibrated delay cycles to start from (``--inject-cycles``)
 
 
-@dataclass(frozen=True, slots=True)
-class Tally:
-    comparisons: int
-    false_alarm_runs: int  # A/A comparisons with at least one regression
-    false_alarms: dict[str, int]  # per benchmark
-    detections: dict[str, int]  # per benchmark, out of `comparisons`
-    # The ratios the gate saw, per benchmark: A/A and injected, one per comparison.
-    aa_ratios: dict[str, list[float]] | None = None
-    injected_ratios: dict[str, list[float]] | None = None
-    noisy: dict[str, int] | None = None  # comparisons where calibration left it ungated
-    # Why the injected side failed, per benchmark (first line of each distinct error).
-    errors: dict[str, list[str]] | None = None
-
-    @property
-    def false_alarm_rate(self) -> float:
-        return self.false_alarm_runs / self.comparisons if self.comparisons else 0.0
-
-
-def tally(aa: Sequence[Sequence[gd.Verdict]], injected: Sequence[Sequence[gd.Verdict]]) -> Tally:
-    """Count false alarms over the A/A comparisons and detections over the injected ones."""
-    if len(aa) != len(injected):
-        raise ValueError(f"aa/injected: {len(aa)} and {len(injected)} comparisons differ")
-    names = sorted({v.name for run in [*aa, *injected] for v in run})
-    false_alarms = dict.fromkeys(names, 0)
-    detections = dict.fromkeys(names, 0)
-    aa_ratios = {n: [] for n in names}
-    injected_ratios = {n: [] for n in names}
-    noisy = dict.fromkeys(names, 0)
-    errors: dict[str, list[str]] = {n: [] for n in names}
-    runs_with_alarm = 0
-    for run in aa:
-        hits = [v.name for v in run if v.status == gd.REGRESSION]
-        runs_with_alarm += bool(hits)
-        for name in hits:
-            false_alarms[name] += 1
-        for v in run:
-            if v.ratio is not None:
-                aa_ratios[v.name].append(v.ratio)
-    for run in injected:
-        for v in run:
-            if v.status == gd.REGRESSION:
-                detections[v.name] += 1
-            if v.status == gd.NOISY:
-                noisy[v.name] += 1
-            if v.ratio is not None:
-                injected_ratios[v.name].append(v.ratio)
-            why = inject.first_line(v.reason)
-            if v.status == gd.FAILED and why not in errors[v.name]:
-                errors[v.name].append(why)
-    return Tally(
-        len(aa),
-        runs_with_alarm,
-        false_alarms,
-        detections,
-        aa_ratios,
-        injected_ratios,
-        noisy,
-        errors,
-    )
-
-
-def render(t: Tally, slowdown: float) -> str:
-    lines = [
-        f"gate self-test: {t.comparisons} A/A and {t.comparisons} injected comparisons, "
-        f"injected slowdown {slowdown:.1%}",
-        f"false alarms: {t.false_alarm_runs}/{t.comparisons} comparisons "
-        f"({t.false_alarm_rate:.0%})",
-        "",
-        f"{'benchmark':<60} {'false alarms':>12} {'detected':>9} {'A/A ratio':>10} {'seen':>7}",
-    ]
-    refused = refusals(t, slowdown)
-    for name in t.detections:
-        aa = _median(t.aa_ratios, name)
-        seen = _median(t.injected_ratios, name)
-        noisy = (t.noisy or {}).get(name, 0)
-        detected = "refused" if name in refused else f"{t.detections[name]}/{t.comparisons}"
-        lines.append(
-            f"{name:<60} {t.false_alarms[name]:>12} {detected:>9}"
-            f" {_fmt(aa):>10} {_fmt(seen):>7}" + (f"  too noisy {noisy}x" if noisy else "")
-        )
-    if refused:
-        lines += ["", f"no detection rate for {len(refused)} benchmark(s):"]
-        lines += [f"  {name}: {why}" for name, why in refused.items()]
-    return "\n".join(lines)
-
-
-def seen_injection(t: Tally, name: str) -> float | None:
-    """The slowdown the gate saw on the injected side: the median ratio, minus 1."""
-    ratio = _median(t.injected_ratios, name)
-    return None if ratio is None else ratio - 1.0
-
-
-def refusals(t: Tally, slowdown: float) -> dict[str, str]:
-    """The benchmarks whose seen injection misses ``slowdown`` by more than
-    ``inject.TOLERANCE``, each with why: their detection rate would not show it."""
-    out = {}
-    for name in t.detections:
-        why = inject.miss(seen_injection(t, name), slowdown)
-        failed = (t.errors or {}).get(name)
-        if why and failed and seen_injection(t, name) is None:
-            why += f" ({failed[0]})"
-        if why:
-            out[name] = why
-    return out
-
-
-def _median(table: dict[str, list[float]] | None, name: str) -> float | None:
-    values = (table or {}).get(name) or []
-    return statistics.median(values) if values else None
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
-
-
-def to_json(
-    t: Tally,
-    slowdown: float,
-    threshold: float,
-    rounds: int,
-    bench: str,
-    gpus: list[int] | None = None,
-    calibrated: Mapping[str, dict] | None = None,
-) -> dict:
-    """The tally for the record: settings, rates, and counts per benchmark. The overall
-    detection rate is over all (comparison, benchmark) pairs of the benchmarks whose seen
-    injection met the request; the others have none and are listed under ``refused``.
-    ``calibrated`` holds each benchmark's injection calibration (cycles, what it saw)."""
-    n = t.comparisons
-    refused = refusals(t, slowdown)
-    counted = [name for name in t.detections if name not in refused]
-
-    def rate(k: int, out_of: int) -> float:
-        return k / out_of if out_of else 0.0
-
-    return {
-        "n": n,
-        "slowdown": slowdown,
-        "threshold": threshold,
-        "rounds": rounds,
-        "bench": bench,
-        "gpus": gpus,
-        "false_alarm_runs": t.false_alarm_runs,
-        "false_alarm_rate": t.false_alarm_rate,
-        "detection_rate": rate(sum(t.detections[x] for x in counted), n * len(counted)),
-        "injection_tolerance": inject.TOLERANCE,
-        "refused": refused,
-        "benchmarks": {
-            name: {
-                "false_alarms": t.false_alarms[name],
-                "false_alarm_rate": rate(t.false_alarms[name], n),
-                "detections": t.detections[name],
-                "detection_rate": None if name in refused else rate(t.detections[name], n),
-                "seen_injection": seen_injection(t, name),
-                "injection_cycles": (calibrated or {}).get(name, {}).get("cycles"),
-                # What the calibration's own steps saw, beside what the gate saw.
-                "calibration_seen": (calibrated or {}).get(name, {}).get("seen"),
-                "refused": refused.get(name),
-                "too_noisy": (t.noisy or {}).get(name, 0),
-                # What the gate saw: median and extremes of the per-comparison ratios.
-                "aa_ratio": _summary((t.aa_ratios or {}).get(name)),
-                "injected_ratio": _summary((t.injected_ratios or {}).get(name)),
-            }
-            for name in t.detections
-        },
-    }
-
-
-def _summary(values: list[float] | None) -> dict | None:
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def order(i: int) -> tuple[str, ...]:
     """The order of the three runs in block ``i``: all six permutations in turn, so each
     side takes each position, and each pair each relative order, equally often."""
     return _ORDERS[i % len(_ORDERS)]
 
 
-def compare(
-    runs: Sequence[dict],
-    threshold: float,
-    thresholds: Mapping[str, float] | None = None,
-    method: str = "process",
-) -> tuple[list[gd.Verdict], list[gd.Verdict]]:
-    """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``
-    (process) or paired payloads; ``thresholds`` are per-benchmark overrides
-    (calibration), as the gate applies them."""
-    if method == "paired":
-        aa = gate.pool_paired(list(runs), "base", "head")
-        injected = gate.pool_paired(list(runs), "base", "injected")
-    else:
-        aa = gate.pool([{"base": r["base"], "head": r["head"]} for r in runs])
-        injected = gate.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
-    return (
-        gd.decide_all(aa, threshold=threshold, thresholds=thresholds),
-        gd.decide_all(injected, threshold=threshold, thresholds=thresholds),
-    )
-
-
-def calibrations(payload: dict, method: str) -> dict[str, dict]:
-    """``{benchmark: record}`` of the injection calibrations one injected worker payload
-    made (paired: the ``injected`` side's; process: the run's), leaving out benchmarks
-    that were given their cycles and those that failed."""
+def calibrations(run: records.Record) -> dict[str, records.Injection]:
+    """``{benchmark: injection}`` of the calibrations one injected worker's run made
+    (paired: the ``injected`` side's), leaving out benchmarks that were given their
+    cycles and those that failed."""
+    if isinstance(run, records.Fatal):
+        return {}
     out = {}
-    for name, entry in (payload.get("results") or {}).items():
-        record = entry.get("injection") or {}
-        if method == "paired":
-            record = record.get("injected") or {}
-        if record.get("steps"):
-            out[name] = record
+    for name, entry in run.results.items():
+        if isinstance(entry, records.Paired):
+            found = entry.injection.get("injected")
+        else:
+            found = entry.injection
+        if found is not None and found.steps:
+            out[name] = found
     return out
 
 
 def keep_cycles(
     setup: Setup,
-    payload: dict,
+    run: records.Record,
     tag: str,
     log: Callable[[str], None],
-    calibrated: dict[str, dict] | None = None,
+    calibrated: dict[str, records.Injection] | None = None,
 ) -> Path | None:
-    """Write the cycles ``payload``'s worker calibrated to a file for the later workers
+    """Write the cycles ``run``'s worker calibrated to a file for the later workers
     (``--inject-cycles``) and add its records to ``calibrated``; the file, or None where
     it calibrated nothing (the next worker calibrates again)."""
-    found = calibrations(payload, setup.method)
+    found = calibrations(run)
     if not found:
         return None
     if calibrated is not None:
         calibrated.update(found)
     path = setup.work / f"inject-cycles{tag}.json"
-    cycles = {name: record["cycles"] for name, record in found.items()}
+    cycles = {name: record.cycles for name, record in found.items()}
     path.write_text(json.dumps(inject.cycles_record(setup.slowdown, cycles), indent=2) + "\n")
     log(
         f"gate_selftest{tag}: injection calibrated for {len(found)} benchmark(s); "
@@ -324,7 +135,7 @@ def iterate(
     log: Callable[[str], None] = print,
     out: list | None = None,
     timers: dict[str, None] | None = None,
-    calibrated: dict[str, dict] | None = None,
+    calibrated: dict[str, records.Injection] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``setup.n`` iterations on one GPU (all visible when None): per iteration and round,
     the three worker runs in that block's order; returns each iteration's verdicts,
@@ -342,7 +153,7 @@ def iterate(
         for r in range(rounds):
             if setup.method == "paired":
                 runs.append(
-                    payload := revisions.run_paired(
+                    payload := launch.run_paired(
                         dict.fromkeys(SIDES, setup.tree),
                         setup.bench,
                         setup.work / f"paired{tag}-{i}-{r}.json",
@@ -353,7 +164,7 @@ def iterate(
                     )
                 )
                 cycles = cycles or keep_cycles(setup, payload, tag, log, calibrated)
-                timer = revisions.timer_of([payload])
+                timer = fanout.timer_of([payload])
                 if timer and timers is not None and timer not in timers:
                     timers[timer] = None
                     log(f"gate_selftest{tag}: timer: {timer}")
@@ -363,11 +174,9 @@ def iterate(
             for side in order(block):
                 out_file = setup.work / f"{side}{tag}-{i}-{r}.json"
                 if side != "injected":
-                    got[side] = revisions.run_worker(
-                        setup.tree, setup.bench, out_file, 0.0, gpu, only
-                    )
+                    got[side] = launch.run_worker(setup.tree, setup.bench, out_file, 0.0, gpu, only)
                     continue
-                got[side] = revisions.run_worker(
+                got[side] = launch.run_worker(
                     setup.tree,
                     setup.bench,
                     out_file,
@@ -393,72 +202,35 @@ def iterate(
     return out
 
 
-def describe(aa: Sequence[gd.Verdict], injected: Sequence[gd.Verdict]) -> str:
-    """The benchmarks behind an iteration's counts: each false alarm and each miss, with
-    the change the gate saw."""
-
-    def seen(v: gd.Verdict) -> str:
-        return "-" if v.ratio is None else f"{v.ratio:.3f}x"
-
-    parts = [f"\n  false alarm: {v.name} {seen(v)}" for v in aa if v.status == gd.REGRESSION]
-    parts += [
-        f"\n  missed: {v.name} {seen(v)}"
-        for v in injected
-        if v.status not in (gd.REGRESSION, gd.FAILED)
-    ]
-    return "".join(parts)
-
-
 def split_iterate(
     setup: Setup,
     gpus: list[int],
     log: Callable[[str], None] = print,
     out: dict | None = None,
     timers: dict[str, None] | None = None,
-    calibrated: dict[str, dict] | None = None,
+    calibrated: dict[str, records.Injection] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
-    """``iterate`` on every GPU at once, each over its share of the benchmarks (the
-    gate's plan), then each iteration's verdicts joined across GPUs. ``out`` collects
-    each GPU's finished iterations as they come; ``calibrated`` each GPU's injection
-    calibrations."""
-    from harness.suite.shard import plan
-
-    names = revisions.run_worker(setup.tree, setup.bench, setup.work / "names.json", listing=True)
-    if "fatal" in names:
-        raise RuntimeError(f"listing the benchmarks failed: {names['fatal']}")
-    shards = {g: s for g, s in plan(dict.fromkeys(names["names"], 1.0), gpus).items() if s}
-    files = {}
-    for gpu, shard in shards.items():
-        files[gpu] = setup.work / f"shard-gpu{gpu}.json"
-        files[gpu].write_text(json.dumps(shard))
-
+    """``iterate`` on every GPU at once, each over its share of the benchmarks
+    (``fanout.fan_out``, the gate's plan), then each iteration's verdicts joined across
+    GPUs. ``out`` collects each GPU's finished iterations as they come; ``calibrated``
+    each GPU's injection calibrations."""
+    names = launch.listing(setup.tree, setup.bench, setup.work / "names.json")
+    if isinstance(names, records.Fatal):
+        raise RuntimeError(f"listing the benchmarks failed: {names.fatal}")
     out = {} if out is None else out
-    errors: list[BaseException] = []
 
-    def one(gpu):
-        try:
-            iterate(
-                setup,
-                gpu=gpu,
-                only=files[gpu],
-                log=log,
-                out=out.setdefault(gpu, []),
-                timers=timers,
-                calibrated=calibrated,
-            )
-        except Exception as err:  # re-raised in the caller's thread
-            errors.append(err)
+    def one(gpu: int, only: Path) -> None:
+        iterate(
+            setup,
+            gpu=gpu,
+            only=only,
+            log=log,
+            out=out.setdefault(gpu, []),
+            timers=timers,
+            calibrated=calibrated,
+        )
 
-    # Daemon threads joined with a timeout, so Ctrl-C reaches this thread at once and the
-    # iterations finished so far stay in ``out``.
-    threads = [threading.Thread(target=one, args=(g,), daemon=True) for g in shards]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(timeout=0.5)
-    if errors:
-        raise errors[0]
+    fanout.fan_out(list(names.names), gpus, setup.work, "selftest", one)
     return join_shards(out)
 
 
@@ -540,24 +312,24 @@ def main(argv: list[str] | None = None) -> int:
             f"--slowdown={args.slowdown}: must exceed the threshold ({threshold}) to be "
             "detectable; lower --threshold or raise --slowdown"
         )
-    args.bench = args.bench or revisions.default_bench()
+    args.bench = args.bench or discovery.gate_subset(git.ROOT)
     if args.calibration is not None and not args.calibration.is_file():
         p.error(f"--calibration={args.calibration}: no such file")
     if args.inject_cycles is not None:
         inject.cycles_option(p, args.inject_cycles, [args.slowdown])
         args.inject_cycles = args.inject_cycles.resolve()
     try:
-        gpus = revisions.gpus_for(args.gpus)
+        gpus = placement.gpus_for(args.gpus)
     except ValueError as err:
         print(f"gate_selftest: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    work = revisions.ROOT / ".gate" / "selftest"
+    work = git.ROOT / ".gate" / "selftest"
     work.mkdir(parents=True, exist_ok=True)
-    sha = revisions.resolve("HEAD")
-    tree = revisions.worktree(work, "tree", sha)
+    sha = git.resolve("HEAD")
+    tree = git.worktree(work, "tree", sha)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    calibration = args.calibration or revisions.calibration_path()
-    thresholds = gate.load_calibration(calibration, args.method, floor=args.threshold)
+    calibration = args.calibration or calibration_path()
+    thresholds = gs.thresholds(calibration, args.method, floor=args.threshold)
     setup = Setup(
         tree,
         args.bench,
@@ -578,10 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         "(no calibration file)"
     )
     start = time.perf_counter()
-    revisions.precompile({"tree": tree}, args.bench, log=log)
+    launch.precompile({"tree": tree}, args.bench, log=log)
     finished: dict = {}
     timers: dict[str, None] = {}
-    calibrated: dict[str, dict] = {}
+    calibrated: dict[str, records.Injection] = {}
     interrupted = False
     try:
         if gpus is None:

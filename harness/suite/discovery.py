@@ -170,6 +170,15 @@ def suite_attribute(root: Path, name: str, default=None):
     return getattr(importlib.import_module(folder.name), name, default)
 
 
+def gate_subset(root: Path) -> str:
+    """The gate's default subset, as the suite declares it (``GATE_SUBSET`` in the suite
+    package), so no caller names the suite's classes; RuntimeError where it declares none."""
+    subset = suite_attribute(root, "GATE_SUBSET")
+    if not subset:
+        raise RuntimeError(f"{benchmark_dir(root)}/__init__.py: no GATE_SUBSET regex")
+    return subset
+
+
 def unit_of(family: Family) -> str:
     """The unit a family runs in: a GPU family alone (``gemm.Stage``); a module's CPU
     families together (``static``): they compile with every core, and two at once would

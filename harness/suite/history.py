@@ -34,11 +34,11 @@ import time
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, positive_int, regex
-from harness.gate import revisions
+from harness.revisions import git
 from harness.suite import discovery, result_files, results_branch
 from harness.suite.run import CPU_LANE, Lane, SuiteError, Target, run_target, stored
 
-ROOT = revisions.ROOT
+ROOT = git.ROOT
 DEFAULT_MAX_COMMITS = 16
 # The default selection: the gate's subset plus the tuned configs, the benchmarks a
 # history is read for. ``-b .`` takes the whole suite.
@@ -54,13 +54,13 @@ def commits_in(rev_range: str, cwd: Path = ROOT) -> list[str]:
     oldest first."""
     if ".." in rev_range:
         good, _, bad = rev_range.partition("..")
-        good_sha = revisions.resolve(good or "HEAD", "REV_RANGE start", cwd)
-        bad_sha = revisions.resolve(bad or "HEAD", "REV_RANGE end", cwd)
-        if not revisions.is_ancestor(good_sha, bad_sha, cwd):
+        good_sha = git.resolve(good or "HEAD", "REV_RANGE start", cwd)
+        bad_sha = git.resolve(bad or "HEAD", "REV_RANGE end", cwd)
+        if not git.is_ancestor(good_sha, bad_sha, cwd):
             raise RangeError(f"REV_RANGE={rev_range!r}: {good} is not an ancestor of {bad}")
-        return revisions.first_parent_range(good_sha, bad_sha, cwd)
-    sha = revisions.resolve(rev_range, "REV_RANGE", cwd)
-    return revisions.git("rev-list", "--first-parent", "--reverse", sha, cwd=cwd).split()
+        return git.first_parent_range(good_sha, bad_sha, cwd)
+    sha = git.resolve(rev_range, "REV_RANGE", cwd)
+    return git.git("rev-list", "--first-parent", "--reverse", sha, cwd=cwd).split()
 
 
 def results_dir(root: Path = ROOT) -> Path:
@@ -138,7 +138,7 @@ def measure(
     work = ROOT / ".asv"
     failed = result_files.failures(results_dir(ROOT), machine)
     for i, sha in enumerate(commits, 1):
-        subject = revisions.git("log", "-1", "--format=%s", sha, cwd=ROOT)[:60]
+        subject = git.git("log", "-1", "--format=%s", sha, cwd=ROOT)[:60]
         log(f"history: [{i}/{len(commits)}] {sha[:10]} {subject}")
         if sha in failed and not retry_failed:
             log(
@@ -147,7 +147,7 @@ def measure(
             )
             continue
         start = time.perf_counter()
-        tree = revisions.worktree(work, f"commit-{sha[:10]}", sha)
+        tree = git.worktree(work, f"commit-{sha[:10]}", sha)
         try:
             if not (tree / "asv.conf.json").exists():
                 log(f"history: {sha[:10]} has no asv suite; skipped")
@@ -159,7 +159,7 @@ def measure(
             if code == EXIT_INTERRUPTED:
                 break
         finally:
-            revisions.remove_worktree(tree)
+            git.remove_worktree(tree)
     return statuses
 
 
@@ -173,9 +173,9 @@ def _measure_commit(tree: Path, sha: str, machine: str, user: list[str], gpu: bo
     except (OSError, ValueError) as err:  # the commit's asv.conf.json cannot be read
         error = str(err)
     else:
-        target = Target(tree, sha, machine, config=config, env=revisions.tree_env(tree))
+        target = Target(tree, sha, machine, config=config, env=git.tree_env(tree))
         if gpu:
-            _precompile(tree, dict(revisions.tree_env(tree)))
+            _precompile(tree, dict(git.tree_env(tree)))
         try:
             code = run_target(target, user, [], None, log=log, none_ok=True)
         except SuiteError as err:
@@ -214,7 +214,7 @@ def _first_error(tree: Path) -> str | None:
 def _selection(args) -> list[str]:
     if args.bench:
         return list(args.bench)
-    return [revisions.default_bench(), TUNED]
+    return [discovery.gate_subset(ROOT), TUNED]
 
 
 def _summary(statuses: dict[str, int], left: list[str], log=print) -> int:
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "publish":
             return publish(args, machine, reason is None)
         return backfill(args, machine, reason is None)
-    except (revisions.RevisionError, RangeError, results_branch.ResultsBranchError) as err:
+    except (git.RevisionError, RangeError, results_branch.ResultsBranchError) as err:
         print(f"history: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:

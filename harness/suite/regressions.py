@@ -456,7 +456,7 @@ def find(
     dates. ``calibration``: the ``benchmarks`` table of the machine's calibration file
     (None: ``calibration/<machine>.json`` where it exists)."""
     if calibration is None:
-        from harness.gate.revisions import calibration_path
+        from harness.revisions.calibration import calibration_path
 
         calibration = load_calibration(calibration_path(machine))
     series, _ = result_files.load_history(results_dir, machine, commits)
@@ -594,7 +594,7 @@ def _resolve_inputs(args: argparse.Namespace) -> tuple[Path, list[str], dict[str
         except ValueError as err:
             raise InputError(f"--calibration: {err}") from None
     else:
-        from harness.gate.revisions import calibration_path
+        from harness.revisions.calibration import calibration_path
 
         for name in chosen:
             try:

@@ -23,13 +23,13 @@ GPU its heaviest piece's key ranks highest (rendezvous hashing). A ``solo`` fami
 (``gemm.Launch``, which times the host's launch path) is never cut and runs first in its
 GPU's lane while the other GPUs start their own work; the runner holds the CPU lanes until
 it ends (``harness.suite.run``), so no compile runs while it measures.
-``harness.suite.cost`` predicts the wall time of the plan per GPU count. ``plan`` (the
-gate's placement of single combinations) keeps a hashed home per name within a slack.
+``harness.suite.cost`` predicts the wall time of the plan per GPU count.
+``harness.revisions.placement.plan`` (the gate's placement of single combinations) keeps a
+hashed home per name within a slack.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.measure.gpu_state import visible_entry
+from harness.revisions.placement import parse_gpus, rank
 from harness.suite import discovery
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -45,9 +46,6 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 # measured on an H200 host. On another GPU the seconds differ, but their ratios (what the
 # balance needs) much less.
 COST_MODEL = ROOT / "reports" / "cost_h200.json"
-# Room over the even share: a little keeps a unit on its own GPU when another unit is
-# added (fewer moves, comparable histories) at a small cost in balance. ``plan`` only.
-SLACK = 0.1
 # Host cores per CPU lane. A CPU lane's compiles use half of its cores
 # (``discovery.CPU_WORKERS_ENV``); the other half serve the GPU lanes (each timing loop
 # needs a free core). The H200 runner hosts have 16 per GPU: one CPU lane per GPU.
@@ -55,38 +53,6 @@ CORES_PER_CPU_LANE = 16
 # Candidate plans ``balance`` compares are exact partitions within this many search steps
 # (then the best found): a fixed budget, so the plan depends on names and weights alone.
 SEARCH_STEPS = 20_000
-
-
-def _rank(name: str, gpu: int) -> int:
-    """Rendezvous score: each name ranks the GPUs in its own stable order."""
-    return int.from_bytes(hashlib.sha256(f"{gpu}:{name}".encode()).digest()[:8], "big")
-
-
-def plan(weights: Mapping[str, float], gpus: list[int]) -> dict[int, list[str]]:
-    """Assign each unit to one GPU: its highest-ranked GPU with room for it, else the
-    least-loaded GPU. Units are placed heaviest first (ties by name), a fixed order
-    whatever the input order, so the plan depends on names and weights alone. A GPU has room
-    while its load stays within the even share plus ``SLACK`` of it, the slack never more
-    than the heaviest unit: so no shard exceeds its share by more than one unit."""
-    if not gpus:
-        raise ValueError("gpus: need at least one GPU index")
-    if len(set(gpus)) != len(gpus):
-        raise ValueError(f"gpus={gpus}: indices must be distinct")
-    bad = {name: w for name, w in weights.items() if not 0 <= w < math.inf}
-    if bad:
-        raise ValueError(f"weights={bad}: must be finite and >= 0")
-    share = sum(weights.values()) / len(gpus)
-    capacity = share + min(SLACK * share, max(weights.values(), default=0.0))
-    shards: dict[int, list[str]] = {g: [] for g in gpus}
-    load = dict.fromkeys(gpus, 0.0)
-    for name in sorted(weights, key=lambda n: (-weights[n], n)):
-        ranked = sorted(gpus, key=lambda g: _rank(name, g), reverse=True)
-        # A relative tolerance: loads are sums of floats.
-        room = [g for g in ranked if load[g] + weights[name] <= capacity * (1 + 1e-9)]
-        gpu = room[0] if room else min(ranked, key=lambda g: load[g])
-        shards[gpu].append(name)
-        load[gpu] += weights[name]
-    return shards
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +335,7 @@ def plan_suite(
     for ps in lanes:
         if not ps:
             continue
-        gpu = max(free, key=lambda g: _rank(ps[0].key, g))
+        gpu = max(free, key=lambda g: rank(ps[0].key, g))
         free.remove(gpu)
         placed[gpu] = sorted(ps, key=lambda p: (p.unit not in solo, -p.weight, p.key))
     shards = {g: placed.get(g, []) for g in gpus}
@@ -384,22 +350,6 @@ def asv_regex(family: str) -> str:
     """asv ``-b`` pattern for every track of one unit: a class (``gemm.Stage``, not
     ``gemm.Stage128``) or a module (``static``)."""
     return f"^{re.escape(family)}\\."
-
-
-def parse_gpus(text: str, visible: int) -> list[int]:
-    """``all`` or a comma list of indices, checked against the ``visible`` count."""
-    if text == "all":
-        if visible < 1:
-            raise ValueError("--gpus all: no CUDA device is visible")
-        return list(range(visible))
-    try:
-        gpus = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--gpus={text!r}: must be 'all' or indices like 0,1") from None
-    bad = [g for g in gpus if not 0 <= g < visible]
-    if not gpus or bad:
-        raise ValueError(f"--gpus={text!r}: indices must be in 0..{visible - 1}")
-    return gpus
 
 
 def probe_gpus(spec: str) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.gate import deps
+from harness.revisions import records
 
 
 def _site(root: Path, version: str) -> Path:
@@ -71,7 +72,8 @@ def test_probe_reads_the_version_a_side_imports_and_refuses_another(tmp_path):
 
 
 def test_a_worker_that_imported_another_version_is_a_problem():
-    rounds = [{"base": {"tilelang": "0.1.14"}, "head": {"tilelang": "0.1.14"}}]
+    run = records.ProcessRun({}, tilelang="0.1.14")
+    rounds = [{"base": run, "head": run, "failed": records.Fatal("ImportError")}]
     problems = deps.check_versions(rounds, {"base": "0.1.14", "head": "0.1.15"})
     assert problems == ["head: a worker imported TileLang 0.1.14, not 0.1.15"]
 

@@ -9,36 +9,36 @@ from pathlib import Path
 import pytest
 
 from asv_bench import gemm
-from harness.gate import revisions
 from harness.gate import run as gate
-from harness.gate import worker as gate_worker
+from harness.gate import samples as gs
 from harness.gate.render import render_markdown
-from harness.gate.worker import discover
+from harness.revisions import fanout, git, launch, records
+from harness.suite import discovery
 from tests.conftest import NO_GPU
-from tests.fakes import FakeCase
+from tests.fakes import FakeCase, paired_run, process_run
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _round(rng, base_ms, head_ms, error=None):
     def payload(ms):
-        return {
-            "results": {
+        return process_run(
+            {
                 "gemm.X(a)": {
                     "track_latency": [rng.gauss(ms, ms * 0.01) for _ in range(20)],
                     "track_vs_torch": [rng.gauss(1.1, 0.01) for _ in range(5)],
                 },
                 "gemm.X(bad)": {"skipped": "invalid combination"},
             }
-        }
+        )
 
-    head = {"fatal": error} if error else payload(head_ms)
+    head = records.Fatal(error) if error else payload(head_ms)
     return {"base": payload(base_ms), "head": head}
 
 
 def test_pool_concatenates_rounds_and_drops_skipped():
     rng = random.Random(5)
-    samples = gate.pool([_round(rng, 1e-3, 1e-3) for _ in range(3)])
+    samples = gs.pool([_round(rng, 1e-3, 1e-3) for _ in range(3)])
     assert [s.name for s in samples] == ["gemm.X(a)"]
     s = samples[0]
     assert len(s.base) == len(s.head) == 60 and len(s.base_rel) == 15 and s.error is None
@@ -46,7 +46,7 @@ def test_pool_concatenates_rounds_and_drops_skipped():
 
 def test_pool_marks_a_fatal_side_as_failed():
     rng = random.Random(6)
-    samples = gate.pool([_round(rng, 1e-3, 1e-3), _round(rng, 1e-3, 1e-3, error="ImportError")])
+    samples = gs.pool([_round(rng, 1e-3, 1e-3), _round(rng, 1e-3, 1e-3, error="ImportError")])
     assert samples[0].error == "head: ImportError"
 
 
@@ -56,9 +56,9 @@ def test_a_benchmark_added_or_removed_by_the_change_is_reported_not_failed():
     rng = random.Random(6)
     rounds = [_round(rng, 1e-3, 1e-3) for _ in range(2)]
     for r in rounds:  # head adds gemm.X(new), base alone has gemm.X(old)
-        r["head"]["results"]["gemm.X(new)"] = r["head"]["results"]["gemm.X(a)"]
-        r["base"]["results"]["gemm.X(old)"] = r["base"]["results"]["gemm.X(a)"]
-    by_name = {s.name: s for s in gate.pool(rounds)}
+        r["head"].results["gemm.X(new)"] = r["head"].results["gemm.X(a)"]
+        r["base"].results["gemm.X(old)"] = r["base"].results["gemm.X(a)"]
+    by_name = {s.name: s for s in gs.pool(rounds)}
     assert by_name["gemm.X(new)"].missing == "base" and by_name["gemm.X(new)"].error is None
     assert by_name["gemm.X(old)"].missing == "head"
     verdicts = {v.name: v for v in gd.decide_all(by_name.values())}
@@ -72,13 +72,14 @@ def test_a_benchmark_added_or_removed_by_the_change_is_reported_not_failed():
 def test_a_benchmark_missing_from_some_rounds_of_a_side_fails():
     rng = random.Random(7)
     rounds = [_round(rng, 1e-3, 1e-3) for _ in range(2)]
-    del rounds[1]["head"]["results"]["gemm.X(a)"]
-    (s,) = gate.pool(rounds)
+    del rounds[1]["head"].results["gemm.X(a)"]
+    (s,) = gs.pool(rounds)
     assert s.missing is None and "missing from 1 of 2 rounds" in s.error
 
 
-def test_discover_finds_the_gpu_suite():
-    names = [name for name, _, _ in discover(ROOT, revisions.default_bench())]
+def test_discover_finds_the_gpu_suite(worker_entry):
+    discover = worker_entry("listing").common.discover
+    names = [name for name, _, _ in discover(ROOT, discovery.gate_subset(ROOT))]
     assert len(names) >= 12
     assert "gemm.Stage(4096x4096x4096, 128, 3, f16)" in names
     assert "gemm.Stage128(128x128x128, 256, 4, f16)" in names
@@ -103,45 +104,44 @@ def test_multi_gpu_gate_keeps_base_and_head_of_a_benchmark_on_one_gpu(monkeypatc
     names = [f"gemm.S({i})" for i in range(14)]
     calls = []
 
-    def fake_side(tree, bench, out_file, inject=0.0, gpu=None, only=None, listing=False):
-        if listing:
-            return {"names": names}
+    def fake_side(tree, bench, out_file, inject=0.0, gpu=None, only=None):
         shard = json.loads(only.read_text())
         calls.append((tree, gpu, tuple(shard)))
         rng = random.Random(hash((tree, gpu)))
-        return {
-            "results": {
+        return process_run(
+            {
                 n: {
                     "track_latency": [rng.gauss(1e-3, 1e-5) for _ in range(5)],
                     "track_vs_torch": [1.0],
-                    "gpu_seen": gpu,
+                    "gpu": {"sm_mhz": gpu},  # the GPU that ran it
                 }
                 for n in shard
             }
-        }
+        )
 
-    monkeypatch.setattr(revisions, "run_worker", fake_side)
+    monkeypatch.setattr(launch, "run_worker", fake_side)
+    monkeypatch.setattr(launch, "listing", lambda tree, bench, out: records.Listing(names))
     trees = {"base": "B", "head": "H"}
-    rounds = revisions.interleave_gpus(trees, ".", 2, tmp_path, [0, 1], log=lambda line: None)
+    rounds = fanout.interleave_gpus(trees, ".", 2, tmp_path, [0, 1], log=lambda line: None)
     assert len(rounds) == 2
     for r in rounds:
-        assert sorted(r["base"]["results"]) == sorted(r["head"]["results"]) == sorted(names)
+        assert sorted(r["base"].results) == sorted(r["head"].results) == sorted(names)
         for n in names:
-            assert r["base"]["results"][n]["gpu_seen"] == r["head"]["results"][n]["gpu_seen"]
+            assert r["base"].results[n].gpu == r["head"].results[n].gpu
     shards = {gpu: set(shard) for _, gpu, shard in calls}
     assert shards[0].isdisjoint(shards[1]) and len(shards[0]) == len(shards[1]) == 7
     assert len(calls) == 2 * 2 * 2  # sides x rounds x GPUs
-    samples = gate.pool(rounds)
+    samples = gs.pool(rounds)
     assert len(samples) == 14 and all(len(s.base) == 10 for s in samples)
 
 
 def test_merge_keeps_a_fatal_shard_visible():
-    merged = revisions.merge([{"results": {"a": {}}}, {"fatal": "ImportError"}])
-    assert merged == {"fatal": "ImportError"}
+    merged = fanout.merge([process_run({"a": {}}), records.Fatal("ImportError")])
+    assert merged == records.Fatal("ImportError")
     # Paired shards that each name the side that did not import keep naming it.
-    head = {"fatal": "SyntaxError", "side": "head"}
-    assert revisions.merge([head, dict(head)]) == head
-    assert "side" not in revisions.merge([head, {"fatal": "OOM", "side": "base"}])
+    head = records.Fatal("SyntaxError", side="head")
+    assert fanout.merge([head, head]) == head
+    assert fanout.merge([head, records.Fatal("OOM", side="base")]).side is None
 
 
 def test_missing_calibration_file_is_refused_before_measuring(tmp_path):
@@ -183,22 +183,23 @@ def test_run_side_passes_the_worker_its_options(monkeypatch, tmp_path):
 
     def fake_run(cmd, env, cwd, check):
         calls.append((cmd, env))
-        Path(cmd[cmd.index("--out") + 1]).write_text('{"results": {}}')
+        Path(cmd[cmd.index("--out") + 1]).write_text(records.to_json(records.ProcessRun({})))
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(revisions.subprocess, "run", fake_run)
+    monkeypatch.setattr(launch.subprocess, "run", fake_run)
     only = tmp_path / "shard.json"
-    revisions.run_worker(tmp_path, "Stage", tmp_path / "a.json", inject=0.03, gpu=1, only=only)
-    revisions.run_worker(tmp_path, "Stage", tmp_path / "b.json", listing=True)
-    revisions.run_worker(tmp_path, "Stage", tmp_path / "c.json")
+    launch.run_worker(tmp_path, "Stage", tmp_path / "a.json", inject=0.03, gpu=1, only=only)
+    launch.listing(tmp_path, "Stage", tmp_path / "b.json")
+    launch.run_worker(tmp_path, "Stage", tmp_path / "c.json")
     (slowed, env), (listing, _), (plain, _) = calls
+    assert slowed[1].endswith("process.py") and listing[1].endswith("listing.py")
     assert slowed[slowed.index("--inject-slowdown") + 1] == "0.03"
     assert slowed[slowed.index("--only") + 1] == str(only) and env["CUDA_VISIBLE_DEVICES"] == "1"
-    assert "--list" in listing and "--inject-slowdown" not in listing
-    assert not {"--list", "--only", "--inject-slowdown"} & set(plain)
+    assert "--inject-slowdown" not in listing
+    assert not {"--only", "--inject-slowdown"} & set(plain)
 
 
-def test_worker_measures_each_combination_with_the_suite(monkeypatch):
+def test_worker_measures_each_combination_with_the_suite(monkeypatch, worker_entry):
     def fake_measure(self, *params):
         if params[2] == 4:
             raise NotImplementedError("num_stages=4: too much shared memory")
@@ -207,15 +208,15 @@ def test_worker_measures_each_combination_with_the_suite(monkeypatch):
         return {"track_latency": (1e-3, 1.1e-3), "track_vs_torch": (1.0,)}
 
     monkeypatch.setattr(gemm._GpuGemm, "measure", fake_measure)
-    results = gate_worker.run(ROOT, r"gemm\.Stage128\(")
+    results = worker_entry("process").run(ROOT, r"gemm\.Stage128\(")
     assert len(results) == 16
     ok = results["gemm.Stage128(128x128x128, 128, 3, f16)"]
-    assert ok["track_latency"] == [1e-3, 1.1e-3] and ok["track_vs_torch"] == [1.0]
-    assert results["gemm.Stage128(128x128x128, 128, 4, bf16)"]["skipped"].startswith("num_stages")
-    assert results["gemm.Stage128(128x128x128, 256, 1, f16)"]["error"] == "RuntimeError: boom"
+    assert ok.track_latency == (1e-3, 1.1e-3) and ok.track_vs_torch == (1.0,)
+    assert results["gemm.Stage128(128x128x128, 128, 4, bf16)"].skipped.startswith("num_stages")
+    assert results["gemm.Stage128(128x128x128, 256, 1, f16)"].error == "RuntimeError: boom"
 
 
-def test_worker_runs_a_suite_from_before_setup_cache():
+def test_worker_runs_a_suite_from_before_setup_cache(worker_entry):
     class Old:  # a base revision's class: setup(*params), then each track(*params)
         def setup(self, *params):
             self.params = params
@@ -226,8 +227,8 @@ def test_worker_runs_a_suite_from_before_setup_cache():
         def track_vs_torch(self, *params):
             return {"samples": [1.2], "number": 1}
 
-    got = gate_worker.measure(Old(), ("x",))
-    assert got == {"track_latency": [2e-3], "track_vs_torch": [1.2]}
+    got = worker_entry("process").measure(Old(), ("x",))
+    assert got == {"track_latency": (2e-3,), "track_vs_torch": (1.2,)}
 
 
 class _Bench:
@@ -252,37 +253,38 @@ class _DelayedKernel:
         self.launches.append(self.delay_cycles)
 
 
-def test_injection_launches_a_delayed_build_calibrated_to_the_request(monkeypatch):
+def test_injection_launches_a_delayed_build_calibrated_to_the_request(monkeypatch, worker_entry):
     """Process mode: the copy's kernel is the delayed build, its cycles set until the
     revision's timer sees the asked fraction; the shared inputs' own path is untouched."""
     launches = []
     kernel = _DelayedKernel(launches)
-    monkeypatch.setattr(gate_worker, "delayed_kernel", lambda data, config: kernel)
-    monkeypatch.setattr(gate_worker, "_paired_median_ms", lambda fn, launches=5: 0.05)
+    process = worker_entry("process")
+    monkeypatch.setattr(process.injection, "delayed_kernel", lambda data, config: kernel)
+    monkeypatch.setattr(process.common, "paired_median_ms", lambda fn, launches=5: 0.05)
     # What the timer sees: a fixed cost of the spin plus a share proportional to cycles.
     monkeypatch.setattr(
-        gate_worker, "_tree_seen", lambda plain, slowed, pairs: 0.004 + 2e-6 * kernel.delay_cycles
+        process, "tree_seen", lambda plain, slowed, pairs: 0.004 + 2e-6 * kernel.delay_cycles
     )
     shared = FakeCase()
     shared.a = shared.b = shared.out = None  # the inputs the delayed kernel is given
     bench = _Bench(shared)
     entry = {}
-    gate_worker.inject_slowdown(bench, 0.02, clock=(1.98e6, 132, 0.1), entry=entry)
+    process.inject_slowdown(bench, 0.02, clock=(1.98e6, 132, 0.1), entry=entry)
     data, config = bench.prepare("a")
     assert data is not shared and "tilelang_fn" not in vars(shared)
     data.time_tilelang(config)
     record = entry["injection"]
-    assert record["requested"] == 0.02
-    assert abs(record["seen"] - 0.02) <= 0.001
-    assert launches == [record["cycles"]] == [kernel.delay_cycles]
+    assert record.requested == 0.02
+    assert abs(record.seen - 0.02) <= 0.001
+    assert launches == [record.cycles] == [kernel.delay_cycles]
     # The first guess: 2% of 0.05 ms at 1.98e6 cycles/ms, one wave (8 blocks, 132 SMs).
-    assert record["steps"][0][0] == 1980
+    assert record.steps[0][0] == 1980
     shared.time_tilelang("cfg")  # the shared inputs' own launch path is untouched
-    assert launches == [record["cycles"]] and shared.launches == 1
+    assert launches == [record.cycles] and shared.launches == 1
 
 
 def _fake_paired_run(slow_names, calls):
-    """Stands in for revisions.run_paired: head's kernels of ``slow_names`` are 5% slower."""
+    """Stands in for launch.run_paired: head's kernels of ``slow_names`` are 5% slower."""
 
     def run_paired(trees, bench, out_file, inject=None, gpu=None, only=None, **kw):
         calls.append({"sides": list(trees), "gpu": gpu})
@@ -298,7 +300,7 @@ def _fake_paired_run(slow_names, calls):
                 },
                 "ratios": {"base": [1.0] * 10, "head": ratios},
             }
-        return {"mode": "paired", "results": results}
+        return paired_run(results)
 
     return run_paired
 
@@ -306,9 +308,9 @@ def _fake_paired_run(slow_names, calls):
 @pytest.fixture
 def fake_gate(monkeypatch, tmp_path):
     """compare() with no git worktrees, compiles or GPU: the pieces it calls, faked."""
-    monkeypatch.setattr(revisions, "worktree", lambda out, side, sha: tmp_path / side)
-    monkeypatch.setattr(revisions, "precompile", lambda *a, **kw: None)
-    monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
+    monkeypatch.setattr(git, "worktree", lambda out, side, sha: tmp_path / side)
+    monkeypatch.setattr(launch, "precompile", lambda *a, **kw: None)
+    monkeypatch.setattr(gate, "calibration_path", lambda: tmp_path / "none.json")
     monkeypatch.setattr("harness.measure.device.gpu_name", lambda: "NVIDIA H200")
     monkeypatch.setattr("harness.measure.device.versions", lambda: {"tilelang": "0.1.15"})
     resources_calls = []
@@ -316,18 +318,20 @@ def fake_gate(monkeypatch, tmp_path):
     def resources(tree, names, out_file, site=None):
         resources_calls.append((tree.name, tuple(names)))
         regs = 168 if tree.name == "base" else 232
-        return {
-            n: {
-                "registers": regs,
-                "smem_bytes": 1024,
-                "spill_bytes": 0,
-                "has_wgmma": True,
-                "has_tma": tree.name == "base",
+        return records.Resources(
+            {
+                n: {
+                    "registers": regs,
+                    "smem_bytes": 1024,
+                    "spill_bytes": 0,
+                    "has_wgmma": True,
+                    "has_tma": tree.name == "base",
+                }
+                for n in names
             }
-            for n in names
-        }
+        )
 
-    monkeypatch.setattr(revisions, "resources", resources)
+    monkeypatch.setattr(launch, "resources", resources)
     return resources_calls
 
 
@@ -335,7 +339,7 @@ def test_paired_gate_flags_the_slow_kernel_and_shows_its_resources(
     fake_gate, monkeypatch, tmp_path
 ):
     calls = []
-    monkeypatch.setattr(revisions, "run_paired", _fake_paired_run({"gemm.S(1)"}, calls))
+    monkeypatch.setattr(launch, "run_paired", _fake_paired_run({"gemm.S(1)"}, calls))
     shas = {"base": "a" * 40, "head": "b" * 40}
     result = gate.compare(shas, ".", None, tmp_path, method="paired", log=lambda line: None)
     assert len(calls) == 1 and calls[0]["sides"] == ["base", "head"]
@@ -350,42 +354,41 @@ def test_paired_gate_flags_the_slow_kernel_and_shows_its_resources(
 
 
 def test_paired_gate_without_regression_reads_no_resources(fake_gate, monkeypatch, tmp_path):
-    monkeypatch.setattr(revisions, "run_paired", _fake_paired_run(set(), []))
+    monkeypatch.setattr(launch, "run_paired", _fake_paired_run(set(), []))
     shas = {"base": "a" * 40, "head": "b" * 40}
     result = gate.compare(shas, ".", 2, tmp_path, method="paired", log=lambda line: None)
     assert result.code == 0 and fake_gate == [] and "Compiled resources" not in result.report
     # Two paired processes pool their trials.
-    assert all(len(s) == 20 for s in [gate.pool_paired(result.rounds)[0].ratios])
+    assert all(len(s) == 20 for s in [gs.pool_paired(result.rounds)[0].ratios])
 
 
 def test_auto_takes_process_when_head_changes_the_measuring_code(monkeypatch):
-    monkeypatch.setattr(revisions, "changed_files", lambda b, h, cwd: ["harness/measure/timing.py"])
-    monkeypatch.setattr(revisions, "has_prepare", lambda sha, cwd: True)
+    monkeypatch.setattr(git, "changed_files", lambda b, h, cwd: ["harness/measure/timing.py"])
+    monkeypatch.setattr(git, "has_prepare", lambda sha, cwd: True)
     method, why = gate.choose_method("auto", {"base": "a", "head": "b"})
     assert method == "process" and "harness/measure/timing.py" in why
-    monkeypatch.setattr(revisions, "changed_files", lambda b, h, cwd: ["kernels/gemm.py"])
+    monkeypatch.setattr(git, "changed_files", lambda b, h, cwd: ["kernels/gemm.py"])
     assert gate.choose_method("auto", {"base": "a", "head": "b"})[0] == "paired"
-    monkeypatch.setattr(revisions, "has_prepare", lambda sha, cwd: False)
+    monkeypatch.setattr(git, "has_prepare", lambda sha, cwd: False)
     assert gate.choose_method("auto", {"base": "a", "head": "b"})[0] == "process"
     assert gate.choose_method("paired", {"base": "a", "head": "b"}) == ("paired", "as asked")
 
 
 def test_pool_paired_marks_a_side_error_and_a_benchmark_head_added():
-    payload = {
-        "mode": "paired",
-        "results": {
+    payload = paired_run(
+        {
             "gemm.S(0)": {"sides": {"base": {"latency": [1e-3]}, "head": {"error": "boom"}}},
             "gemm.S(1)": {"sides": {"head": {"latency": [1e-3]}}, "ratios": {}},
-        },
-    }
-    got = {s.name: s for s in gate.pool_paired([payload])}
+        }
+    )
+    got = {s.name: s for s in gs.pool_paired([payload])}
     assert got["gemm.S(0)"].error == "head: boom"
     assert got["gemm.S(1)"].missing == "base"
 
 
-def _worker(*args, cwd=ROOT):
+def _worker(mode, *args, cwd=ROOT):
     return subprocess.run(
-        [sys.executable, str(ROOT / "harness" / "gate" / "worker.py"), *args],
+        [sys.executable, str(ROOT / "harness" / "gate" / "worker" / f"{mode}.py"), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -393,13 +396,20 @@ def _worker(*args, cwd=ROOT):
 
 
 def test_the_worker_runs_as_a_script(tmp_path):
-    # Run as a script, the worker's folder (which holds bisect.py) must not shadow the
-    # standard library's modules.
+    # Run as a script, the worker's folder must not shadow the standard library's modules.
     out = tmp_path / "names.json"
-    proc = _worker("--tree", str(ROOT), "--out", str(out), "--list", "--bench", r"gemm\.Tuned")
+    proc = _worker("listing", "--tree", str(ROOT), "--out", str(out), "--bench", r"gemm\.Tuned")
     assert proc.returncode == 0, proc.stderr
-    names = json.loads(out.read_text())["names"]
-    assert "gemm.Tuned(square4096, f16)" in names
+    assert "gemm.Tuned(square4096, f16)" in records.from_json(out.read_text()).names
+
+
+@pytest.mark.parametrize("mode", ["process", "paired", "listing", "resources"])
+def test_every_worker_entry_point_starts_as_a_script(mode, tmp_path):
+    # Its folder comes first on sys.path: nothing there may stand in for the standard
+    # library's bisect, which statistics (imported by the worker) imports.
+    proc = _worker(mode, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "--out" in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -413,11 +423,11 @@ def test_the_worker_runs_as_a_script(tmp_path):
     ],
 )
 def test_worker_options_name_the_field_and_rule(args, message, tmp_path):
-    proc = _worker(*args, "--out", str(tmp_path / "x.json"))
+    proc = _worker("paired", *args, "--out", str(tmp_path / "x.json"))
     assert proc.returncode == 2 and message in proc.stderr
 
 
-def test_paired_trials_give_short_kernels_more_launches(monkeypatch, tmp_path):
+def test_paired_trials_give_short_kernels_more_launches(monkeypatch, tmp_path, worker_entry):
     """Default launches: each benchmark's from its own kernel time, recorded per entry;
     a given --launches holds for every benchmark."""
     kernel_ms = {"gemm.Short()": 0.009, "gemm.Long()": 2.0}
@@ -441,18 +451,19 @@ def test_paired_trials_give_short_kernels_more_launches(monkeypatch, tmp_path):
             asked.setdefault(ms, set()).add(launches)
         return [[[ms] * launches for _ in range(trials)] for _ in fns]
 
-    monkeypatch.setattr(gate_worker, "prepare_side", prepare_side)
-    monkeypatch.setattr(gate_worker, "paired_times", paired_times)
-    monkeypatch.setattr(gate_worker, "flush_ms", lambda: 0.1)
-    monkeypatch.setattr(gate_worker, "_tree_module", lambda *names: _NoNvml)
+    paired = worker_entry("paired")
+    monkeypatch.setattr(paired, "prepare_side", prepare_side)
+    monkeypatch.setattr(paired.common, "paired_times", paired_times)
+    monkeypatch.setattr(paired.injection, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(paired.common, "tree_module", lambda *names: _NoNvml)
     sides = {"base": tmp_path / "a", "head": tmp_path / "b"}
-    out = gate_worker.run_paired(sides, None, {})
-    short, long = out["gemm.Short()"]["launches"], out["gemm.Long()"]["launches"]
-    assert short == gate_worker.interleave.launches_for(0.009, 0.1) > long
+    out = paired.run_paired(sides, None, {})
+    short, long = out["gemm.Short()"].launches, out["gemm.Long()"].launches
+    assert short == paired.interleave.launches_for(0.009, 0.1) > long
     assert asked == {0.009: {short}, 2.0: {long}}
-    assert len(out["gemm.Short()"]["ratios"]["head"]) == 20
-    fixed = gate_worker.run_paired(sides, None, {}, launches=12)
-    assert {e["launches"] for e in fixed.values()} == {12}
+    assert len(out["gemm.Short()"].ratios["head"]) == 20
+    fixed = paired.run_paired(sides, None, {}, launches=12)
+    assert {e.launches for e in fixed.values()} == {12}
 
 
 class _NoNvml:

@@ -1,6 +1,7 @@
 """The gate self-test's bookkeeping on the CPU: three runs per iteration with the base
 shared, run orders, the split over GPUs and the JSON record, with a fake worker."""
 
+import dataclasses
 import itertools
 import json
 import statistics
@@ -9,7 +10,9 @@ import pytest
 
 from harness.cli import EXIT_INTERRUPTED
 from harness.gate import decide as gd
-from harness.gate import inject, revisions, selftest
+from harness.gate import inject, selftest, selftest_tally
+from harness.revisions import git, launch, records
+from harness.suite import discovery
 from tests.fakes import WORKER_NAMES as NAMES
 from tests.fakes import FakePairedWorker, FakeWorker
 
@@ -29,13 +32,13 @@ def _setup(tmp_path, n, rounds=1, thresholds=None, method="process"):
 
 def test_paired_iteration_is_one_process_with_three_sides(monkeypatch, tmp_path):
     worker = FakePairedWorker()
-    monkeypatch.setattr(revisions, "run_paired", worker)
+    monkeypatch.setattr(launch, "run_paired", worker)
     setup = selftest.Setup(tmp_path, ".", 3, 1, 0.02, 0.01, tmp_path, None, "paired")
     results = selftest.iterate(setup, log=lambda line: None)
     assert len(worker.calls) == 3
     assert all(c["sides"] == list(selftest.SIDES) for c in worker.calls)
     assert all(c["inject"] == {"injected": 0.02} for c in worker.calls)
-    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
+    t = selftest_tally.tally([aa for aa, _ in results], [inj for _, inj in results])
     # A 2% injection at a 1% threshold is caught; base against head (A/A) never alarms.
     assert t.false_alarm_runs == 0 and set(t.detections.values()) == {3}
     assert all(abs(statistics.median(r) - 1.02) < 0.003 for r in t.injected_ratios.values())
@@ -43,7 +46,8 @@ def test_paired_iteration_is_one_process_with_three_sides(monkeypatch, tmp_path)
 
 def test_three_runs_per_iteration_with_the_base_shared(monkeypatch, tmp_path):
     worker = FakeWorker()
-    monkeypatch.setattr(revisions, "run_worker", worker)
+    monkeypatch.setattr(launch, "run_worker", worker)
+    monkeypatch.setattr(launch, "listing", FakeWorker().listing)
     lines = []
     results = selftest.iterate(_setup(tmp_path, 4), log=lines.append)
     assert len(worker.calls) == 3 * 4
@@ -55,13 +59,14 @@ def test_three_runs_per_iteration_with_the_base_shared(monkeypatch, tmp_path):
     for aa, injected in results:
         assert {v.status for v in aa} <= {gd.UNCHANGED, gd.IMPROVEMENT}
         assert {v.status for v in injected} == {gd.REGRESSION}
-    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
+    t = selftest_tally.tally([aa for aa, _ in results], [inj for _, inj in results])
     assert t.false_alarm_runs == 0 and set(t.detections.values()) == {4}
 
 
 def test_rounds_pool_into_one_comparison(monkeypatch, tmp_path):
     worker = FakeWorker()
-    monkeypatch.setattr(revisions, "run_worker", worker)
+    monkeypatch.setattr(launch, "run_worker", worker)
+    monkeypatch.setattr(launch, "listing", FakeWorker().listing)
     results = selftest.iterate(_setup(tmp_path, 2, rounds=3), log=lambda line: None)
     assert len(worker.calls) == 2 * 3 * 3 and len(results) == 2
     assert all(len(aa) == len(NAMES) for aa, _ in results)
@@ -69,7 +74,8 @@ def test_rounds_pool_into_one_comparison(monkeypatch, tmp_path):
 
 def test_split_keeps_a_benchmarks_three_runs_on_one_gpu(monkeypatch, tmp_path):
     worker = FakeWorker()
-    monkeypatch.setattr(revisions, "run_worker", worker)
+    monkeypatch.setattr(launch, "run_worker", worker)
+    monkeypatch.setattr(launch, "listing", FakeWorker().listing)
     results = selftest.split_iterate(_setup(tmp_path, 3), [0, 1], log=lambda line: None)
     gpu_of = {}
     for call in worker.calls:
@@ -91,7 +97,7 @@ def test_json_record_of_the_tally():
     inj = [
         [_verdict("a", gd.REGRESSION, 1.03), _verdict("b", gd.UNCHANGED, 1.03)] for _ in range(4)
     ]
-    record = selftest.to_json(selftest.tally(aa, inj), 0.03, 0.02, 1, ".", [0, 1])
+    record = selftest_tally.to_json(selftest_tally.tally(aa, inj), 0.03, 0.02, 1, ".", [0, 1])
     assert json.loads(json.dumps(record)) == record
     assert record["n"] == 4 and record["slowdown"] == 0.03 and record["threshold"] == 0.02
     assert record["false_alarm_runs"] == 1 and record["false_alarm_rate"] == 0.25
@@ -125,27 +131,27 @@ def test_no_detection_rate_where_the_seen_injection_misses_the_request():
         ]
         for _ in range(3)
     ]
-    t = selftest.tally(aa, inj)
-    record = selftest.to_json(t, 0.02, 0.01, 1, ".")
+    t = selftest_tally.tally(aa, inj)
+    record = selftest_tally.to_json(t, 0.02, 0.01, 1, ".")
     assert set(record["refused"]) == {"over", "under", "none"}
     assert "+2.31% for +2.00% injected, off by +0.31 pp" in record["refused"]["over"]
     assert "no injected ratio" in record["refused"]["none"]
     assert record["benchmarks"]["over"]["detection_rate"] is None
     assert record["benchmarks"]["ok"]["detection_rate"] == 1.0
     assert record["detection_rate"] == 1.0  # "over" and "under" were detected, not counted
-    text = selftest.render(t, 0.02)
+    text = selftest_tally.render(t, 0.02)
     assert "no detection rate for 3 benchmark(s):" in text
     assert "  under: the gate saw +1.69% for +2.00% injected" in text
 
 
 def _offline(monkeypatch, tmp_path):
     """``main`` with no git, no precompiling, no GPU and no calibration file."""
-    monkeypatch.setattr(revisions, "precompile", lambda *args, **kw: None)
-    monkeypatch.setattr(revisions, "worktree", lambda work, side, sha: tmp_path)
-    monkeypatch.setattr(revisions, "resolve", lambda *args, **kw: "0" * 40)
-    monkeypatch.setattr(revisions, "ROOT", tmp_path)
-    monkeypatch.setattr(revisions, "default_bench", lambda: ".")
-    monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
+    monkeypatch.setattr(launch, "precompile", lambda *args, **kw: None)
+    monkeypatch.setattr(git, "worktree", lambda work, side, sha: tmp_path)
+    monkeypatch.setattr(git, "resolve", lambda *args, **kw: "0" * 40)
+    monkeypatch.setattr(git, "ROOT", tmp_path)
+    monkeypatch.setattr(discovery, "gate_subset", lambda root: ".")
+    monkeypatch.setattr(selftest, "calibration_path", lambda: tmp_path / "none.json")
     monkeypatch.setattr("harness.measure.device.no_gpu_reason", lambda: None)
 
 
@@ -157,14 +163,14 @@ class InterruptingWorker(FakeWorker):
         self.stop_at = stop_at
 
     def __call__(self, *args, **kwargs):
-        if not kwargs.get("listing") and len(self.calls) + 1 == self.stop_at:
+        if len(self.calls) + 1 == self.stop_at:
             raise KeyboardInterrupt
         return super().__call__(*args, **kwargs)
 
 
 def test_an_interrupted_self_test_tallies_the_finished_iterations(monkeypatch, tmp_path, capsys):
     # Two full iterations (three runs each), then Ctrl-C in the third.
-    monkeypatch.setattr(revisions, "run_worker", InterruptingWorker(stop_at=8))
+    monkeypatch.setattr(launch, "run_worker", InterruptingWorker(stop_at=8))
     _offline(monkeypatch, tmp_path)
     out = tmp_path / "tally.json"
     code = selftest.main(
@@ -179,7 +185,7 @@ def test_an_interrupted_self_test_tallies_the_finished_iterations(monkeypatch, t
 def test_iteration_lines_name_false_alarms_and_misses():
     aa = [_verdict("gemm.S(1)", gd.REGRESSION), _verdict("gemm.S(2)", gd.UNCHANGED)]
     injected = [_verdict("gemm.S(1)", gd.REGRESSION), _verdict("gemm.S(2)", gd.UNCHANGED)]
-    text = selftest.describe(aa, injected)
+    text = selftest_tally.describe(aa, injected)
     assert "false alarm: gemm.S(1)" in text and "missed: gemm.S(2)" in text
     assert "gemm.S(2)" not in text.split("missed")[0]
 
@@ -192,11 +198,11 @@ def test_join_shards_keeps_only_iterations_every_gpu_finished():
 
 
 def test_calibrated_thresholds_apply_per_benchmark(monkeypatch, tmp_path):
-    monkeypatch.setattr(revisions, "run_worker", FakeWorker())
+    monkeypatch.setattr(launch, "run_worker", FakeWorker())
     # gemm.S(0) is calibrated as too noisy for a 10% change; the rest keep the floor.
     setup = _setup(tmp_path, 2, thresholds={"gemm.S(0)": 0.5})
     results = selftest.iterate(setup, log=lambda line: None)
-    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
+    t = selftest_tally.tally([aa for aa, _ in results], [inj for _, inj in results])
     assert t.detections["gemm.S(0)"] == 0
     assert all(t.detections[n] == 2 for n in NAMES[1:])
 
@@ -238,29 +244,29 @@ class BrokenInjectionWorker(FakePairedWorker):
     benchmark printed ``injected error`` and the record said only that no ratio came."""
 
     def __call__(self, *args, **kwargs):
-        payload = super().__call__(*args, **kwargs)
-        for entry in payload["results"].values():
-            entry["sides"]["injected"] = {"error": "RuntimeError: delayed build failed\nmore"}
-            entry["ratios"].pop("injected", None)
-        payload["timer"] = "cupti"
-        return payload
+        run = super().__call__(*args, **kwargs)
+        failed = records.Side(error="RuntimeError: delayed build failed\nmore")
+        for entry in run.results.values():
+            entry.sides["injected"] = failed
+            entry.ratios.pop("injected", None)
+        return dataclasses.replace(run, timer="cupti")
 
 
 def test_the_injected_sides_error_reaches_the_refusal_and_the_timer_is_logged(
     monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(revisions, "run_paired", BrokenInjectionWorker())
+    monkeypatch.setattr(launch, "run_paired", BrokenInjectionWorker())
     setup = selftest.Setup(tmp_path, ".", 2, 1, 0.02, 0.01, tmp_path, None, "paired")
     lines, timers = [], {}
     results = selftest.iterate(setup, log=lines.append, timers=timers)
     assert list(timers) == ["cupti"] and "gate_selftest: timer: cupti" in lines
-    t = selftest.tally([aa for aa, _ in results], [inj for _, inj in results])
-    refused = selftest.refusals(t, 0.02)
+    t = selftest_tally.tally([aa for aa, _ in results], [inj for _, inj in results])
+    refused = selftest_tally.refusals(t, 0.02)
     assert set(refused) == set(NAMES)
     for why in refused.values():
         assert why.startswith("no injected ratio was measured (")
         assert "injected: RuntimeError: delayed build failed)" in why and "more" not in why
-    record = selftest.to_json(t, 0.02, 0.01, 1, ".")
+    record = selftest_tally.to_json(t, 0.02, 0.01, 1, ".")
     assert "delayed build failed" in record["benchmarks"][NAMES[0]]["refused"]
 
 
@@ -270,8 +276,8 @@ def test_the_delay_is_calibrated_once_per_gpu_and_every_later_worker_sets_its_cy
     """Every iteration's worker calibrated every benchmark again (6 steps of up to 2000
     launch pairs each); now the first does, per GPU, and the rest read its cycles."""
     paired = FakePairedWorker()
-    monkeypatch.setattr(revisions, "run_paired", paired)
-    monkeypatch.setattr(revisions, "run_worker", FakeWorker())  # the listing
+    monkeypatch.setattr(launch, "run_paired", paired)
+    monkeypatch.setattr(launch, "listing", FakeWorker().listing)
     setup = selftest.Setup(tmp_path, ".", 4, 2, 0.02, 0.01, tmp_path, None, "paired")
     calibrated, lines = {}, []
     selftest.split_iterate(setup, [0, 1], log=lines.append, calibrated=calibrated)
@@ -283,14 +289,15 @@ def test_the_delay_is_calibrated_once_per_gpu_and_every_later_worker_sets_its_cy
         assert all(c["inject_cycles"] == path for c in calls[1:])
         cycles = inject.read_cycles(path.read_text(), [0.02])
         assert set(cycles) == set(calls[0]["shard"])
-        assert cycles == {n: calibrated[n]["cycles"] for n in cycles}
+        assert cycles == {n: calibrated[n].cycles for n in cycles}
     assert set(calibrated) == set(NAMES)
     assert sum("injection calibrated for" in line for line in lines) == 2
 
 
 def test_process_mode_calibrates_in_the_first_injected_run_only(monkeypatch, tmp_path):
     worker = FakeWorker()
-    monkeypatch.setattr(revisions, "run_worker", worker)
+    monkeypatch.setattr(launch, "run_worker", worker)
+    monkeypatch.setattr(launch, "listing", FakeWorker().listing)
     selftest.iterate(_setup(tmp_path, 3), log=lambda line: None)
     injected = [c for c in worker.calls if c["inject"]]
     assert len(injected) == 3 and injected[0]["inject_cycles"] is None
@@ -300,7 +307,7 @@ def test_process_mode_calibrates_in_the_first_injected_run_only(monkeypatch, tmp
 
 def test_a_given_cycles_file_skips_calibrating(monkeypatch, tmp_path):
     paired = FakePairedWorker()
-    monkeypatch.setattr(revisions, "run_paired", paired)
+    monkeypatch.setattr(launch, "run_paired", paired)
     given = tmp_path / "given.json"
     given.write_text(json.dumps(inject.cycles_record(0.02, dict.fromkeys(NAMES, 5))))
     setup = selftest.Setup(tmp_path, ".", 2, 1, 0.02, 0.01, tmp_path, None, "paired", given)
@@ -316,17 +323,17 @@ class OffByCalibrationWorker(FakePairedWorker):
     SEEN = [1.0240, 1.0230, 1.0236, 1.0180, 1.0250]  # per call; median 1.0236
 
     def __call__(self, *args, **kwargs):
-        payload = super().__call__(*args, **kwargs)
+        run = super().__call__(*args, **kwargs)
         ratio = self.SEEN[len(self.calls) - 1]
-        for entry in payload["results"].values():
-            entry["ratios"]["injected"] = [ratio] * 10
-        return payload
+        for entry in run.results.values():
+            entry.ratios["injected"] = (ratio,) * 10
+        return run
 
 
 def test_the_seen_injection_is_the_median_over_iterations_of_what_the_gate_saw(
     monkeypatch, tmp_path, capsys
 ):
-    monkeypatch.setattr(revisions, "run_paired", OffByCalibrationWorker())
+    monkeypatch.setattr(launch, "run_paired", OffByCalibrationWorker())
     _offline(monkeypatch, tmp_path)
     out = tmp_path / "tally.json"
     assert selftest.main(["--n", "5", "--slowdown", "0.02", "--json", str(out)]) == 0

@@ -3,15 +3,12 @@ process, each side's kernels built by its own code, launched in turn (a fake tim
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import sys
 from pathlib import Path
 
 import pytest
-
-WORKER = Path(__file__).resolve().parents[2] / "harness" / "gate" / "worker.py"
 
 SUITE = """
 import kernels
@@ -84,20 +81,17 @@ def _tree(root: Path, revision: str, broken: bool = False, delay: bool = False) 
 
 
 @pytest.fixture
-def worker(monkeypatch):
-    """The worker script loaded as a module, with this process's own ``kernels``,
-    ``harness`` and ``sys.path`` put back afterwards."""
-    monkeypatch.setattr(sys, "path", list(sys.path))
+def worker(monkeypatch, worker_entry):
+    """The paired worker's entry point loaded as its script runs, with this process's own
+    ``kernels``, ``harness`` and ``sys.path`` put back afterwards."""
     for name in list(sys.modules):
         if name.split(".")[0] in ("kernels", "harness", "suite"):
             monkeypatch.delitem(sys.modules, name)
-    spec = importlib.util.spec_from_file_location("_worker_under_test", WORKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = worker_entry("paired")
     # A flush's and a kernel's GPU time size the paired trials (``interleave.launches_for``);
     # measured apart from the fake timers, whose launches the tests count.
-    monkeypatch.setattr(module, "flush_ms", lambda: 0.1)
-    monkeypatch.setattr(module, "_paired_median_ms", lambda fn, launches=5: 1.0)
+    monkeypatch.setattr(module.injection, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(module.common, "paired_median_ms", lambda fn, launches=5: 1.0)
     yield module
     for name in list(sys.modules):
         if name.split(".")[0] in ("kernels", "harness", "suite"):
@@ -123,14 +117,14 @@ def test_each_side_launches_its_own_revisions_kernel(worker, monkeypatch, tmp_pa
     assert set(results) == {"gemm.Fam(1)", "gemm.Fam(2)"}
     one = results["gemm.Fam(1)"]
     assert launched[0] == ["base", "head"]  # base's kernel, then head's, in one process
-    assert one["ratios"]["head"] == pytest.approx([1.1] * 20)
-    assert one["ratios"]["base"] == [1.0] * 20
-    assert one["shared_inputs"] is False  # these fake inputs hold no tensors
-    assert one["sides"]["head"]["latency"][0] == pytest.approx(1.1e-3)
+    assert one.ratios["head"] == pytest.approx((1.1,) * 20)
+    assert one.ratios["base"] == (1.0,) * 20
+    assert one.shared_inputs is False  # these fake inputs hold no tensors
+    assert one.sides["head"].latency[0] == pytest.approx(1.1e-3)
     # Invalid on head only: base still measured alone, head marked skipped.
     two = results["gemm.Fam(2)"]
-    assert two["sides"]["head"] == {"skipped": "invalid on head"}
-    assert "latency" in two["sides"]["base"] and launched[1] == ["base"]
+    assert two.sides["head"].skipped == "invalid on head"
+    assert two.sides["base"].latency and launched[1] == ["base"]
 
 
 def test_a_side_that_fails_to_build_fails_alone(worker, monkeypatch, tmp_path):
@@ -138,8 +132,8 @@ def test_a_side_that_fails_to_build_fails_alone(worker, monkeypatch, tmp_path):
     monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
     results = worker.run_paired({"base": base, "head": head}, r"Fam\(1\)", {})
     assert list(results) == ["gemm.Fam(1)"]
-    assert "does not compile" in results["gemm.Fam(1)"]["sides"]["head"]["error"]
-    assert "latency" in results["gemm.Fam(1)"]["sides"]["base"]
+    assert "does not compile" in results["gemm.Fam(1)"].sides["head"].error
+    assert results["gemm.Fam(1)"].sides["base"].latency
 
 
 def test_the_same_tree_twice_is_imported_twice(worker, monkeypatch, tmp_path):
@@ -148,7 +142,7 @@ def test_the_same_tree_twice_is_imported_twice(worker, monkeypatch, tmp_path):
     monkeypatch.setattr(worker.interleave, "interleaved", fake_timer(launched))
     results = worker.run_paired({"base": tree, "head": tree, "injected": tree}, r"Fam\(1\)", {})
     assert launched == [["base", "base", "base"]]
-    assert set(results["gemm.Fam(1)"]["ratios"]) == {"base", "head", "injected"}
+    assert set(results["gemm.Fam(1)"].ratios) == {"base", "head", "injected"}
 
 
 class Tensor:
@@ -179,7 +173,8 @@ def test_a_side_whose_suite_does_not_import_is_named_in_the_fatal_payload(
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
     assert worker.main() == 0
-    payload = json.loads(out.read_text())
+    payload = json.loads(out.read_text())  # the worker's records module, read by path
+    assert payload["kind"] == "fatal" and payload["version"] == worker.records.VERSION
     assert payload["side"] == "head" and "SyntaxError: '(' was never closed" in payload["fatal"]
 
 
@@ -203,21 +198,21 @@ def test_the_injected_side_launches_its_delayed_kernel_calibrated(worker, monkey
     launched = []
     seen = lambda cycles: 0.005 + 1e-6 * cycles  # noqa: E731 - a fixed cost plus a slope
     monkeypatch.setattr(worker.interleave, "interleaved", delay_timer(launched, seen))
-    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
-    monkeypatch.setattr(worker, "sm_count", lambda: 132)
-    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(worker.injection, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker.injection, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker.injection, "flush_ms", lambda: 0.1)
     sides = {"base": tree, "head": tree, "injected": tree}
     results = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})
     entry = results["gemm.Fam(1)"]
-    record = entry["injection"]["injected"]
-    assert set(entry["injection"]) == {"injected"}
+    record = entry.injection["injected"]
+    assert set(entry.injection) == {"injected"}
     # First guess: 2% of 1 ms at 1.98e6 cycles/ms over 2 waves (264 blocks, 132 SMs).
-    assert record["steps"][0][0] == 19800
-    assert abs(record["seen"] - 0.02) <= 0.001 and abs(seen(record["cycles"]) - 0.02) <= 0.001
+    assert record.steps[0][0] == 19800
+    assert abs(record.seen - 0.02) <= 0.001 and abs(seen(record.cycles) - 0.02) <= 0.001
     final = launched[-1]
-    assert final[:2] == ["base", "base"] and final[2] == ("delayed", "base", record["cycles"])
-    assert entry["ratios"]["injected"][0] == pytest.approx(1 + seen(record["cycles"]))
-    assert entry["ratios"]["head"][0] == 1.0
+    assert final[:2] == ["base", "base"] and final[2] == ("delayed", "base", record.cycles)
+    assert entry.ratios["injected"][0] == pytest.approx(1 + seen(record.cycles))
+    assert entry.ratios["head"][0] == 1.0
 
 
 def test_an_injection_into_a_tree_without_the_delay_fails_that_benchmark(
@@ -225,12 +220,12 @@ def test_an_injection_into_a_tree_without_the_delay_fails_that_benchmark(
 ):
     tree = _tree(tmp_path / "a", "base")
     monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
-    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
-    monkeypatch.setattr(worker, "sm_count", lambda: 132)
-    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(worker.injection, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker.injection, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker.injection, "flush_ms", lambda: 0.1)
     sides = {"base": tree, "injected": tree}
     results = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})
-    error = results["gemm.Fam(1)"]["sides"]["injected"]["error"]
+    error = results["gemm.Fam(1)"].sides["injected"].error
     assert error == "RuntimeError: this revision's kernels have no test-only delay to inject with"
 
 
@@ -246,10 +241,10 @@ def test_the_paired_loop_times_kernels_by_cupti_and_says_when_it_cannot(
         return [[[1.0]] for _ in fns]
 
     monkeypatch.setattr(worker.interleave, "interleaved", interleaved)
-    assert worker.paired_times([lambda: None]) == [[[1.0]]]
-    worker.paired_times([lambda: None])
+    assert worker.common.paired_times([lambda: None]) == [[[1.0]]]
+    worker.common.paired_times([lambda: None])
     assert asked == ["cupti", "event", "event"]  # CUPTI tried once, then events
-    assert worker.TIMER == {"name": "event", "why": "no CUPTI in this build"}
+    assert worker.common.TIMER == {"name": "event", "why": "no CUPTI in this build"}
     assert "timing with CUDA events: no CUPTI in this build" in capsys.readouterr().err
 
 
@@ -257,9 +252,9 @@ def test_a_failed_sides_status_line_gives_its_error(worker, monkeypatch, tmp_pat
     """``injected error`` alone told nothing: the line names the error's first line."""
     tree = _tree(tmp_path / "a", "base")
     monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
-    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
-    monkeypatch.setattr(worker, "sm_count", lambda: 132)
-    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(worker.injection, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker.injection, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker.injection, "flush_ms", lambda: 0.1)
     worker.run_paired({"base": tree, "injected": tree}, r"Fam\(1\)", {"injected": 0.02})
     line = next(x for x in capsys.readouterr().err.splitlines() if "gemm.Fam(1)" in x)
     assert line == (
@@ -274,8 +269,9 @@ def _no_calibration(worker, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("calibrated although the cycles were given")
 
-    for name in ("sleep_cycles_per_ms", "sm_count", "calibrate_delay", "_paired_seen"):
-        monkeypatch.setattr(worker, name, refuse)
+    for name in ("sleep_cycles_per_ms", "sm_count", "calibrate_delay"):
+        monkeypatch.setattr(worker.injection, name, refuse)
+    monkeypatch.setattr(worker, "paired_seen", refuse)
 
 
 def test_given_cycles_are_set_and_nothing_is_calibrated(worker, monkeypatch, tmp_path):
@@ -289,14 +285,9 @@ def test_given_cycles_are_set_and_nothing_is_calibrated(worker, monkeypatch, tmp
         sides, r"Fam\(1\)", {"injected": 0.02}, cycles={"gemm.Fam(1)": 2100}
     )
     entry = results["gemm.Fam(1)"]
-    assert entry["injection"]["injected"] == {
-        "requested": 0.02,
-        "cycles": 2100,
-        "seen": None,
-        "steps": [],
-    }
+    assert entry.injection["injected"] == worker.records.Injection(0.02, 2100, None, ())
     assert launched == [["base", "base", ("delayed", "base", 2100)]]  # the trials alone
-    assert entry["ratios"]["injected"][0] == pytest.approx(1.021)
+    assert entry.ratios["injected"][0] == pytest.approx(1.021)
 
 
 def test_a_benchmark_the_cycles_file_lacks_fails_naming_the_option(worker, monkeypatch, tmp_path):
@@ -306,7 +297,7 @@ def test_a_benchmark_the_cycles_file_lacks_fails_naming_the_option(worker, monke
     results = worker.run_paired(
         {"base": tree, "injected": tree}, r"Fam\(1\)", {"injected": 0.02}, cycles={"x": 5}
     )
-    error = results["gemm.Fam(1)"]["sides"]["injected"]["error"]
+    error = results["gemm.Fam(1)"].sides["injected"].error
     assert "--inject-cycles has no cycles for gemm.Fam(1)" in error
 
 
@@ -314,12 +305,12 @@ def test_each_calibration_step_prints_a_progress_line(worker, monkeypatch, tmp_p
     tree = _tree(tmp_path / "a", "base", delay=True)
     seen = lambda cycles: 0.005 + 1e-6 * cycles  # noqa: E731
     monkeypatch.setattr(worker.interleave, "interleaved", delay_timer([], seen))
-    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
-    monkeypatch.setattr(worker, "sm_count", lambda: 132)
-    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(worker.injection, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker.injection, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker.injection, "flush_ms", lambda: 0.1)
     sides = {"base": tree, "injected": tree}
     record = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})["gemm.Fam(1)"]
-    steps = record["injection"]["injected"]["steps"]
+    steps = record.injection["injected"].steps
     lines = [x for x in capsys.readouterr().err.splitlines() if "injection step" in x]
     assert len(lines) == len(steps) >= 2
     # The fake kernel takes 1 ms: 50 ms of kernel time is 50 launches a side, within the
@@ -363,18 +354,18 @@ def test_the_injection_is_calibrated_on_the_gates_own_trials(worker, monkeypatch
     seen = lambda cycles: 0.005 + 1e-6 * cycles  # noqa: E731
     timer = neighbour_timer(worker.interleave.launch_order, seen)
     monkeypatch.setattr(worker.interleave, "interleaved", timer)
-    monkeypatch.setattr(worker, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
-    monkeypatch.setattr(worker, "sm_count", lambda: 132)
-    monkeypatch.setattr(worker, "flush_ms", lambda: 0.1)
+    monkeypatch.setattr(worker.injection, "sleep_cycles_per_ms", lambda median_ms: 1.98e6)
+    monkeypatch.setattr(worker.injection, "sm_count", lambda: 132)
+    monkeypatch.setattr(worker.injection, "flush_ms", lambda: 0.1)
     sides = {"base": tree, "head": tree, "injected": tree}
     entry = worker.run_paired(sides, r"Fam\(1\)", {"injected": 0.02})["gemm.Fam(1)"]
-    gate_seen = statistics.median(entry["ratios"]["injected"]) - 1.0
+    gate_seen = statistics.median(entry.ratios["injected"]) - 1.0
     assert abs(gate_seen - 0.02) <= worker.inject.CALIBRATION_TOLERANCE
-    record = entry["injection"]["injected"]
-    assert record["seen"] == pytest.approx(gate_seen)  # the calibration saw what the gate did
+    record = entry.injection["injected"]
+    assert record.seen == pytest.approx(gate_seen)  # the calibration saw what the gate did
     # The model tells the rotations apart: the same cycles, two kernels in turn, pair by
     # pair (how the injection was calibrated before), miss what the gate sees.
-    plain, slowed = lambda: "base", lambda: ("delayed", "base", record["cycles"])
+    plain, slowed = lambda: "base", lambda: ("delayed", "base", record.cycles)
     ms = timer([plain, slowed], trials=1, launches=600)
     pairs = statistics.median(s / p for p, s in zip(ms[0][0], ms[1][0], strict=True)) - 1.0
     assert pairs - gate_seen > worker.inject.TOLERANCE
@@ -392,7 +383,7 @@ def test_injecting_the_first_side_is_a_usage_error(worker, monkeypatch, tmp_path
     assert exit_.value.code == 2 and "--inject base=...: base is the first --side" in err
     assert "Traceback" not in err and not (tmp_path / "out.json").exists()
     with pytest.raises(RuntimeError, match="the injected side is this benchmark's first side"):
-        worker._paired_seen([lambda: None], 0, 1, 6)
+        worker.paired_seen([lambda: None], 0, 1, 6)
 
 
 def _cycles_file(path, slowdown=0.02, cycles=None):

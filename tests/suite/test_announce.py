@@ -247,8 +247,10 @@ def _suite_name(unit="gemm.Stage"):
     return listed, next(iter(listed[unit]["names"]))
 
 
-def test_the_printed_bisect_command_selects_exactly_the_announced_benchmark(gh, tmp_path):
-    from harness.gate import bisect, worker
+def test_the_printed_bisect_command_selects_exactly_the_announced_benchmark(
+    gh, tmp_path, worker_entry
+):
+    from harness.gate import bisection as bisect
     from harness.suite import history
     from harness.suite.run import ROOT, select
 
@@ -264,7 +266,8 @@ def test_the_printed_bisect_command_selects_exactly_the_announced_benchmark(gh, 
     unit = name.split(".track")[0]
     assert select(listed, [args.bench]) == {unit: [name]}  # nothing else from the suite
     gate_name = listed[unit]["names"][name][1]
-    assert [n for n, _, _ in worker.discover(ROOT, args.bench)] == [gate_name]
+    discover = worker_entry("listing").common.discover
+    assert [n for n, _, _ in discover(ROOT, args.bench)] == [gate_name]
 
     argv = shlex.split(_command(body, "backfill"))
     args = history.build_parser().parse_args(["backfill", *argv[4:]])

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from harness.cli import EXIT_FAILURE, EXIT_OK
-from harness.gate import revisions
+from harness.revisions import git as revisions
 from harness.suite import history, result_files
 from harness.suite import regressions as rg
 from harness.suite import run as suite_run

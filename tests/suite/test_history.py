@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 from harness.cli import EXIT_FAILURE
-from harness.gate import revisions
-from harness.gate.revisions import RevisionError
+from harness.revisions import git as revisions
+from harness.revisions.git import RevisionError
 from harness.suite import history
 
 

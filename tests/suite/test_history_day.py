@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import EXIT_FAILURE, EXIT_OK
-from harness.gate import revisions
+from harness.revisions import git as revisions
 from harness.suite import announce, history, issue_text, result_files
 from harness.suite import regressions as rg
 from harness.suite import run as suite_run

@@ -171,9 +171,9 @@ def test_a_calibration_threshold_replaces_the_derived_one(history):
 
 def test_the_default_calibration_file_is_the_machines(history, tmp_path, monkeypatch):
     results, _ = history
-    from harness.gate import revisions
+    from harness.revisions import git
 
-    monkeypatch.setattr(revisions, "ROOT", tmp_path / "repo")
+    monkeypatch.setattr(git, "ROOT", tmp_path / "repo")
     (tmp_path / "repo" / "calibration").mkdir()
     body = {"benchmarks": {QUIET_UP_GATE: {"threshold": 0.5}}}
     (tmp_path / "repo" / "calibration" / f"{MACHINE}.json").write_text(json.dumps(body))

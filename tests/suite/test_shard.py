@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.revisions.placement import parse_gpus, plan
 from harness.suite import discovery, shard
-from harness.suite.shard import (
-    asv_regex,
-    combination_weights,
-    parse_gpus,
-    plan,
-    suite_units,
-)
+from harness.suite.shard import asv_regex, combination_weights, suite_units
 
 
 def family_weights():

@@ -12,10 +12,12 @@ import subprocess
 import pytest
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION
-from harness.gate import bisect, revisions
+from harness.gate import bisection as bisect
 from harness.gate import decide as gd
 from harness.gate import run as gate
 from harness.measure import device
+from harness.revisions import git, launch, placement, records
+from harness.suite import discovery
 from tests.fakes import paired_payload
 
 # The search.
@@ -137,9 +139,9 @@ def _verdict(name, status):
 
 
 def _comparison(statuses, base_fatal=False):
-    base = {"fatal": "ImportError"} if base_fatal else {"results": {}}
+    base = records.Fatal("ImportError") if base_fatal else records.ProcessRun({})
     verdicts = [_verdict(name, status) for name, status in statuses.items()]
-    return gate.Comparison(verdicts, [{"base": base, "head": {"results": {}}}], "table")
+    return gate.Comparison(verdicts, [{"base": base, "head": records.ProcessRun({})}], "table")
 
 
 @pytest.mark.parametrize(
@@ -189,7 +191,7 @@ def _git(repo, *args):
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
     """A repository of c0..c11 on one branch (c0 is GOOD in most tests) and a side branch
-    ``side`` off c2; revisions.ROOT points at it."""
+    ``side`` off c2; git.ROOT points at it."""
     path = tmp_path / "repo"
     path.mkdir()
     _git(path, "init", "-q")
@@ -200,7 +202,7 @@ def repo(tmp_path, monkeypatch):
     _git(path, "checkout", "-q", "side")
     _git(path, "commit", "-q", "--allow-empty", "-m", "s1")
     _git(path, "checkout", "-q", "-")
-    monkeypatch.setattr(revisions, "ROOT", path)
+    monkeypatch.setattr(git, "ROOT", path)
     return path
 
 
@@ -216,15 +218,18 @@ NAMES = ["gemm.Stage(a)", "gemm.Stage(b)"]
 def listing(monkeypatch, tmp_path):
     """The worker's listing, faked: no worktree, no subprocess, the names in ``names``."""
     names = list(NAMES)
-    monkeypatch.setattr(revisions, "worktree", lambda out, name, sha: tmp_path / name)
-    monkeypatch.setattr(revisions, "remove_worktree", lambda path: None)
+    monkeypatch.setattr(git, "worktree", lambda out, name, sha: tmp_path / name)
+    monkeypatch.setattr(git, "remove_worktree", lambda path: None)
 
-    def run_worker(tree, bench, out_file, listing=False, **kwargs):
-        assert listing, "only the listing runs before the GPU check"
-        return {"names": [n for n in names if re.search(bench, n)]}
+    def listing(tree, bench, out_file):
+        return records.Listing(tuple(n for n in names if re.search(bench, n)))
 
-    monkeypatch.setattr(revisions, "run_worker", run_worker)
-    monkeypatch.setattr(revisions, "default_bench", lambda: "gemm")  # the repo has no suite
+    def run_worker(*args, **kwargs):
+        raise AssertionError("only the listing runs before the GPU check")
+
+    monkeypatch.setattr(launch, "listing", listing)
+    monkeypatch.setattr(launch, "run_worker", run_worker)
+    monkeypatch.setattr(discovery, "gate_subset", lambda root: "gemm")  # the repo has no suite
     monkeypatch.setattr(device, "no_gpu_reason", lambda: "test: no GPU here")
     monkeypatch.setattr(gate, "compare", _refuse)
     return names
@@ -275,10 +280,10 @@ def test_argument_types_refuse_before_anything_runs(repo, listing, tmp_path, cap
 def test_a_missing_gpu_index_exits_2(repo, listing, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
 
-    def select_gpus(spec):
+    def parse_gpus(spec, visible):
         raise ValueError(f"--gpus={spec!r}: indices must be in 0..0")
 
-    monkeypatch.setattr(revisions, "select_gpus", select_gpus)
+    monkeypatch.setattr(placement, "parse_gpus", parse_gpus)
     assert _main(tmp_path, "HEAD~3", "HEAD", "--gpus", "3") == EXIT_FAILURE
     assert "--gpus='3': indices must be in 0..0" in capsys.readouterr().err
 
@@ -310,8 +315,8 @@ class FakeGate:
             else:
                 status = gd.UNCHANGED
             verdicts.append(_verdict(name, status))
-        base = {"fatal": "ImportError"} if self.good_fails else {"results": {}}
-        rounds = [{"base": base, "head": {"results": {}}}]
+        base = records.Fatal("ImportError") if self.good_fails else records.ProcessRun({})
+        rounds = [{"base": base, "head": records.ProcessRun({})}]
         report = f"TABLE base {shas['base'][:10]} head {shas['head'][:10]}\n"
         return gate.Comparison(verdicts, rounds, report)
 
@@ -402,10 +407,12 @@ def test_a_commit_that_does_not_build_is_skipped_in_the_paired_gate(
     so the paired worker fails as a whole, naming the side that did not import."""
     shas = _shas(repo)
     index = {sha: i for i, sha in enumerate(shas)}
-    monkeypatch.setattr(revisions, "worktree", lambda out, name, sha: tmp_path / sha)
-    monkeypatch.setattr(revisions, "precompile", lambda *a, **kw: None)
-    monkeypatch.setattr(revisions, "calibration_path", lambda: tmp_path / "none.json")
-    monkeypatch.setattr(revisions, "resources", lambda tree, names, out_file, site=None: {})
+    monkeypatch.setattr(git, "worktree", lambda out, name, sha: tmp_path / sha)
+    monkeypatch.setattr(launch, "precompile", lambda *a, **kw: None)
+    monkeypatch.setattr(gate, "calibration_path", lambda: tmp_path / "none.json")
+    monkeypatch.setattr(
+        launch, "resources", lambda tree, names, out_file, site=None: records.Resources({})
+    )
     monkeypatch.setattr(device, "gpu_name", lambda: "NVIDIA H200")
     monkeypatch.setattr(device, "versions", lambda: {"tilelang": "0.1.15"})
     monkeypatch.setattr(gate, "compare", gate_compare)
@@ -417,11 +424,11 @@ def test_a_commit_that_does_not_build_is_skipped_in_the_paired_gate(
         heads.append(head)
         if head == 5:
             fatal = "SyntaxError: '(' was never closed (gemm.py, line 12)"
-            return {"fatal": fatal, "side": "head", "seconds": 1.0}
+            return records.Fatal(fatal, side="head", seconds=1.0)
         names = [n for n in NAMES if re.search(bench, n)]
         return paired_payload(rng, names, {"head": 0.05 if head >= 6 else 0.0}, trees)
 
-    monkeypatch.setattr(revisions, "run_paired", run_paired)
+    monkeypatch.setattr(launch, "run_paired", run_paired)
     assert _main(tmp_path, shas[0], "HEAD", "--method", "paired") == EXIT_OK
     out = capsys.readouterr().out
     assert 5 in heads
