@@ -103,7 +103,8 @@ from pathlib import Path
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION, fraction, output_file, regex
 from harness.policy import POLICY
 from harness.suite import discovery, result_files
-from harness.suite.result_files import Point, Series
+from harness.suite import series as history_series
+from harness.suite.series import Point, Series
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MIN_HISTORY = 8  # commits before the history's own spread is trusted (7 differences)
@@ -459,7 +460,7 @@ def find(
         from harness.gate.revisions import calibration_path
 
         calibration = load_calibration(calibration_path(machine))
-    series, _ = result_files.load_history(results_dir, machine, commits)
+    series, _ = history_series.load_history(results_dir, machine, commits)
     return detect(select(series, bench), machine, calibration, floor, min_commits)
 
 
@@ -626,7 +627,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
         if broken:
             unread.append(f"{results / name / 'machine.json'}: damaged ({broken})")
             continue
-        read = result_files.read_history(results, name, commits)
+        read = history_series.read_history(results, name, commits)
         unread += [f"{d.path}: damaged ({d.reason})" for d in read.damaged]
         if read.failed:
             shas = ", ".join(f.sha[:8] for f in read.failed)

@@ -241,7 +241,7 @@ def test_an_issue_stays_open_without_evidence_that_it_is_back(gh, tmp_path, rows
 
 def _suite_name(unit="gemm.Stage"):
     from harness.suite import discovery
-    from harness.suite.run import ROOT
+    from harness.suite.target import ROOT
 
     listed = discovery.listing(ROOT)
     return listed, next(iter(listed[unit]["names"]))
@@ -250,7 +250,8 @@ def _suite_name(unit="gemm.Stage"):
 def test_the_printed_bisect_command_selects_exactly_the_announced_benchmark(gh, tmp_path):
     from harness.gate import bisect, worker
     from harness.suite import history
-    from harness.suite.run import ROOT, select
+    from harness.suite.jobs import select
+    from harness.suite.target import ROOT
 
     listed, name = _suite_name()
     assert "'" in name  # the quotes that broke the command's shell quoting

@@ -25,10 +25,9 @@ from harness.cli import EXIT_FAILURE, EXIT_OK
 from harness.gate import revisions
 from harness.suite import announce, history, issue_text, result_files
 from harness.suite import regressions as rg
-from harness.suite import run as suite_run
 from harness.suite.github_api import LABEL
 from harness.suite.results_branch import BRANCH
-from harness.suite.run import ROOT  # this checkout: the racing runner's harness
+from harness.suite.target import ROOT  # this checkout: the racing runner's harness
 from tests.fake_github import FakeGitHub
 from tests.fakes import commit, git, tiny_asv_conf, tiny_gpu_family
 
@@ -240,14 +239,14 @@ def _day(tmp_path, repo, remote, gh, monkeypatch, capsys):
     assert set(failed) == {broken} and failed[broken].error.startswith("SyntaxError:")
     for sha in first_parent:
         if sha != broken:
-            assert suite_run.stored(stored, MACHINE, sha) == {
+            assert result_files.stored(stored, MACHINE, sha) == {
                 "gemm.Stage.track_latency(1)",
                 "gemm.Stage.track_latency(2)",
             }, sha
-            assert STEP in suite_run.stored(stored, CPU_MACHINE, sha), sha
+            assert STEP in result_files.stored(stored, CPU_MACHINE, sha), sha
     # The other runner's results and benchmarks.json are on it too; of the benchmark
     # both suites hold, main's revision (this runner's, the later push) wins.
-    assert suite_run.stored(stored, OTHER, morning[-1])
+    assert result_files.stored(stored, OTHER, morning[-1])
     suite = json.loads((stored / "benchmarks.json").read_text())
     assert "gemm.Stage.track_tflops" in suite
     assert suite["static.Static.track_registers"]["version"] != "0" * 64

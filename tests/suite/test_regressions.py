@@ -19,6 +19,7 @@ from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
 from harness.policy import POLICY
 from harness.suite import regressions as rg
 from harness.suite import result_files
+from harness.suite.series import load_history
 
 MACHINE = "testgpu"
 N_COMMITS = 30
@@ -148,7 +149,7 @@ def test_the_latest_step_up_beyond_the_noise_is_flagged_with_its_commit_range(hi
 
 def test_each_benchmark_is_judged_by_its_own_noise(history):
     results, shas = history
-    series = {s.name: s for s in result_files.load_history(results, MACHINE, shas)[0]}
+    series = {s.name: s for s in load_history(results, MACHINE, shas)[0]}
     quiet = rg.threshold_for(series[QUIET_SMALL], {})
     noisy = rg.threshold_for(series[NOISY_UP], {})
     assert POLICY.floor <= quiet.value < 0.03  # the floor, or near it
@@ -284,7 +285,7 @@ def test_commits_not_measured_between_good_and_bad_are_in_the_record(tmp_path, m
 
 def test_commits_off_the_branch_are_left_out(history, capsys):
     results, shas = history
-    series, ignored = result_files.load_history(results, MACHINE, shas[:25])
+    series, ignored = load_history(results, MACHINE, shas[:25])
     assert ignored == 5 and all(len(s.points) == 25 for s in series)
 
 
@@ -294,7 +295,7 @@ def test_a_failed_combination_is_a_gap_not_a_value(tmp_path):
     for i, sha in enumerate(shas):
         samples = None if i == 1 else [1e-3] * 5
         store(tmp_path, MACHINE, sha, 1_000 + i, {key: samples}, {"b.F.track_latency": "seconds"})
-    (series,), _ = result_files.load_history(tmp_path, MACHINE, shas)
+    (series,), _ = load_history(tmp_path, MACHINE, shas)
     assert [p.commit for p in series.points] == [shas[0], shas[2]]
 
 

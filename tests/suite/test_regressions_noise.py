@@ -10,7 +10,7 @@ import pytest
 
 from harness.policy import POLICY
 from harness.suite import regressions as rg
-from harness.suite import result_files
+from harness.suite.series import load_history
 from tests.suite.test_regressions import _commits, store
 
 MACHINE = "noisegpu"
@@ -68,7 +68,7 @@ def test_pure_noise_raises_no_alarm_in_200_series(tmp_path, calibrated):
     calibration = _calibration(200, POLICY.paired_floor) if calibrated else {}
     found = rg.find(tmp_path / "results", MACHINE, shas, calibration=calibration)
     assert found == []
-    series, _ = result_files.load_history(tmp_path / "results", MACHINE, shas)
+    series, _ = load_history(tmp_path / "results", MACHINE, shas)
     limits = [rg.threshold_for(s, calibration) for s in series]
     assert len(limits) == 200 and min(t.value for t in limits) >= POLICY.floor
 
@@ -85,7 +85,7 @@ def test_a_step_of_three_percent_is_found_in_95_of_100(tmp_path, calibrated):
 
 def test_the_threshold_is_the_largest_of_floor_calibration_and_noise(tmp_path):
     shas = _history(tmp_path, 3, step=1.0, seed=20261203)
-    a, b, c = result_files.load_history(tmp_path / "results", MACHINE, shas)[0]
+    a, b, c = load_history(tmp_path / "results", MACHINE, shas)[0]
     spread = rg.history_spread([p.value for p in a.points])
     noise = rg.noise_threshold(spread)
     assert noise == pytest.approx(POLICY.z_alpha * spread)  # two levels of MIN_COMMITS = 2
