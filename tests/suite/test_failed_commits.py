@@ -16,6 +16,7 @@ from harness.cli import EXIT_FAILURE, EXIT_OK
 from harness.gate import revisions
 from harness.suite import history, jobs, result_files
 from harness.suite import regressions as rg
+from harness.suite.detector import inputs as detector_inputs
 from harness.suite.series import load_history
 from harness.suite.target import Target
 from tests.fakes import commit, git, tiny_asv_conf, tiny_gpu_family
@@ -146,7 +147,7 @@ def test_publish_skips_a_failed_newest_commit(tmp_path, capsys, monkeypatch):
 
 def test_the_detector_and_asv_publish_read_past_a_failed_commit(backfilled, capsys, monkeypatch):
     repo, shas, _, _ = backfilled
-    monkeypatch.setattr(rg, "ROOT", repo)  # the branch that orders the commits
+    monkeypatch.setattr(detector_inputs, "ROOT", repo)  # the branch that orders the commits
     series, ignored = load_history(_results(repo), MACHINE, shas)
     assert len(series) == 2 and ignored == 0
     for one in series:
