@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
-from harness.report import issue as issue_text
+from harness.report import issue as issue_report
 from harness.suite import announce as an
 from harness.suite import issue_state
 from harness.suite.detector.records import Regression
@@ -185,7 +185,7 @@ def test_issues_are_found_on_any_page_and_pull_requests_are_not_issues(gh, tmp_p
 
 
 def test_a_persons_issue_quoting_the_marker_is_never_rewritten(gh, tmp_path):
-    quoted = issue_text.render_body(an.steps(load_rows([entry()]))[0], REPO, "x")
+    quoted = issue_report.render_body(an.steps(load_rows([entry()]))[0], REPO, "x")
     gh.add(f"Seen this too:\n{quoted}", author="a-person")
     assert run(gh, [entry(after=1.5e-3)], tmp_path) == EXIT_OK
     assert gh.issues[1]["body"].startswith("Seen this too:") and 1 not in gh.comments
@@ -203,7 +203,7 @@ def test_an_installation_token_acts_as_the_actions_bot(gh, tmp_path, capsys):
 
 
 def test_author_names_the_identity_without_asking(gh, tmp_path):
-    gh.add(issue_text.render_body(an.steps(load_rows([entry()]))[0], REPO, "x"), author="bot9")
+    gh.add(issue_report.render_body(an.steps(load_rows([entry()]))[0], REPO, "x"), author="bot9")
     assert run(gh, [entry(after=1.3e-3)], tmp_path, "--author", "bot9") == EXIT_OK
     assert "1.30ms" in gh.issues[1]["body"] and ("GET", "/user") not in gh.calls
 
@@ -285,7 +285,7 @@ def test_hostile_names_stay_inert_in_the_command(gh, tmp_path):
         text=True,
         check=True,
     ).stdout.split("\0")[:-1]
-    assert shown == ["-s", "bisect", "--", C[1], C[4], "-b", issue_text.bench_regex(HOSTILE)]
+    assert shown == ["-s", "bisect", "--", C[1], C[4], "-b", issue_report.bench_regex(HOSTILE)]
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "out").exists()
     assert re.search(shown[-1], HOSTILE) and not re.search(shown[-1], HOSTILE + "x")
 

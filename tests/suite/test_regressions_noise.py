@@ -1,7 +1,7 @@
 """The history detector's false-alarm and detection rates on synthetic histories, through
-its real path (asv's results files, ``regressions.find``): pure run-to-run noise must not
-raise an alarm, whatever a calibration file says, and a step a few times the noise must
-be found. Seeded, so the counts are the same on every run."""
+its real path (asv's results files, ``harness.suite.detector.find.find``): pure
+run-to-run noise must not raise an alarm, whatever a calibration file says, and a step a
+few times the noise must be found. Seeded, so the counts are the same on every run."""
 
 import random
 import statistics
