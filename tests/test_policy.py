@@ -8,7 +8,7 @@ import pytest
 
 from harness.gate import calibrate, decide
 from harness.policy import POLICY, Policy
-from harness.suite import regressions
+from harness.suite.detector.threshold import noise_threshold
 
 
 def test_the_quantiles_are_alphas_and_the_powers():
@@ -26,7 +26,7 @@ def test_the_gate_and_the_history_read_the_policy():
     )
     spread, mde = calibrate.spread_and_mde([1.0, 1.01, 0.99, 1.0, 1.02])
     assert mde == pytest.approx(POLICY.mde(math.sqrt(2) * spread))
-    assert regressions.noise_threshold(0.01) == pytest.approx(POLICY.significant(0.01))
+    assert noise_threshold(0.01) == pytest.approx(POLICY.significant(0.01))
 
 
 @pytest.mark.parametrize(

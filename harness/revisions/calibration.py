@@ -73,8 +73,13 @@ def from_dict(data: dict, where: str = "calibration") -> Calibration:
     known = {f.name for f in fields(Benchmark)}
     benchmarks = {}
     for name, entry in data.get("benchmarks", {}).items():
-        if "threshold" not in entry:
+        if not isinstance(entry, dict) or "threshold" not in entry:
             raise CalibrationError(f"{where}: benchmarks[{name!r}]: no 'threshold'")
+        value = entry["threshold"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 10:
+            raise CalibrationError(
+                f"{where}: {name}: 'threshold' must be a fraction, got {value!r}"
+            )
         body = {k: v for k, v in entry.items() if k in known}
         if body.get("launches") is not None:
             body["launches"] = tuple(body["launches"])
@@ -88,7 +93,9 @@ def read(path: Path) -> Calibration:
     """The calibration in ``path`` (CalibrationError naming the file where it is none)."""
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+    except FileNotFoundError:
+        raise CalibrationError(f"{path}: no such calibration file") from None
+    except (OSError, ValueError) as err:
         raise CalibrationError(f"{path}: not a calibration file ({err})") from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), dict):
         raise CalibrationError(f"{path}: not a calibration file (no 'benchmarks' table)")

@@ -5,8 +5,9 @@ back under its threshold.
     python -m harness.suite.announce [--repo OWNER/NAME] [--author LOGIN] [--max-new N]
                                      [--dry-run] PATH [PATH ...]
 
-PATH is a ``regressions.json`` (``nox -s publish`` writes ``.asv/regressions.json``) or a
-folder searched for them, one per machine's artifact. The publish workflow runs this in a
+PATH is a ``regressions.json`` (``nox -s publish`` writes ``.asv/regressions.json``;
+``harness.suite.regressions_file`` reads it, every field checked) or a folder searched
+for them, one per machine's artifact. The publish workflow runs this in a
 job on a GitHub-hosted runner that holds ``issues: write`` and reads only the artifact;
 the GPU runner that measured never holds that permission. Stdlib only (the REST API via
 urllib, ``$GITHUB_TOKEN``; ``harness.suite.github_api``), so it needs nothing installed.
@@ -16,7 +17,7 @@ BAD). Machines whose ranges for one benchmark overlap show one step: one issue, 
 table row per machine, on the commits all of them hold. When GOOD and BAD are adjacent
 (publish measures every commit, so this is the usual case) the issue names BAD as the
 culprit, with its subject and author; otherwise it says how many commits were not
-measured and gives the ``bisect`` and ``backfill`` commands (``harness.suite.issue_text``).
+measured and gives the ``bisect`` and ``backfill`` commands (``harness.report.issue``).
 
 Only issues with the label ``perf-regression`` that this identity opened are read or
 written (``--author``, default the token's login: ``harness.suite.github_api``); a
@@ -43,7 +44,6 @@ API error (one line, the token scrubbed).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -52,155 +52,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION, count
-from harness.suite import issue_text as text
+from harness.report import issue as text
 from harness.suite.github_api import ApiError, GitHub, Transport, urllib_transport
+from harness.suite.issue_state import State, parse
+from harness.suite.regressions_file import FILE_NAME, Entry, FileError, Latest, files, load
 
-FILE_NAME = "regressions.json"
 MAX_NEW = 20
-_SHA = re.compile(r"^[0-9a-f]{40}$")
 _LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
-
-
-class AnnounceError(RuntimeError):
-    """Input that cannot be announced."""
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One regression of a regressions.json: one benchmark's step on one machine."""
-
-    benchmark: str
-    machine: str
-    span: text.Span
-    row: Mapping[str, object]
-
-
-@dataclass(frozen=True, slots=True)
-class Latest:
-    """The newest stored value of one benchmark on one machine."""
-
-    benchmark: str
-    machine: str
-    commit: str
-    value: float
-    text: str
-
-
-def _field(obj: dict, where: str, name: str, kind: type | tuple[type, ...]):
-    value = obj.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise AnnounceError(f"{where}: {name!r} is missing or not {kind}")
-    return value
-
-
-def _benchmark(obj: dict, where: str) -> str:
-    benchmark = _field(obj, where, "benchmark", str)
-    # The name goes into an HTML comment: one line, no comment end.
-    if not 0 < len(benchmark) <= 300 or "--" in benchmark or not benchmark.isprintable():
-        raise AnnounceError(f"{where}: 'benchmark' {benchmark!r} is not a benchmark name")
-    return benchmark
-
-
-def _machine(obj: dict, where: str) -> str:
-    machine = _field(obj, where, "machine", str)
-    if not text.MACHINE.match(machine):
-        raise AnnounceError(f"{where}: 'machine' {machine!r} is not a machine name")
-    return machine
-
-
-def _sha(obj: dict, where: str, name: str) -> str:
-    sha = _field(obj, where, name, str)
-    if not _SHA.match(sha):
-        raise AnnounceError(f"{where}: {name!r} {sha!r} is not a full commit hash")
-    return sha
-
-
-def _entry(obj: object, where: str) -> Entry:
-    if not isinstance(obj, dict):
-        raise AnnounceError(f"{where}: not an object")
-    benchmark, machine = _benchmark(obj, where), _machine(obj, where)
-    good, bad = _sha(obj, where, "good"), _sha(obj, where, "bad")
-    commits = obj.get("commits")  # absent in files written before it was recorded
-    if commits is not None:
-        if not (
-            isinstance(commits, list)
-            and commits
-            and all(isinstance(c, str) and _SHA.match(c) for c in commits)
-            and commits[-1] == bad
-        ):
-            raise AnnounceError(f"{where}: 'commits' must list full hashes ending with 'bad'")
-        commits = tuple(commits)
-    span = text.Span(
-        good,
-        bad,
-        commits,
-        str(obj.get("bad_subject") or "")[:200],
-        str(obj.get("bad_author") or "")[:100],
-    )
-    before = obj.get("before")
-    row = {
-        "before_text": _field(obj, where, "before_text", str)[:40],
-        "after_text": _field(obj, where, "after_text", str)[:40],
-        "ratio": float(_field(obj, where, "ratio", (int, float))),
-        "threshold": float(_field(obj, where, "threshold", (int, float))),
-        "source": _field(obj, where, "threshold_source", str)[:40],
-        "range": f"{good[:8]}..{bad[:8]}",
-    }
-    if isinstance(before, (int, float)) and not isinstance(before, bool) and before > 0:
-        row["before_value"] = float(before)
-    return Entry(benchmark, machine, span, row)
-
-
-def _latest(obj: object, where: str) -> Latest:
-    if not isinstance(obj, dict):
-        raise AnnounceError(f"{where}: not an object")
-    return Latest(
-        _benchmark(obj, where),
-        _machine(obj, where),
-        _sha(obj, where, "commit"),
-        float(_field(obj, where, "value", (int, float))),
-        _field(obj, where, "text", str)[:40],
-    )
-
-
-def load_rows(rows: Sequence[object], where: str = "regressions") -> list[Entry]:
-    """The entries of a ``regressions`` list."""
-    return [_entry(obj, f"{where}[{i}]") for i, obj in enumerate(rows)]
-
-
-def files(paths: Iterable[Path]) -> list[Path]:
-    """The regressions.json files ``paths`` name: files as given, folders searched."""
-    out = []
-    for path in paths:
-        if path.is_dir():
-            out += sorted(path.rglob(FILE_NAME))
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise AnnounceError(f"{path}: no such file or folder")
-    return out
-
-
-def load(paths: Iterable[Path]) -> tuple[list[Entry], list[Latest]]:
-    """The regressions and newest values of every file: version 2 (an object with
-    ``regressions`` and ``latest``) or version 1 (the bare list of regressions)."""
-    entries, latest = [], []
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise AnnounceError(f"{path}: not a regressions file ({err})") from None
-        if isinstance(data, list):
-            data = {"regressions": data, "latest": []}
-        if not (
-            isinstance(data, dict)
-            and isinstance(data.get("regressions"), list)
-            and isinstance(data.get("latest", []), list)
-        ):
-            raise AnnounceError(f"{path}: not a regressions file (no 'regressions' list)")
-        entries += load_rows(data["regressions"], str(path))
-        latest += [_latest(o, f"{path} latest[{i}]") for i, o in enumerate(data.get("latest", []))]
-    return entries, latest
 
 
 # --- deciding ----------------------------------------------------------------------------
@@ -213,10 +71,10 @@ class Outcome:
     number: int | None = None
 
 
-def steps(entries: Sequence[Entry]) -> list[text.State]:
+def steps(entries: Sequence[Entry]) -> list[State]:
     """The steps ``entries`` show: one per benchmark and overlapping range, on the
     commits every machine's range holds, with each machine's row."""
-    out: list[text.State] = []
+    out: list[State] = []
     for e in entries:
         i = next(
             (
@@ -227,41 +85,27 @@ def steps(entries: Sequence[Entry]) -> list[text.State]:
             None,
         )
         if i is None:
-            out.append(text.State(e.benchmark, e.span, {e.machine: e.row}))
+            out.append(State(e.benchmark, e.span, {e.machine: e.row}))
         else:
             s = out[i]
-            out[i] = text.State(s.benchmark, s.span.narrow(e.span), {**s.rows, e.machine: e.row})
+            out[i] = State(s.benchmark, s.span.narrow(e.span), {**s.rows, e.machine: e.row})
     return out
 
 
-def _ours(issues: Iterable[dict], me: str) -> list[tuple[dict, text.State]]:
+def _ours(issues: Iterable[dict], me: str) -> list[tuple[dict, State]]:
     """The issues ``me`` opened that hold a step, oldest first."""
     out = []
     for issue in sorted(issues, key=lambda i: int(i.get("number", 0))):
         author = (issue.get("user") or {}).get("login", "")
         if not isinstance(author, str) or author.lower() != me.lower():
             continue
-        state = text.parse(issue.get("body"))
+        state = parse(issue.get("body"))
         if state is not None:
             out.append((issue, state))
     return out
 
 
-def _new_machines_comment(rows: Mapping[str, Mapping], news: Sequence[str]) -> str:
-    lines = [f"Also slower on {', '.join(news)}:", "", *text.TABLE_HEAD]
-    lines += [text.row_line(m, rows[m]) for m in news]
-    return "\n".join(lines) + "\n"
-
-
-def _narrowed_comment(span: text.Span) -> str:
-    if span.culprit:
-        subject = f" {text.code(span.subject)}" if span.subject else ""
-        return f"The range narrowed to one commit: the culprit is {span.bad[:10]}{subject}.\n"
-    between = "" if span.between is None else f" ({span.between} commit(s) not measured)"
-    return f"The range narrowed to {span.good[:10]}..{span.bad[:10]}{between}.\n"
-
-
-def _recovered(state: text.State, latest: Mapping, regressing: set) -> list[str] | None:
+def _recovered(state: State, latest: Mapping, regressing: set) -> list[str] | None:
     """Per machine of the issue, why it is back under its threshold; None while any
     machine still regresses, lacks a newest value, or is not back within it."""
     lines = []
@@ -272,10 +116,7 @@ def _recovered(state: text.State, latest: Mapping, regressing: set) -> list[str]
             return None
         if not isinstance(before, (int, float)) or now.value > before * (1 + row["threshold"]):
             return None
-        lines.append(
-            f"- {text.cell(machine)}: {text.cell(now.text)} at {now.commit[:10]}, against "
-            f"{text.cell(row['before_text'])} before the step (threshold {row['threshold']:.1%})"
-        )
+        lines.append(text.recovered_line(machine, now.text, now.commit, row))
     return lines or None
 
 
@@ -314,7 +155,7 @@ def announce(
             continue
         issue, old = open_[0]
         number = int(issue["number"])
-        new = text.State(step.benchmark, old.span.narrow(step.span), {**old.rows, **step.rows})
+        new = State(step.benchmark, old.span.narrow(step.span), {**old.rows, **step.rows})
         body, title = text.render_body(new, gh.repo, server), text.title(new)
         news = sorted(set(step.rows) - set(old.rows))
         narrowed = (new.span.good, new.span.bad) != (old.span.good, old.span.bad)
@@ -323,9 +164,9 @@ def announce(
             continue
         gh.edit_issue(number, body=body, title=title)
         if news:
-            gh.comment(number, _new_machines_comment(step.rows, news))
+            gh.comment(number, text.new_machines_comment(step.rows, news))
         if narrowed:
-            gh.comment(number, _narrowed_comment(new.span))
+            gh.comment(number, text.narrowed_comment(new.span))
         outcomes.append(Outcome("updated", new.key, number))
     by_key = {(x.benchmark, x.machine): x for x in latest}
     regressing = {(e.benchmark, e.machine) for e in entries}
@@ -336,8 +177,7 @@ def announce(
         if why is None:
             continue
         number = int(issue["number"])
-        lines = [f"{text.code(state.benchmark)} is back under its threshold:", "", *why]
-        gh.comment(number, "\n".join(lines) + "\n\nClosing; a new step opens a new issue.\n")
+        gh.comment(number, text.closed_comment(state, why))
         gh.edit_issue(number, state="closed", state_reason="completed")
         outcomes.append(Outcome("closed", state.key, number))
     return outcomes
@@ -383,7 +223,7 @@ def render_steps(entries: Sequence[Entry], folder: Path, repo: str, server: str)
     out = []
     for i, state in enumerate(steps(entries), 1):
         path = folder / f"step-{i}.md"
-        path.write_text(f"# {text.title(state)}\n\n{text.render_body(state, repo, server)}")
+        path.write_text(text.preview(state, repo, server))
         out.append(path)
     return out
 
@@ -403,7 +243,7 @@ def main(argv: list[str] | None = None, transport: Transport = urllib_transport)
     try:
         found = files(args.paths)
         entries, latest = load(found)
-    except AnnounceError as err:
+    except FileError as err:
         return fail(str(err))
     server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
     if args.render is not None:

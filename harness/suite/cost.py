@@ -10,7 +10,7 @@ combination's fixed cost (timing loops, track processes), ``c`` the launches the
 which grow with the work. The wall time on N GPUs is the serial steps of the first log
 (precompile, publish, start-up, the runner's own overhead) plus the longer of the CPU
 lanes and the busiest GPU lane, with the suite cut and placed by the runner's own plan
-(``shard.plan_suite``, weighed in seconds by ``shard.Calibration.of_model`` of this
+(``shard.plan_suite``, weighed in seconds by ``Calibration.of_model`` of this
 model). A piece costs ``a`` plus its combinations' seconds: each family's measured
 seconds less ``a``, shared among its combinations in proportion to their ``b + c x
 TFLOP`` (the runs timed whole families); the CPU lane's seconds less ``a`` likewise,
@@ -37,6 +37,7 @@ from pathlib import Path
 
 from harness.cli import positive_int
 from harness.suite import discovery, run, shard
+from harness.suite.weights import Calibration, combination_flops, cpu_combinations
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_COUNTS = (1, 2, 4, 8)
@@ -107,15 +108,15 @@ class Run:
 
 def suite_combinations(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
     """``{unit: {combination: flops}}`` of the suite in ``root``: the GPU units'
-    (``shard.combination_flops``), and the CPU units' with None."""
-    cpu = shard.cpu_combinations(root)
-    return {**shard.combination_flops(root), **{u: dict.fromkeys(n) for u, n in cpu.items()}}
+    (``combination_flops``), and the CPU units' with None."""
+    cpu = cpu_combinations(root)
+    return {**combination_flops(root), **{u: dict.fromkeys(n) for u, n in cpu.items()}}
 
 
 def unit_sizes(root: Path = ROOT) -> dict[str, UnitSize]:
     """``UnitSize`` of every GPU unit of the suite in ``root`` (no GPU needed)."""
     out = {}
-    for unit, combos in shard.combination_flops(root).items():
+    for unit, combos in combination_flops(root).items():
         valid = [f for f in combos.values() if f is not None]
         combos, flops = len(valid), sum(valid)
         out[unit] = UnitSize(combos, flops / 1e12)
@@ -154,7 +155,7 @@ def model(
     """The fit over every run's GPU units, the serial and CPU-lane figures of the first
     run (the base the table grows), and each combination's plan weight and seconds
     (``per_combination``). ``weights`` are the suite's ``{unit: {combination: any}}``
-    (``shard.combination_flops`` and the CPU units' combinations); a GPU unit without
+    (``combination_flops`` and the CPU units' combinations); a GPU unit without
     them counts as equal combinations."""
     obs = [
         (sizes[u], sec)
@@ -210,16 +211,16 @@ def per_combination(
 ) -> dict[str, dict[str, list[float]]]:
     """``{unit: {combination: [plan weight, seconds]}}`` for every unit with measured
     seconds (the solo one and the CPU units included): the weight is
-    ``shard.Calibration.of_model(m)``'s, the seconds the unit's measured seconds less the
+    ``Calibration.of_model(m)``'s, the seconds the unit's measured seconds less the
     fit's ``a``, shared by weight. ``combos`` are the suite's ``{unit: {combination:
-    flops}}`` for GPU units (``shard.combination_flops``) and ``{unit: {combination:
+    flops}}`` for GPU units (``combination_flops``) and ``{unit: {combination:
     None}}`` for CPU units (without them, the CPU lane is one combination)."""
     a = m["fit"]["a"]
     gpu = {u: cs for u, cs in combos.items() if u in sizes or u in m["solo"]}
     cpu = {u: cs for u, cs in combos.items() if u not in gpu}
     if not cpu and m["cpu_lane"]:
         cpu = {"cpu": {"cpu": None}}  # a lane known by its seconds alone: one combination
-    cal = shard.Calibration.of_model(m, sum(len(cs) for cs in cpu.values()))
+    cal = Calibration.of_model(m, sum(len(cs) for cs in cpu.values()))
     measured = {**m["gpu_units"], **m["solo"]}
     out = {}
     for unit, seconds in measured.items():

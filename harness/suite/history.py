@@ -36,7 +36,8 @@ from pathlib import Path
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, positive_int, regex
 from harness.revisions import git
 from harness.suite import discovery, result_files, results_branch
-from harness.suite.run import CPU_LANE, Lane, SuiteError, Target, run_target, stored
+from harness.suite.run import run_target
+from harness.suite.target import CPU_LANE, Lane, SuiteError, Target
 
 ROOT = git.ROOT
 DEFAULT_MAX_COMMITS = 16
@@ -193,7 +194,7 @@ def _measure_commit(tree: Path, sha: str, machine: str, user: list[str], gpu: bo
 def _any_value(target: Target) -> bool:
     """Whether any benchmark of ``target``'s commit holds a value, in any lane."""
     return any(
-        stored(target.results_dir(), lane.machine(target.machine), target.sha)
+        result_files.stored(target.results_dir(), lane.machine(target.machine), target.sha)
         for lane in (Lane(), CPU_LANE)
     )
 

@@ -5,8 +5,8 @@ latest step in the stored asv history is a slowdown beyond that benchmark's own 
         [-b REGEX] [--markdown FILE] [--json FILE] [--calibration FILE] [--fail-on-regression]
     nox -s regressions -- ...
 
-It reads asv's results files through ``harness.suite.result_files`` (asv's loader, each
-file checked; a commit stored as failed and a damaged file left out and named) and fits
+It reads asv's results files through ``harness.suite.series`` (asv's loader, each file
+checked; a commit stored as failed and a damaged file left out and named) and fits
 each benchmark's per-commit values (asv's medians, weighted as ``asv publish`` weights
 them), in the branch's first-parent order (``git rev-list --first-parent``; by the
 results' dates where git cannot say), with asv's step detection: the Potts solver behind
@@ -84,441 +84,38 @@ adjacent: then ``bad`` is the culprit), null where git cannot say; ``bad_subject
 ``bad_author`` are read from git ("" where it cannot say). ``latest`` lets the announcer
 see a benchmark back under its threshold. Exit 0 when the report was made,
 found or not (1 with ``--fail-on-regression`` when something regressed), 2 on bad input.
+
+This module is the command line; the detector is ``harness.suite.detector`` (inputs,
+threshold, steps, find, records), the JSON file ``harness.suite.regressions_file`` and
+the markdown ``harness.report.regressions``.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
-import math
-import re
-import statistics
-import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION, fraction, output_file, regex
 from harness.policy import POLICY
-from harness.suite import discovery, result_files
-from harness.suite.result_files import Point, Series
-
-ROOT = Path(__file__).resolve().parent.parent.parent
-MIN_HISTORY = 8  # commits before the history's own spread is trusted (7 differences)
-MIN_COMMITS = 2  # a segment of the fit must hold this many commits to count as a level
-SOURCES = ("calibration", "history", "samples", "floor")
+from harness.report.regressions import render_markdown
+from harness.suite import result_files
+from harness.suite import series as history_series
+from harness.suite.detector.find import detect
+from harness.suite.detector.inputs import (
+    commit_order,
+    default_results_dir,
+    load_calibration,
+    select,
+    with_commits,
+)
+from harness.suite.detector.threshold import MIN_COMMITS
+from harness.suite.regressions_file import latest_values, render_json
 
 
 class InputError(ValueError):
     """A command-line input that cannot be used; the message names the argument."""
-
-
-@dataclass(frozen=True, slots=True)
-class Threshold:
-    value: float  # the slowdown that counts, as a fraction (0.02 = 2%)
-    spread: float | None  # run-to-run relative standard deviation it was derived from
-    source: str  # one of SOURCES
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """The latest change of a series beyond its threshold, by index into its points."""
-
-    last_before: int
-    first_after: int
-    before: float
-    after: float
-    points_after: int
-
-    @property
-    def ratio(self) -> float:
-        return self.after / self.before
-
-
-@dataclass(frozen=True, slots=True)
-class Regression:
-    """A benchmark whose latest step is a slowdown beyond its threshold."""
-
-    benchmark: str
-    machine: str
-    good: str
-    bad: str
-    before: float
-    after: float
-    unit: str
-    threshold: float
-    spread: float | None
-    threshold_source: str
-    commits_after: int
-    # The branch's first-parent commits after good up to bad (None: git cannot say), and
-    # bad's subject and author: what names the culprit when good and bad are adjacent.
-    commits: tuple[str, ...] | None = None
-    bad_subject: str = ""
-    bad_author: str = ""
-
-    @property
-    def ratio(self) -> float:
-        return self.after / self.before
-
-    @property
-    def range(self) -> str:
-        return f"{self.good[:8]}..{self.bad[:8]}"
-
-    def as_json(self) -> dict:
-        return {
-            "benchmark": self.benchmark,
-            "machine": self.machine,
-            "good": self.good,
-            "bad": self.bad,
-            "range": self.range,
-            "before": self.before,
-            "after": self.after,
-            "unit": self.unit,
-            "before_text": human(self.before, self.unit),
-            "after_text": human(self.after, self.unit),
-            "ratio": self.ratio,
-            "threshold": self.threshold,
-            "spread": self.spread,
-            "threshold_source": self.threshold_source,
-            "commits_after": self.commits_after,
-            "commits": None if self.commits is None else list(self.commits),
-            "bad_subject": self.bad_subject,
-            "bad_author": self.bad_author,
-        }
-
-
-def human(value: float, unit: str) -> str:
-    """asv's rendering for seconds (``1.23ms``, ``197μs``); anything else, a ratio, as is."""
-    if unit == "seconds":
-        from asv.util import human_value
-
-        return human_value(value, unit)
-    return f"{value:.4g}"
-
-
-# --- where the history is, in which order ---------------------------------------------
-
-
-def default_results_dir(root: Path = ROOT) -> Path:
-    """``results_dir`` of ``root/asv.conf.json``."""
-    conf = discovery.read_asv_conf(root)
-    return (discovery.conf_path(root).parent / conf.get("results_dir", "results")).resolve()
-
-
-def commit_order(branch: str = "main", cwd: Path | None = None) -> list[str] | None:
-    """``branch``'s commits oldest first along first parents, as asv orders its graphs, in
-    the repository at ``cwd`` (default: this checkout); None where git cannot say (no
-    repository, no such branch)."""
-    proc = subprocess.run(
-        ["git", "rev-list", "--first-parent", "--reverse", branch, "--"],
-        cwd=cwd or ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return proc.stdout.split() if proc.returncode == 0 and proc.stdout.strip() else None
-
-
-def with_commits(
-    found: Sequence[Regression], commits: Sequence[str] | None, cwd: Path | None = None
-) -> list[Regression]:
-    """``found`` with each step's first-parent commits (from ``commits``, the branch
-    oldest first) and its ``bad`` commit's subject and author (from git at ``cwd``)."""
-    index = {sha: i for i, sha in enumerate(commits or ())}
-    bads = sorted({r.bad for r in found})
-    proc = subprocess.run(
-        ["git", "log", "--no-walk=unsorted", "--format=%H%x00%an%x00%s", *bads, "--"],
-        cwd=cwd or ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    about = {}
-    if bads and proc.returncode == 0:
-        for line in proc.stdout.splitlines():
-            sha, _, rest = line.partition("\0")
-            author, _, subject = rest.partition("\0")
-            about[sha] = (subject, author)
-    out = []
-    for r in found:
-        lo, hi = index.get(r.good), index.get(r.bad)
-        span = tuple(commits[lo + 1 : hi + 1]) if lo is not None and hi is not None else None
-        subject, author = about.get(r.bad, ("", ""))
-        out.append(replace(r, commits=span or None, bad_subject=subject, bad_author=author))
-    return out
-
-
-def latest_values(series: Iterable[Series], machine: str) -> list[dict]:
-    """The newest stored value of each of ``series`` (one machine's), as ``--json`` writes
-    it under ``latest``."""
-    out = []
-    for s in series:
-        if s.points:
-            p = s.points[-1]
-            out.append(
-                {
-                    "benchmark": s.name,
-                    "machine": machine,
-                    "commit": p.commit,
-                    "value": p.value,
-                    "text": human(p.value, s.unit),
-                }
-            )
-    return out
-
-
-def load_calibration(path: Path, missing_ok: bool = True) -> dict[str, dict]:
-    """The ``benchmarks`` table of a calibration file; ``{}`` for a missing one when
-    ``missing_ok``. ValueError (naming the file) when it cannot be used."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        if missing_ok:
-            return {}
-        raise ValueError(f"{path}: no such calibration file") from None
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a calibration file ({err})") from None
-    table = data.get("benchmarks") if isinstance(data, dict) else None
-    if not isinstance(table, dict):
-        raise ValueError(f"{path}: not a calibration file (no 'benchmarks' table)")
-    for name, entry in table.items():
-        value = entry.get("threshold") if isinstance(entry, dict) else None
-        if not isinstance(value, (int, float)) or not 0 <= value < 10:
-            raise ValueError(f"{path}: {name}: 'threshold' must be a fraction, got {value!r}")
-    return table
-
-
-# --- deciding --------------------------------------------------------------------------
-
-
-def history_spread(values: Sequence[float]) -> float | None:
-    """Run-to-run relative sd of one commit's value, from consecutive commits' log ratios
-    (robust: a step moves one difference, the median does not follow it)."""
-    if len(values) < MIN_HISTORY:
-        return None
-    diffs = [math.log(b / a) for a, b in itertools.pairwise(values)]
-    mid = statistics.median(diffs)
-    return POLICY.robust_sd(statistics.median(abs(d - mid) for d in diffs)) / math.sqrt(2)
-
-
-def samples_spread(points: Iterable[Point]) -> float | None:
-    """Median over commits of the relative standard error of each commit's median."""
-    from harness.measure.metrics import median_rsd
-
-    rsd = [median_rsd(p.samples) for p in points if len(p.samples) > 2]
-    rsd = [x for x in rsd if math.isfinite(x)]
-    return statistics.median(rsd) if rsd else None
-
-
-def noise_threshold(spread: float) -> float:
-    """The smallest significant step between two levels of ``MIN_COMMITS`` commits each,
-    one commit's relative spread being ``spread``."""
-    return POLICY.significant(math.sqrt(2 / MIN_COMMITS) * spread)
-
-
-def threshold_for(
-    series: Series, calibration: Mapping[str, Mapping], floor: float = POLICY.floor
-) -> Threshold:
-    """The benchmark's threshold, ``max(floor, calibration, noise_threshold(spread))``, and
-    the term that set it (see the module's docstring)."""
-    terms = [Threshold(floor, None, "floor")]
-    entry = calibration.get(series.combination)
-    if entry is not None:
-        terms.append(Threshold(float(entry["threshold"]), entry.get("spread"), "calibration"))
-    for source, spread in (
-        ("history", history_spread([p.value for p in series.points])),
-        ("samples", samples_spread(series.points)),
-    ):
-        if spread is not None:
-            terms.append(Threshold(noise_threshold(spread), spread, source))
-            break
-    return max(terms, key=lambda t: t.value)  # a tie goes to the earlier term
-
-
-def latest_step(
-    values: Sequence[float],
-    weights: Sequence[float | None] | None,
-    threshold: float,
-    min_commits: int = MIN_COMMITS,
-) -> Step | None:
-    """The latest change beyond ``threshold`` (either way) in asv's piecewise-constant fit
-    of ``values``, once short segments and sub-threshold changes are merged away."""
-    from asv.step_detect import solve_potts_approx, weighted_median
-
-    if len(values) < 2:
-        return None
-    w = _fill_weights(weights, len(values))
-    # One break costs what a change of `threshold` at one commit explains (the fit's cost
-    # is the weighted L1 distance, weights normalised to 1): every change that could count
-    # gets a break, and the merging below removes those that do not.
-    gamma = max(threshold, 1e-6) * statistics.median(values)
-    right, _, _ = solve_potts_approx(list(values), w, gamma=gamma)
-    segs = [[left, r] for left, r in zip([0, *right[:-1]], right, strict=True)]
-
-    def level(seg: list[int]) -> float:
-        return weighted_median(values[seg[0] : seg[1]], w[seg[0] : seg[1]])
-
-    def merge(i: int) -> None:  # segment i and i + 1 become one
-        segs[i : i + 2] = [[segs[i][0], segs[i + 1][1]]]
-
-    limit = math.log1p(threshold)
-    while len(segs) > 1:
-        levels = [level(s) for s in segs]
-        short = [i for i, s in enumerate(segs) if s[1] - s[0] < min_commits]
-        if short:
-            i = short[0]
-            if i == 0:
-                merge(0)
-            elif i == len(segs) - 1:
-                merge(i - 1)
-            else:
-                closer_left = abs(math.log(levels[i] / levels[i - 1])) <= abs(
-                    math.log(levels[i + 1] / levels[i])
-                )
-                merge(i - 1 if closer_left else i)
-            continue
-        changes = [abs(math.log(b / a)) for a, b in itertools.pairwise(levels)]
-        i = min(range(len(changes)), key=changes.__getitem__)
-        if changes[i] > limit:
-            break
-        merge(i)
-    if len(segs) < 2:
-        return None
-    before, after = segs[-2], segs[-1]
-    return Step(before[1] - 1, after[0], level(before), level(after), after[1] - after[0])
-
-
-def _fill_weights(weights: Sequence[float | None] | None, n: int) -> list[float]:
-    """asv's rule in ``detect_steps``: a missing weight is the median one, normalised."""
-    if weights is None:
-        return [1.0] * n
-    valid = [x for x in weights if x is not None and math.isfinite(x) and x > 0]
-    mid = statistics.median(valid) if valid else 1.0
-    return [(x if x is not None and math.isfinite(x) and x > 0 else mid) / mid for x in weights]
-
-
-def detect(
-    series: Iterable[Series],
-    machine: str,
-    calibration: Mapping[str, Mapping] | None = None,
-    floor: float = POLICY.floor,
-    min_commits: int = MIN_COMMITS,
-) -> list[Regression]:
-    """The regressions among ``series`` of ``machine``."""
-    found = []
-    for s in series:
-        limit = threshold_for(s, calibration or {}, floor)
-        values = [p.value for p in s.points]
-        step = latest_step(values, [p.weight for p in s.points], limit.value, min_commits)
-        if step is None or step.ratio <= 1 + limit.value:
-            continue
-        found.append(
-            Regression(
-                benchmark=s.name,
-                machine=machine,
-                good=s.points[step.last_before].commit,
-                bad=s.points[step.first_after].commit,
-                before=step.before,
-                after=step.after,
-                unit=s.unit,
-                threshold=limit.value,
-                spread=limit.spread,
-                threshold_source=limit.source,
-                commits_after=step.points_after,
-            )
-        )
-    return found
-
-
-def select(series: Iterable[Series], bench: str | None) -> list[Series]:
-    """The series whose asv name ``bench`` matches (``re.search``, as asv's ``-b``)."""
-    if bench is None:
-        return list(series)
-    pattern = re.compile(bench)
-    return [s for s in series if pattern.search(s.name)]
-
-
-def find(
-    results_dir: Path,
-    machine: str,
-    commits: Sequence[str] | None = None,
-    *,
-    bench: str | None = None,
-    calibration: Mapping[str, Mapping] | None = None,
-    floor: float = POLICY.floor,
-    min_commits: int = MIN_COMMITS,
-) -> list[Regression]:
-    """The benchmarks of ``machine`` whose latest step in ``results_dir`` is a slowdown.
-
-    ``commits``: the branch, oldest first (``commit_order()``); None orders by the results'
-    dates. ``calibration``: the ``benchmarks`` table of the machine's calibration file
-    (None: ``calibration/<machine>.json`` where it exists)."""
-    if calibration is None:
-        from harness.revisions.calibration import calibration_path
-
-        calibration = load_calibration(calibration_path(machine))
-    series, _ = result_files.load_history(results_dir, machine, commits)
-    return detect(select(series, bench), machine, calibration, floor, min_commits)
-
-
-# --- rendering -------------------------------------------------------------------------
-
-
-def _cell(text: str) -> str:
-    return " ".join(text.splitlines()).replace("`", "'").replace("|", "\\|")
-
-
-def render_markdown(
-    regressions: Sequence[Regression],
-    checked: int | None = None,
-    machines: Sequence[str] = (),
-    branch: str = "main",
-) -> str:
-    """The report: a table of the regressions, or a line saying there are none."""
-    scope = ""
-    if checked is not None:
-        on = f" on {', '.join(machines)}" if machines else ""
-        scope = f" ({checked} benchmarks checked{on})"
-    title = f"## Performance regressions on {branch}\n\n"
-    if not regressions:
-        return f"{title}No benchmark's latest step is a slowdown beyond its noise{scope}.\n"
-    rows = [
-        f"{len(regressions)} benchmark(s) whose latest step is a slowdown beyond the "
-        f"benchmark's noise threshold{scope}.",
-        "",
-        "| benchmark | machine | commits | before → after | ratio | threshold |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in sorted(regressions, key=lambda r: (-r.ratio, r.benchmark, r.machine)):
-        rows.append(
-            f"| `{_cell(r.benchmark)}` | {_cell(r.machine)} | {r.range} "
-            f"| {human(r.before, r.unit)} → {human(r.after, r.unit)} | {r.ratio:.3f} "
-            f"| {r.threshold:.1%} ({r.threshold_source}) |"
-        )
-    rows += [
-        "",
-        "`good..bad`: the last measured commit before the step and the first after it; "
-        "`nox -s bisect -- GOOD BAD -b REGEX` finds the culprit between them.",
-    ]
-    return title + "\n".join(rows) + "\n"
-
-
-JSON_VERSION = 2
-
-
-def render_json(regressions: Sequence[Regression], latest: Sequence[dict] = ()) -> str:
-    """``--json``'s document (see the module's docstring)."""
-    doc = {
-        "version": JSON_VERSION,
-        "regressions": [r.as_json() for r in regressions],
-        "latest": list(latest),
-    }
-    return json.dumps(doc, indent=1) + "\n"
-
-
-# --- command line ----------------------------------------------------------------------
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -626,7 +223,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
         if broken:
             unread.append(f"{results / name / 'machine.json'}: damaged ({broken})")
             continue
-        read = result_files.read_history(results, name, commits)
+        read = history_series.read_history(results, name, commits)
         unread += [f"{d.path}: damaged ({d.reason})" for d in read.damaged]
         if read.failed:
             shas = ", ".join(f.sha[:8] for f in read.failed)
@@ -649,10 +246,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] | None = None
         found += detect(series, name, tables.get(name), args.floor, args.min_commits)
         latest += latest_values(series, name)
     checked = sum(len(s) for s in histories.values())
-    markdown = render_markdown(found, checked, chosen, args.branch)
-    if unread:
-        markdown += f"\n{len(unread)} results file(s) could not be read and were left out:\n\n"
-        markdown += "".join(f"- `{_cell(line)}`\n" for line in unread)
+    markdown = render_markdown(found, checked, chosen, args.branch, unread)
     print(markdown, end="")
     if args.markdown:
         args.markdown.write_text(markdown)

@@ -31,14 +31,14 @@ piece's results are on disk before the next one starts.
   piece, publish, total): ``harness.suite.cost`` fits its model to those lines.
 
 The same runner measures an older commit in its own worktree (``harness.suite.history``):
-``Target`` names the tree whose suite and kernels are measured and the asv configuration
-that stores the results beside this checkout's.
+``harness.suite.target.Target`` names the tree whose suite and kernels are measured and
+the asv configuration that stores the results beside this checkout's. Which ``asv run``s
+a run makes (the selection, the plan, what is stored already) is ``harness.suite.jobs``.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import re
@@ -46,15 +46,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, gpu_list, regex
-from harness.measure.gpu_state import visible_entry
-from harness.suite import discovery, result_files, shard
+from harness.suite import discovery, shard
+from harness.suite.jobs import Job, plan_units
+from harness.suite.target import ROOT, Lane, SuiteError, Target, environment
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 _PROGRESS = re.compile(r"^\[\s*([\d.]+)%\]")
 _TIMING = re.compile(r"^timing (\S+)(?: (\S+))?: ([\d.]+) s$")
 
@@ -75,141 +74,6 @@ def read_timings(lines) -> list[tuple[str, str, float]]:
     return out
 
 
-@dataclass(frozen=True)
-class Target:
-    """One commit to measure: the checkout holding its suite and code, and where asv
-    stores the results."""
-
-    tree: Path  # the checkout measured (this one, or a worktree of an older commit)
-    sha: str
-    machine: str  # asv machine name (a GPU index is appended under --gpus)
-    python: str = sys.executable
-    config: Path | None = None  # asv.conf.json to run with; default tree/asv.conf.json
-    env: Mapping[str, str] = field(default_factory=dict)  # extra environment
-
-    def asv(self, *args: str) -> list[str]:
-        conf = ["--config", str(self.config)] if self.config else []
-        return [self.python, "-m", "asv", args[0], *conf, *args[1:]]
-
-    def results_dir(self) -> Path:
-        path = discovery.conf_path(self.config or self.tree)
-        conf = discovery.read_asv_conf(path)
-        return (path.parent / conf.get("results_dir", "results")).resolve()
-
-
-class SuiteError(RuntimeError):
-    """The target's suite cannot be listed (it does not import: a syntax error in its
-    kernels, say); the message is the error's one line."""
-
-
-def suite_listing(target: Target) -> dict[str, dict]:
-    """``discovery.listing`` of the target's suite: in this process for this checkout;
-    for another revision's tree in a child process with that tree on the path, since its
-    suite imports that revision's harness and kernels. SuiteError when it fails."""
-    if target.tree.resolve() == ROOT:
-        try:
-            return discovery.listing(ROOT)
-        except Exception as err:  # anything the suite's import raises
-            raise SuiteError(f"{type(err).__name__}: {err}") from err
-    script = Path(discovery.__file__).resolve()
-    out = subprocess.run(
-        [target.python, str(script), "--list", str(target.tree)],
-        cwd=target.tree,
-        env=_env(target, None),
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    lines = [line.strip() for line in out.stderr.splitlines() if line.strip()]
-    if out.returncode:
-        raise SuiteError(lines[-1] if lines else f"listing exited {out.returncode}")
-    try:
-        listed = json.loads(out.stdout)
-    except ValueError as err:
-        raise SuiteError(f"the listing is not JSON ({err})") from None
-    if not isinstance(listed, dict):
-        raise SuiteError(f"the listing is a JSON {type(listed).__name__}, not an object")
-    return listed
-
-
-def select(listed: Mapping[str, dict], user: list[str]) -> dict[str, list[str]]:
-    """``{unit: asv names selected}`` for every unit with at least one; all of a unit's
-    names without ``user`` regexes. A regex may match asv's name or the gate's
-    (``discovery.selected``)."""
-    out = {}
-    for unit, entry in listed.items():
-        chosen = [name for name, aka in entry["names"].items() if discovery.selected(aka, user)]
-        if chosen:
-            out[unit] = chosen
-    return out
-
-
-def selectors(unit: str, chosen: list[str], every: int) -> list[str]:
-    """asv ``-b`` arguments that run exactly ``chosen`` of a unit holding ``every`` names:
-    the unit's prefix when all are chosen, else each name anchored."""
-    if len(chosen) == every:
-        return ["-b", shard.asv_regex(unit)]
-    return [arg for name in chosen for arg in ("-b", f"^{re.escape(name)}$")]
-
-
-def stored(results_dir: Path, machine: str, sha: str) -> set[str]:
-    """asv names (with params) that hold a result for ``sha`` on ``machine``."""
-    from asv.results import iter_results_for_machine_and_hash
-
-    done: set[str] = set()
-    try:
-        for result in iter_results_for_machine_and_hash(str(results_dir), machine, sha):
-            for key in result.get_all_result_keys():
-                params = result.get_result_params(key)
-                values = result.get_result_value(key, params)
-                combos = list(itertools.product(*params)) if params else [()]
-                if not isinstance(values, list):
-                    values = [values]
-                for combo, value in zip(combos, values, strict=False):
-                    # asv writes NaN for a combination the run did not select.
-                    if value is not None and value == value:
-                        done.add(f"{key}({', '.join(combo)})" if combo else key)
-    except OSError:
-        pass
-    return done
-
-
-def machine_name(stem: str, gpu: int | None) -> str:
-    """asv machine of one GPU of a host (``h200-gpu1``), or the host's with one device."""
-    return stem if gpu is None else f"{stem}-gpu{gpu}"
-
-
-@dataclass(frozen=True, slots=True)
-class Lane:
-    """Where units run one after another: one GPU of the host (``gpu``), the visible
-    device (neither set), or one of the host's CPU lanes with no GPU visible (``cpu``,
-    numbered by ``slot``)."""
-
-    gpu: int | None = None
-    cpu: bool = False
-    slot: int = 0
-
-    def __post_init__(self):
-        if self.cpu and self.gpu is not None:
-            raise ValueError(f"Lane(gpu={self.gpu}, cpu=True): a CPU lane has no GPU")
-        if self.slot < 0 or (self.slot and not self.cpu):
-            raise ValueError(f"Lane(slot={self.slot}): only a CPU lane has a slot, >= 0")
-
-    def machine(self, stem: str) -> str:
-        """``<stem>-cpu``, ``<stem>-cpu1``, ... or the GPU's (``machine_name``)."""
-        return f"{stem}-{self.tag}" if self.cpu else machine_name(stem, self.gpu)
-
-    @property
-    def tag(self) -> str:
-        """``gpu0``, ``cpu`` (``cpu1``, ...), or ``gpu`` for the visible device."""
-        if self.cpu:
-            return f"cpu{self.slot or ''}"
-        return "gpu" if self.gpu is None else f"gpu{self.gpu}"
-
-
-CPU_LANE = Lane(cpu=True)
-
-
 @dataclass
 class UnitRun:
     unit: str  # the piece's key: a unit, or a group of its combinations (gemm.Tuned[1/2])
@@ -217,90 +81,6 @@ class UnitRun:
     code: int = 0
     seconds: float = 0.0
     skipped: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One ``asv run``: a piece of a unit, narrowed to what is selected and not stored."""
-
-    piece: shard.Piece
-    bench: tuple[str, ...]  # its -b arguments
-    combos: tuple[str, ...]  # the combinations its family process measures
-    solo: bool = False
-
-
-def lane_pieces(
-    listed: Mapping[str, dict],
-    gpus: list[int] | None,
-    weights: Mapping[str, Mapping],
-    piece: float = 0.0,
-    cpu_lanes: int = 1,
-) -> dict[Lane, list[shard.Piece]]:
-    """Each lane's pieces in the order it runs them. With ``gpus``: ``shard.plan_suite``
-    on ``weights`` (``shard.combination_weights``, seconds; ``piece`` the seconds of one
-    ``asv run``; the whole suite, so a combination's lane does not depend on the
-    selection): the GPU units over ``gpus``, the CPU-only units over at most
-    ``cpu_lanes`` CPU lanes. Without: the GPU units whole on the visible device, a solo
-    unit first, and the CPU-only units whole in one CPU lane."""
-
-    def whole(unit: str) -> shard.Piece:
-        combos = tuple(sorted({aliases[1] for aliases in listed[unit]["names"].values()}))
-        return shard.Piece(unit, unit, combos, 0.0)
-
-    solo = {u for u, entry in listed.items() if entry["solo"]}
-    cpu_units = [u for u, entry in listed.items() if not entry.get("gpu", True) and u not in solo]
-    gpu_units = [u for u in listed if u not in cpu_units]
-    out: dict[Lane, list[shard.Piece]] = {}
-    if gpus:
-        units = {u: weights[u] for u in listed}
-        planned = shard.plan_suite(units, gpus, piece, solo, set(cpu_units), cpu_lanes)
-        out = {Lane(g): ps for g, ps in planned.gpu.items() if ps}
-        out.update({Lane(cpu=True, slot=i): ps for i, ps in enumerate(planned.cpu)})
-        return out
-    if gpu_units:
-        out[Lane()] = [whole(u) for u in sorted(gpu_units, key=lambda u: u not in solo)]
-    if cpu_units:
-        out[CPU_LANE] = [whole(u) for u in cpu_units]
-    return out
-
-
-def plan_units(
-    target: Target, user: list[str], gpus: list[int] | None, log: Callable[[str], None] = print
-) -> tuple[dict[Lane, list[Job]], int]:
-    """Each lane's jobs (``lane_pieces``, each piece narrowed to the selection minus the
-    combinations stored for this commit on that lane's machine) and how many pieces
-    hold a selected benchmark. A damaged results file of the commit is set aside first
-    (``result_files.sweep``), so its combinations count as not stored."""
-    listed = suite_listing(target)
-    chosen = select(listed, user)
-    every = {u: len(entry["names"]) for u, entry in listed.items()}
-    # weights need the kernels' shapes: this checkout's suite only
-    cal = shard.recorded_calibration(target.tree) if gpus else None
-    weights = shard.combination_weights(target.tree, cal) if cal else {}
-    piece = cal.piece if cal else 0.0
-    results_dir = target.results_dir()
-    done_by_machine: dict[str, set[str]] = {}
-    lanes: dict[Lane, list[Job]] = {}
-    selected = 0
-    cpu_lanes = shard.cpu_lanes(os.cpu_count() or 1)
-    for lane, lane_ps in lane_pieces(listed, gpus, weights, piece, cpu_lanes).items():
-        machine = lane.machine(target.machine)
-        if machine not in done_by_machine:
-            result_files.sweep(results_dir, machine, target.sha, lambda s: log(f"run: {s}"))
-            done_by_machine[machine] = stored(results_dir, machine, target.sha)
-        done = done_by_machine[machine]
-        for piece in lane_ps:
-            aliases = listed[piece.unit]["names"]
-            mine = [n for n in chosen.get(piece.unit, []) if aliases[n][1] in piece.combos]
-            selected += bool(mine)
-            todo = [n for n in mine if n not in done]
-            if not todo:
-                continue
-            combos = tuple(sorted({aliases[n][1] for n in todo}))
-            bench = tuple(selectors(piece.unit, todo, every[piece.unit]))
-            solo = listed[piece.unit]["solo"]
-            lanes.setdefault(lane, []).append(Job(piece, bench, combos, solo))
-    return lanes, selected
 
 
 def run_target(
@@ -340,7 +120,7 @@ def run_target(
         subprocess.run(
             target.asv("machine", "--yes", "--machine", lane.machine(target.machine)),
             cwd=target.tree,
-            env=_env(target, lane),
+            env=environment(target, lane),
             check=True,
             capture_output=True,
         )
@@ -393,16 +173,6 @@ def run_target(
     return EXIT_FAILURE if failed else EXIT_OK
 
 
-def _env(target: Target, lane: Lane | None) -> dict[str, str]:
-    env = {**os.environ, **target.env}
-    if lane is not None and lane.cpu:
-        # Nothing in the CPU lane may open a CUDA context on a GPU another lane times.
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    elif lane is not None and lane.gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible_entry(lane.gpu)
-    return env
-
-
 # Every `asv run` rewrites ~/.asv-machine.json in place as it starts (Machine.load), and
 # another one reading it half-written fails. Lanes start their runs one at a time: the
 # next waits until this one logs its discovery, which asv does after that write.
@@ -412,7 +182,7 @@ _DISCOVERING = "Discovering benchmarks"
 
 def _run_unit(target, unit, lane, bench, asv_args, log, combos=()) -> UnitRun:
     machine = lane.machine(target.machine)
-    env = _env(target, lane)
+    env = environment(target, lane)
     if combos:
         env[discovery.COMBINATIONS_ENV] = json.dumps(list(combos))
     cmd = target.asv(

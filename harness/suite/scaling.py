@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, gpu_list, regex
 from harness.suite import discovery, run, shard
+from harness.suite.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -49,7 +50,7 @@ def leg_name(gpus: list[int]) -> str:
     return "gpus-" + "-".join(str(g) for g in gpus)
 
 
-def measure_leg(target: run.Target, gpus: list[int], user: list[str], log) -> dict:
+def measure_leg(target: Target, gpus: list[int], user: list[str], log) -> dict:
     lines: list[str] = []
 
     def keep(line: str) -> None:
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for leg in ([gpus[0]], gpus):
         folder = ROOT / ".asv" / "scaling" / leg_name(leg)
         shutil.rmtree(folder, ignore_errors=True)
-        target = run.Target(ROOT, sha, machine, config=leg_config(ROOT, folder))
+        target = Target(ROOT, sha, machine, config=leg_config(ROOT, folder))
         print(f"scaling: {leg_name(leg)}", flush=True)
         legs.append(measure_leg(target, leg, args.bench, lambda line: print(line, flush=True)))
     record = {

@@ -8,10 +8,10 @@ A piece is a family's combinations in one lane: a family (benchmark class) whole
 of its balanced groups of combinations (``gemm.Tuned[1/2]``). Each piece is one ``asv
 run``, whose family process measures the piece's combinations only (the runner lists them
 in ``discovery.COMBINATIONS_ENV``). Weights are seconds of the recorded cost model
-(``Calibration``, from ``COST_MODEL``): a piece costs ``Calibration.piece`` (asv's
-start-up and the family's process) plus its combinations' seconds. ``plan_suite`` looks
-for the split whose busiest GPU is least (``partition``), cutting a family only where
-that lowers it more than the cut costs (``balance``). The CPU-only classes (``static``)
+(``harness.suite.weights``): a piece costs ``Calibration.piece`` (asv's start-up and the
+family's process) plus its combinations' seconds. ``plan_suite`` looks for the split
+whose busiest GPU is least (``partition``), cutting a family only where that lowers it
+more than the cut costs (``balance``). The CPU-only classes (``static``)
 need no GPU and run in CPU lanes of their own beside the GPUs, cut over up to one lane per
 ``CORES_PER_CPU_LANE`` cores only where one lane would end after the busiest GPU.
 
@@ -30,22 +30,15 @@ hashed home per name within a slack.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness.measure.gpu_state import visible_entry
-from harness.revisions.placement import parse_gpus, rank
+from harness.revisions.placement import rank
 from harness.suite import discovery
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-# The recorded cost model the plan weighs by (``harness.suite.cost`` writes it): seconds
-# measured on an H200 host. On another GPU the seconds differ, but their ratios (what the
-# balance needs) much less.
-COST_MODEL = ROOT / "reports" / "cost_h200.json"
 # Host cores per CPU lane. A CPU lane's compiles use half of its cores
 # (``discovery.CPU_WORKERS_ENV``); the other half serve the GPU lanes (each timing loop
 # needs a free core). The H200 runner hosts have 16 per GPU: one CPU lane per GPU.
@@ -53,105 +46,6 @@ CORES_PER_CPU_LANE = 16
 # Candidate plans ``balance`` compares are exact partitions within this many search steps
 # (then the best found): a fixed budget, so the plan depends on names and weights alone.
 SEARCH_STEPS = 20_000
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """The plan's weights, in seconds of a recorded cost model (``harness.suite.cost``):
-    one ``asv run`` (``piece``: asv's start-up, the family's process), a GPU combination
-    (``combination`` plus ``tflop`` per TFLOP it measures) and a CPU one
-    (``cpu_combination``: the CPU lane's seconds less a piece, per combination)."""
-
-    piece: float
-    combination: float
-    tflop: float
-    cpu_combination: float
-
-    def __post_init__(self):
-        for name in ("piece", "combination", "tflop", "cpu_combination"):
-            value = getattr(self, name)
-            if not 0 <= value < math.inf:
-                raise ValueError(f"Calibration.{name}={value}: must be finite and >= 0")
-
-    def gpu(self, flops: int | None) -> float:
-        """Seconds of one GPU combination; an invalid one (``None``) is skipped at once."""
-        return 0.0 if flops is None else self.combination + self.tflop * flops / 1e12
-
-    @classmethod
-    def of_model(cls, model: Mapping, cpu_combinations: int) -> Calibration:
-        """From a cost model's ``fit`` and ``cpu_lane`` (whose seconds the suite's
-        ``cpu_combinations`` share equally: the runs timed the CPU lane whole)."""
-        fit = model["fit"]
-        cpu = max(0.0, model["cpu_lane"] - fit["a"]) / max(1, cpu_combinations)
-        return cls(fit["a"], fit["b"], fit["c"], cpu)
-
-
-def recorded_calibration(root: Path = ROOT, path: Path = COST_MODEL) -> Calibration:
-    """``Calibration.of_model`` of the model recorded at ``path``, for the suite in ``root``."""
-    try:
-        model = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: cannot read the recorded cost model ({err})") from None
-    cpu = sum(len(names) for names in cpu_combinations(root).values())
-    try:
-        return Calibration.of_model(model, cpu)
-    except (KeyError, TypeError) as err:
-        raise ValueError(f"{path}: needs fit.a, fit.b, fit.c and cpu_lane ({err!r})") from None
-
-
-def suite_units(root: Path = ROOT) -> dict[str, list[discovery.Family]]:
-    """The plan's units: ``{"gemm.Stage": [Stage], "static": [...]}``. A GPU family is a
-    unit of its own; a module's CPU families form one unit named after the module."""
-    out: dict[str, list[discovery.Family]] = {}
-    for family in discovery.families(root):
-        out.setdefault(discovery.unit_of(family), []).append(family)
-    return out
-
-
-def combination_flops(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
-    """``{GPU unit: {combination name: flops}}`` of the suite in ``root``, by the gate's
-    names (``gemm.Stage(4096x4096x4096, 128, 3, f16)``), from the shapes each family's
-    ``case`` maps them to (no GPU needed); None for an invalid combination. The CPU units
-    are left out."""
-    out: dict[str, dict[str, int | None]] = {}
-    for unit, families in suite_units(root).items():
-        if not all(f.is_gpu for f in families):
-            continue
-        combos = out.setdefault(unit, {})
-        for family in families:
-            bench = family.cls()
-            for combo in family.combinations():
-                try:
-                    shape, _ = bench.case(*combo)
-                except ValueError:
-                    flops = None
-                else:
-                    flops = shape.flops
-                combos[family.combination_name(combo)] = flops
-    return out
-
-
-def cpu_combinations(root: Path = ROOT) -> dict[str, list[str]]:
-    """``{CPU unit: [combination name, ...]}`` of the suite in ``root``."""
-    return {
-        unit: [f.combination_name(c) if c else f.full for f in families for c in f.combinations()]
-        for unit, families in suite_units(root).items()
-        if not all(f.is_gpu for f in families)
-    }
-
-
-def combination_weights(root: Path = ROOT, cal: Calibration | None = None) -> dict[str, dict]:
-    """``{unit: {combination name: seconds}}`` of every unit of the suite in ``root`` by
-    ``cal`` (default: ``recorded_calibration``): a GPU combination by its work, a CPU one
-    at ``cpu_combination``."""
-    cal = cal or recorded_calibration(root)
-    out = {
-        unit: {c: cal.gpu(f) for c, f in combos.items()}
-        for unit, combos in combination_flops(root).items()
-    }
-    for unit, names in cpu_combinations(root).items():
-        out[unit] = dict.fromkeys(names, cal.cpu_combination)
-    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,12 @@ import subprocess
 import pytest
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
+from harness.report import issue as issue_report
 from harness.suite import announce as an
-from harness.suite import issue_text
-from harness.suite import regressions as rg
+from harness.suite import issue_state
+from harness.suite.detector.records import Regression
 from harness.suite.github_api import LABEL
+from harness.suite.regressions_file import load_rows
 from tests.fake_github import FakeGitHub
 
 REPO = "acme/gemm"
@@ -28,7 +30,7 @@ def entry(machine="h200", good=C[3], bad=C[4], after=1.2e-3, benchmark=BENCH, co
     """One regression as harness.suite.regressions writes it (after its good..bad)."""
     if commits is None:
         commits = C[C.index(good) + 1 : C.index(bad) + 1]
-    return rg.Regression(
+    return Regression(
         benchmark=benchmark,
         machine=machine,
         good=good,
@@ -134,8 +136,8 @@ def test_two_machines_on_overlapping_ranges_open_one_issue_on_the_common_commits
     assert f"<!-- regression: {BENCH} {C[3]}..{C[4]} -->" in issue["body"]
     assert f"**Culprit: {C[4][:10]}**" in issue["body"] and "| h100 |" in issue["body"]
     # The other order, and the wider range first: still one step, on c5.
-    assert an.steps(an.load_rows([entry("h200"), entry("h100", good=C[2], bad=C[6])])) == (
-        an.steps(an.load_rows([entry("h100", good=C[2], bad=C[6]), entry("h200")]))
+    assert an.steps(load_rows([entry("h200"), entry("h100", good=C[2], bad=C[6])])) == (
+        an.steps(load_rows([entry("h100", good=C[2], bad=C[6]), entry("h200")]))
     )
 
 
@@ -171,7 +173,7 @@ def test_a_closed_issue_is_left_alone(gh, tmp_path, capsys):
 def test_issues_are_found_on_any_page_and_pull_requests_are_not_issues(gh, tmp_path):
     for i in range(4):
         gh.add(f"unrelated {i}")
-    gh.add(issue_text.marker(f"{BENCH} {C[3]}..{C[4]}"), pr=True)  # a PR quoting it
+    gh.add(issue_state.marker(f"{BENCH} {C[3]}..{C[4]}"), pr=True)  # a PR quoting it
     run(gh, [entry()], tmp_path)
     gh.calls.clear()
     run(gh, [entry(after=1.3e-3)], tmp_path)
@@ -183,7 +185,7 @@ def test_issues_are_found_on_any_page_and_pull_requests_are_not_issues(gh, tmp_p
 
 
 def test_a_persons_issue_quoting_the_marker_is_never_rewritten(gh, tmp_path):
-    quoted = issue_text.render_body(an.steps(an.load_rows([entry()]))[0], REPO, "x")
+    quoted = issue_report.render_body(an.steps(load_rows([entry()]))[0], REPO, "x")
     gh.add(f"Seen this too:\n{quoted}", author="a-person")
     assert run(gh, [entry(after=1.5e-3)], tmp_path) == EXIT_OK
     assert gh.issues[1]["body"].startswith("Seen this too:") and 1 not in gh.comments
@@ -201,7 +203,7 @@ def test_an_installation_token_acts_as_the_actions_bot(gh, tmp_path, capsys):
 
 
 def test_author_names_the_identity_without_asking(gh, tmp_path):
-    gh.add(issue_text.render_body(an.steps(an.load_rows([entry()]))[0], REPO, "x"), author="bot9")
+    gh.add(issue_report.render_body(an.steps(load_rows([entry()]))[0], REPO, "x"), author="bot9")
     assert run(gh, [entry(after=1.3e-3)], tmp_path, "--author", "bot9") == EXIT_OK
     assert "1.30ms" in gh.issues[1]["body"] and ("GET", "/user") not in gh.calls
 
@@ -241,7 +243,7 @@ def test_an_issue_stays_open_without_evidence_that_it_is_back(gh, tmp_path, rows
 
 def _suite_name(unit="gemm.Stage"):
     from harness.suite import discovery
-    from harness.suite.run import ROOT
+    from harness.suite.target import ROOT
 
     listed = discovery.listing(ROOT)
     return listed, next(iter(listed[unit]["names"]))
@@ -252,7 +254,8 @@ def test_the_printed_bisect_command_selects_exactly_the_announced_benchmark(
 ):
     from harness.gate import bisection as bisect
     from harness.suite import history
-    from harness.suite.run import ROOT, select
+    from harness.suite.jobs import select
+    from harness.suite.target import ROOT
 
     listed, name = _suite_name()
     assert "'" in name  # the quotes that broke the command's shell quoting
@@ -285,7 +288,7 @@ def test_hostile_names_stay_inert_in_the_command(gh, tmp_path):
         text=True,
         check=True,
     ).stdout.split("\0")[:-1]
-    assert shown == ["-s", "bisect", "--", C[1], C[4], "-b", issue_text.bench_regex(HOSTILE)]
+    assert shown == ["-s", "bisect", "--", C[1], C[4], "-b", issue_report.bench_regex(HOSTILE)]
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "out").exists()
     assert re.search(shown[-1], HOSTILE) and not re.search(shown[-1], HOSTILE + "x")
 
@@ -304,7 +307,7 @@ def test_hostile_names_and_subjects_stay_inert_in_the_markdown(gh, tmp_path):
     escaped = escaped.replace('"', "&quot;")
     assert f"<code>{escaped}</code>" in html  # the whole name, one code span
     assert "<code>`x` &lt;script&gt;alert(1)&lt;/script&gt; @everyone #1</code>" in html
-    assert issue_text.parse(body).benchmark == HOSTILE
+    assert issue_state.parse(body).benchmark == HOSTILE
 
 
 # --- input, limits and errors ------------------------------------------------------------
@@ -343,7 +346,7 @@ def test_a_folder_of_artifacts_is_searched_and_an_empty_one_is_nothing(gh, tmp_p
 def test_an_issue_written_before_the_state_line_is_still_updated(gh, tmp_path):
     old_rows = {"h200": {"before": "1.00ms", "after": "1.20ms", "ratio": 1.2, "threshold": 0.02,
                          "source": "history"}}  # fmt: skip
-    old = f"{issue_text.marker(f'{BENCH} {C[3]}..{C[4]}')}\n<!-- regression-data: "
+    old = f"{issue_state.marker(f'{BENCH} {C[3]}..{C[4]}')}\n<!-- regression-data: "
     gh.add(old + json.dumps(old_rows) + " -->\nold text")
     assert run(gh, [entry("h100", after=1.3e-3)], tmp_path) == EXIT_OK
     body = gh.issues[1]["body"]
@@ -361,7 +364,7 @@ def test_text_from_the_artifact_is_inert_in_the_table(gh, tmp_path):
     assert run(gh, [row], tmp_path) == EXIT_OK
     body = gh.issues[1]["body"]
     assert "<img" not in body and "1ms \\| &lt;img src=x&gt;" in body and "(\\`x\\`)" in body
-    assert issue_text.parse(body).rows["h200"]["before_text"] == "1ms | <img src=x>"
+    assert issue_state.parse(body).rows["h200"]["before_text"] == "1ms | <img src=x>"
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,11 @@ import pytest
 
 from harness.cli import EXIT_FAILURE, EXIT_OK
 from harness.revisions import git as revisions
-from harness.suite import history, result_files
+from harness.suite import history, jobs, result_files
 from harness.suite import regressions as rg
-from harness.suite import run as suite_run
+from harness.suite.detector import inputs as detector_inputs
+from harness.suite.series import load_history
+from harness.suite.target import Target
 from tests.fakes import commit, git, tiny_asv_conf, tiny_gpu_family
 
 MACHINE = "testbox"
@@ -89,7 +91,7 @@ def test_a_commit_that_does_not_build_is_stored_as_failed_and_the_rest_measured(
     assert f"history: {shas[3][:10]} cannot be measured: RuntimeError: ptxas fatal" in out
     # Every other commit is measured, the broken ones' later ones too.
     for i in MEASURED:
-        assert suite_run.stored(_results(repo), MACHINE, shas[i]) == {
+        assert result_files.stored(_results(repo), MACHINE, shas[i]) == {
             "fam.Family.track_value(1)",
             "fam.Family.track_value(2)",
         }
@@ -110,13 +112,13 @@ def test_a_commit_that_does_not_build_is_stored_as_failed_and_the_rest_measured(
 def test_a_failed_commit_is_not_tried_again_unless_asked(copied, capsys, monkeypatch):
     repo, shas = copied
     listed = []
-    real = suite_run.suite_listing
+    real = jobs.suite_listing
 
     def counting(target):
         listed.append(target.sha)
         return real(target)
 
-    monkeypatch.setattr(suite_run, "suite_listing", counting)
+    monkeypatch.setattr(jobs, "suite_listing", counting)
     assert _backfill("main") == EXIT_OK
     out = capsys.readouterr().out
     assert f"{shas[1][:10]} is stored as failed (SyntaxError:" in out
@@ -132,7 +134,7 @@ def test_publish_skips_a_failed_newest_commit(tmp_path, capsys, monkeypatch):
     repo = tmp_path / "repo"
     shas = _make(repo)
     _work_in(monkeypatch, repo)
-    target = suite_run.Target(repo, shas[1], MACHINE)
+    target = Target(repo, shas[1], MACHINE)
     result_files.record_failure(target, "SyntaxError: '(' was never closed\n  more")
     # The newest stored commit is where publish starts; a failed one is not measured.
     assert history.after_newest_stored("main", _results(repo), MACHINE, repo) == shas[1:]
@@ -145,8 +147,8 @@ def test_publish_skips_a_failed_newest_commit(tmp_path, capsys, monkeypatch):
 
 def test_the_detector_and_asv_publish_read_past_a_failed_commit(backfilled, capsys, monkeypatch):
     repo, shas, _, _ = backfilled
-    monkeypatch.setattr(rg, "ROOT", repo)  # the branch that orders the commits
-    series, ignored = result_files.load_history(_results(repo), MACHINE, shas)
+    monkeypatch.setattr(detector_inputs, "ROOT", repo)  # the branch that orders the commits
+    series, ignored = load_history(_results(repo), MACHINE, shas)
     assert len(series) == 2 and ignored == 0
     for one in series:
         assert [p.commit for p in one.points] == [shas[i] for i in MEASURED]

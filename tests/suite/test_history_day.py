@@ -23,12 +23,12 @@ import pytest
 
 from harness.cli import EXIT_FAILURE, EXIT_OK
 from harness.revisions import git as revisions
-from harness.suite import announce, history, issue_text, result_files
+from harness.suite import announce, history, issue_state, result_files
 from harness.suite import regressions as rg
-from harness.suite import run as suite_run
+from harness.suite.detector import inputs as detector_inputs
 from harness.suite.github_api import LABEL
 from harness.suite.results_branch import BRANCH
-from harness.suite.run import ROOT  # this checkout: the racing runner's harness
+from harness.suite.target import ROOT  # this checkout: the racing runner's harness
 from tests.fake_github import FakeGitHub
 from tests.fakes import commit, git, tiny_asv_conf, tiny_gpu_family
 
@@ -185,7 +185,7 @@ def test_a_day_on_main_stores_every_commit_and_announces_the_step_once(
     repo, remote = tmp_path / "repo", tmp_path / "origin.git"
     repo.mkdir()
     git("init", "-q", "--bare", str(remote), cwd=tmp_path)
-    for module in (history, revisions, rg):  # git and asv in the throwaway repository
+    for module in (history, revisions, detector_inputs):  # git and asv in the throwaway repository
         monkeypatch.setattr(module, "ROOT", repo)
     monkeypatch.chdir(repo)  # the results branch's git runs where publish runs
     with FakeGitHub(repo=REPO) as gh:
@@ -226,7 +226,7 @@ def _day(tmp_path, repo, remote, gh, monkeypatch, capsys):
     assert "pushed results to origin/asv-results" in out
 
     # A person's issue, labelled as ours are, that quotes the very marker of the step.
-    quoted = issue_text.marker(f"{STEP} {merge}..{culprit}")
+    quoted = issue_state.marker(f"{STEP} {merge}..{culprit}")
     person = gh.add(f"The graphs jumped, see the bot's\n{quoted}", author="a-person")
     persons_issue = json.dumps(gh.issues[person], sort_keys=True)
     artifact = tmp_path / "artifact2"
@@ -240,14 +240,14 @@ def _day(tmp_path, repo, remote, gh, monkeypatch, capsys):
     assert set(failed) == {broken} and failed[broken].error.startswith("SyntaxError:")
     for sha in first_parent:
         if sha != broken:
-            assert suite_run.stored(stored, MACHINE, sha) == {
+            assert result_files.stored(stored, MACHINE, sha) == {
                 "gemm.Stage.track_latency(1)",
                 "gemm.Stage.track_latency(2)",
             }, sha
-            assert STEP in suite_run.stored(stored, CPU_MACHINE, sha), sha
+            assert STEP in result_files.stored(stored, CPU_MACHINE, sha), sha
     # The other runner's results and benchmarks.json are on it too; of the benchmark
     # both suites hold, main's revision (this runner's, the later push) wins.
-    assert suite_run.stored(stored, OTHER, morning[-1])
+    assert result_files.stored(stored, OTHER, morning[-1])
     suite = json.loads((stored / "benchmarks.json").read_text())
     assert "gemm.Stage.track_tflops" in suite
     assert suite["static.Static.track_registers"]["version"] != "0" * 64
@@ -270,7 +270,7 @@ def _day(tmp_path, repo, remote, gh, monkeypatch, capsys):
     assert issue["title"] == f"Perf regression: {STEP} ({culprit[:8]})"
     assert issue["labels"] == [{"name": LABEL}] and issue["state"] == "open"
     assert f"**Culprit: {culprit[:10]}** ` Kernel: 4 pipeline stages ` by ` Ada Lovelace `" in body
-    assert issue_text.parse(body).span.culprit == culprit
+    assert issue_state.parse(body).span.culprit == culprit
     # Adjacent GOOD and BAD: the culprit is named, and there is nothing to bisect.
     assert "nox -s bisect" not in body and "nox -s backfill" not in body
     assert json.dumps(gh.issues[person], sort_keys=True) == persons_issue

@@ -19,6 +19,13 @@ from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
 from harness.policy import POLICY
 from harness.suite import regressions as rg
 from harness.suite import result_files
+from harness.suite.detector import inputs as detector_inputs
+from harness.suite.detector.find import find
+from harness.suite.detector.inputs import with_commits
+from harness.suite.detector.steps import latest_step
+from harness.suite.detector.threshold import threshold_for
+from harness.suite.regressions_file import JSON_VERSION
+from harness.suite.series import load_history
 
 MACHINE = "testgpu"
 N_COMMITS = 30
@@ -126,7 +133,8 @@ def history(tmp_path, monkeypatch):
     shas = _commits(tmp_path / "repo", N_COMMITS)
     results = tmp_path / "results"
     write_history(results, MACHINE, shas, HISTORIES, random.Random(20261130))
-    monkeypatch.setattr(rg, "ROOT", tmp_path / "repo")  # the git history that orders commits
+    # the git history that orders commits
+    monkeypatch.setattr(detector_inputs, "ROOT", tmp_path / "repo")
     return results, shas
 
 
@@ -136,7 +144,7 @@ def _by_name(found):
 
 def test_the_latest_step_up_beyond_the_noise_is_flagged_with_its_commit_range(history):
     results, shas = history
-    found = _by_name(rg.find(results, MACHINE, shas, calibration={}))
+    found = _by_name(find(results, MACHINE, shas, calibration={}))
     assert set(found) == FLAGGED
     up = found[QUIET_UP]
     assert (up.good, up.bad) == (shas[STEP_AT - 1], shas[STEP_AT])
@@ -148,9 +156,9 @@ def test_the_latest_step_up_beyond_the_noise_is_flagged_with_its_commit_range(hi
 
 def test_each_benchmark_is_judged_by_its_own_noise(history):
     results, shas = history
-    series = {s.name: s for s in result_files.load_history(results, MACHINE, shas)[0]}
-    quiet = rg.threshold_for(series[QUIET_SMALL], {})
-    noisy = rg.threshold_for(series[NOISY_UP], {})
+    series = {s.name: s for s in load_history(results, MACHINE, shas)[0]}
+    quiet = threshold_for(series[QUIET_SMALL], {})
+    noisy = threshold_for(series[NOISY_UP], {})
     assert POLICY.floor <= quiet.value < 0.03  # the floor, or near it
     assert noisy.value > max(0.08, 3 * quiet.value)  # ~3 x 5% run-to-run: a 4% step is noise
     assert 0.02 < noisy.spread < 0.1
@@ -163,7 +171,7 @@ def test_a_calibration_threshold_replaces_the_derived_one(history):
         QUIET_UP_GATE: {"threshold": 0.25, "spread": 0.04},  # covers both of its tracks
         "gemm.Stage(4096x4096x4096, 256, 3, f16)": {"threshold": 0.03},
     }
-    found = _by_name(rg.find(results, MACHINE, shas, calibration=calibration))
+    found = _by_name(find(results, MACHINE, shas, calibration=calibration))
     assert set(found) == {QUIET_SMALL}
     (hit,) = found.values()
     assert (hit.threshold, hit.threshold_source, hit.spread) == (0.03, "calibration", None)
@@ -198,7 +206,7 @@ def test_the_default_calibration_file_is_the_machines(history, tmp_path, monkeyp
 def test_only_the_latest_confirmed_step_counts(levels, flagged):
     rng = random.Random()
     values = [v * (1 + rng.gauss(0, 0.004)) for v in levels]
-    step = rg.latest_step(values, None, threshold=0.03)
+    step = latest_step(values, None, threshold=0.03)
     assert (step is not None and step.ratio > 1.03) == flagged
     if flagged:
         first_after = max(i for i in range(1, len(levels)) if levels[i] != levels[i - 1])
@@ -213,7 +221,7 @@ def test_a_step_that_asvs_own_penalty_search_misses_is_found():
               996.8, 998.1, 996.7, 1001.3, 1001.7, 999.0, 995.3, 1001.2, 1000.7, 1040.1,
               1041.6, 1038.7, 1038.3, 1042.8, 1038.6, 1038.5, 1035.7, 1040.3, 1039.6]  # fmt: skip
     assert len(detect_steps(values)) == 1
-    step = rg.latest_step(values, None, threshold=0.02)
+    step = latest_step(values, None, threshold=0.02)
     assert (step.last_before, step.first_after) == (19, 20)
     assert step.ratio == pytest.approx(1.04, abs=0.002)
 
@@ -224,7 +232,7 @@ def test_the_report_as_markdown_and_json(history, tmp_path, capsys):
     code = rg.main(["--results", str(results), "--markdown", str(md), "--json", str(js)])
     assert code == EXIT_OK
     doc = json.loads(js.read_text())
-    assert doc["version"] == rg.JSON_VERSION
+    assert doc["version"] == JSON_VERSION
     rows = {r["benchmark"]: r for r in doc["regressions"]}
     assert set(rows) == FLAGGED
     row = rows[QUIET_UP]
@@ -258,7 +266,7 @@ def test_no_regression_is_a_report_too_and_fail_on_regression_exits_1(history, c
 
 def test_without_the_branch_in_git_the_results_dates_order_the_commits(history, capsys):
     results, shas = history
-    by_date = _by_name(rg.find(results, MACHINE, None, calibration={}))
+    by_date = _by_name(find(results, MACHINE, None, calibration={}))
     assert set(by_date) == FLAGGED and by_date[QUIET_UP].bad == shas[STEP_AT]
     assert rg.main(["--results", str(results), "--branch", "nosuch"]) == EXIT_OK
     assert "ordered by their results' dates" in capsys.readouterr().err
@@ -266,25 +274,25 @@ def test_without_the_branch_in_git_the_results_dates_order_the_commits(history, 
 
 def test_commits_not_measured_between_good_and_bad_are_in_the_record(tmp_path, monkeypatch):
     shas = _commits(tmp_path / "repo", N_COMMITS)
-    monkeypatch.setattr(rg, "ROOT", tmp_path / "repo")
+    monkeypatch.setattr(detector_inputs, "ROOT", tmp_path / "repo")
     gap = range(STEP_AT - 2, STEP_AT)  # two commits before the step were never measured
     measured = [sha for i, sha in enumerate(shas) if i not in gap]
     write_history(tmp_path / "results", MACHINE, shas, HISTORIES, random.Random())
     for i in gap:
         for path in (tmp_path / "results" / MACHINE).glob(f"{shas[i][:8]}*.json"):
             path.unlink()
-    found = rg.find(tmp_path / "results", MACHINE, measured, calibration={})
-    (row,) = [r for r in rg.with_commits(found, shas) if r.benchmark == QUIET_UP]
+    found = find(tmp_path / "results", MACHINE, measured, calibration={})
+    (row,) = [r for r in with_commits(found, shas) if r.benchmark == QUIET_UP]
     assert (row.good, row.bad) == (shas[STEP_AT - 3], shas[STEP_AT])
     assert row.commits == tuple(shas[STEP_AT - 2 : STEP_AT + 1]) and row.bad_subject == "c20"
     # Where git cannot say (no such repository), the record says so instead of guessing.
-    (bare,) = rg.with_commits([row], None, cwd=tmp_path)
+    (bare,) = with_commits([row], None, cwd=tmp_path)
     assert bare.commits is None and bare.bad_subject == ""
 
 
 def test_commits_off_the_branch_are_left_out(history, capsys):
     results, shas = history
-    series, ignored = result_files.load_history(results, MACHINE, shas[:25])
+    series, ignored = load_history(results, MACHINE, shas[:25])
     assert ignored == 5 and all(len(s.points) == 25 for s in series)
 
 
@@ -294,7 +302,7 @@ def test_a_failed_combination_is_a_gap_not_a_value(tmp_path):
     for i, sha in enumerate(shas):
         samples = None if i == 1 else [1e-3] * 5
         store(tmp_path, MACHINE, sha, 1_000 + i, {key: samples}, {"b.F.track_latency": "seconds"})
-    (series,), _ = result_files.load_history(tmp_path, MACHINE, shas)
+    (series,), _ = load_history(tmp_path, MACHINE, shas)
     assert [p.commit for p in series.points] == [shas[0], shas[2]]
 
 

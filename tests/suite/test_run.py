@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
+from harness.suite import discovery, result_files, shard, weights
+from harness.suite import jobs as suite_jobs
 from harness.suite import run as suite_run
-from harness.suite import shard
+from harness.suite.target import CPU_LANE, Lane, Target, suite_listing
 from tests.fakes import tiny_asv_conf
 
 SUITE = {
@@ -70,15 +72,17 @@ def repo(tmp_path):
     sha = subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=tmp_path, text=True).strip()
     for mod in [m for m in sys.modules if m == "suite" or m.startswith("suite.")]:
         del sys.modules[mod]
-    return suite_run.Target(tmp_path, sha, "testbox")
+    return Target(tmp_path, sha, "testbox")
 
 
 def _stored(target):
     """Both lanes' results: the GPU-like unit's and the CPU units' (``testbox-cpu``)."""
     return {
         name
-        for lane in (suite_run.Lane(), suite_run.CPU_LANE)
-        for name in suite_run.stored(target.results_dir(), lane.machine(target.machine), target.sha)
+        for lane in (Lane(), CPU_LANE)
+        for name in result_files.stored(
+            target.results_dir(), lane.machine(target.machine), target.sha
+        )
     }
 
 
@@ -131,21 +135,21 @@ def test_an_interrupted_run_keeps_the_finished_units_and_resumes(repo, monkeypat
     done = _stored(repo)
     assert {"cpu.Good.track_value(1)", "cpu.Good.track_value(2)"} <= done
     assert "other.Gpuish.track_value('a')" not in done
-    lanes, _ = suite_run.plan_units(repo, [], None)
+    lanes, _ = suite_jobs.plan_units(repo, [], None)
     # The interrupted unit is planned again (and the failed one, to retry it).
     assert sorted(job.piece.key for jobs in lanes.values() for job in jobs) == sorted(seen)
 
 
 def test_selection_by_asv_name_or_gate_name(repo):
-    units = suite_run.suite_listing(repo)
-    by_gate = suite_run.select(units, [r"cpu\.Good\(2\)"])
-    by_asv = suite_run.select(units, [r"cpu\.Good\.track_value\(2\)"])
+    units = suite_listing(repo)
+    by_gate = suite_jobs.select(units, [r"cpu\.Good\(2\)"])
+    by_asv = suite_jobs.select(units, [r"cpu\.Good\.track_value\(2\)"])
     assert by_gate == by_asv == {"cpu": ["cpu.Good.track_value(2)"]}
-    assert suite_run.selectors("cpu", by_gate["cpu"], 3) == [
+    assert suite_jobs.selectors("cpu", by_gate["cpu"], 3) == [
         "-b",
         r"^cpu\.Good\.track_value\(2\)$",
     ]
-    assert suite_run.selectors("cpu", ["a", "b", "c"], 3) == ["-b", r"^cpu\."]
+    assert suite_jobs.selectors("cpu", ["a", "b", "c"], 3) == ["-b", r"^cpu\."]
     assert suite_run.run_target(repo, ["NoSuchBenchmark"], log=print) == EXIT_FAILURE
 
 
@@ -165,7 +169,7 @@ def fake_asv(monkeypatch):
 
     monkeypatch.setattr(suite_run.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
-    monkeypatch.setattr(suite_run, "stored", lambda *a: set())
+    monkeypatch.setattr(result_files, "stored", lambda *a: set())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return runs
 
@@ -183,19 +187,19 @@ def _jobs(lanes):
 
 @pytest.fixture
 def nothing_stored(monkeypatch, tmp_path):
-    monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
+    monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
 
 
 def test_a_whole_unit_is_selected_by_its_prefix(nothing_stored):
-    target = suite_run.Target(ROOT, "abc", "h200")
-    lanes, _ = suite_run.plan_units(target, [], None)
-    assert sorted(j.piece.unit for j in _jobs(lanes)) == sorted(suite_run.suite_listing(target))
+    target = Target(ROOT, "abc", "h200")
+    lanes, _ = suite_jobs.plan_units(target, [], None)
+    assert sorted(j.piece.unit for j in _jobs(lanes)) == sorted(suite_listing(target))
     for job in _jobs(lanes):
         assert list(job.bench) == ["-b", shard.asv_regex(job.piece.unit)]
 
 
 def _gpu_combos():
-    listed = suite_run.discovery.listing(ROOT)
+    listed = discovery.listing(ROOT)
     return {
         aliases[1]
         for unit, entry in listed.items()
@@ -208,16 +212,16 @@ def _gpu_combos():
 def test_every_combination_runs_exactly_once_and_no_gpu_carries_the_largest_family(
     gpus, nothing_stored
 ):
-    target = suite_run.Target(ROOT, "abc", "h200")
-    lanes, _ = suite_run.plan_units(target, [], list(range(gpus)))
+    target = Target(ROOT, "abc", "h200")
+    lanes, _ = suite_jobs.plan_units(target, [], list(range(gpus)))
     gpu_jobs = [j for lane, jobs in lanes.items() if not lane.cpu for j in jobs]
     measured = [c for j in gpu_jobs for c in j.combos]
     assert sorted(measured) == sorted(_gpu_combos())
     cpu_jobs = [j for lane, jobs in lanes.items() if lane.cpu for j in jobs]
-    every_cpu = shard.cpu_combinations(ROOT)["static"]
+    every_cpu = weights.cpu_combinations(ROOT)["static"]
     assert sorted(c for j in cpu_jobs for c in j.combos) == sorted(every_cpu)
     # Balanced: the busiest GPU within one piece of an even share.
-    units = shard.combination_weights(ROOT)
+    units = weights.combination_weights(ROOT)
     loads = [sum(j.piece.weight for j in jobs) for lane, jobs in lanes.items() if not lane.cpu]
     assert max(loads) <= sum(loads) / gpus + max(j.piece.weight for j in gpu_jobs)
     # The largest GPU family (Tuned, a third of the work) is cut once its share is smaller.
@@ -228,10 +232,10 @@ def test_every_combination_runs_exactly_once_and_no_gpu_carries_the_largest_fami
 
 @pytest.mark.parametrize("user", [[r"Tuned"], [r"bf16"], [r"Stage\(", r"Launch"]])
 def test_a_combination_keeps_its_gpu_whatever_else_is_selected(user, nothing_stored):
-    target = suite_run.Target(ROOT, "abc", "h200")
-    full, _ = suite_run.plan_units(target, [], [0, 1, 2, 3])
+    target = Target(ROOT, "abc", "h200")
+    full, _ = suite_jobs.plan_units(target, [], [0, 1, 2, 3])
     where = {c: lane for lane, jobs in full.items() for j in jobs for c in j.combos}
-    narrow, _ = suite_run.plan_units(target, user, [0, 1, 2, 3])
+    narrow, _ = suite_jobs.plan_units(target, user, [0, 1, 2, 3])
     assert narrow
     for lane, jobs in narrow.items():
         for job in jobs:
@@ -242,13 +246,13 @@ def test_a_combination_keeps_its_gpu_whatever_else_is_selected(user, nothing_sto
 
 
 def test_resuming_measures_only_the_combinations_not_stored(monkeypatch, tmp_path):
-    listed = suite_run.discovery.listing(ROOT)
+    listed = discovery.listing(ROOT)
     tuned = [n for n in listed["gemm.Tuned"]["names"]]
     half = set(tuned[: len(tuned) // 2])
-    monkeypatch.setattr(suite_run, "stored", lambda *a: half)
-    monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
-    target = suite_run.Target(ROOT, "abc", "h200")
-    lanes, _ = suite_run.plan_units(target, ["Tuned"], [0, 1])
+    monkeypatch.setattr(result_files, "stored", lambda *a: half)
+    monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
+    target = Target(ROOT, "abc", "h200")
+    lanes, _ = suite_jobs.plan_units(target, ["Tuned"], [0, 1])
     jobs = _jobs(lanes)
     done_combos = {listed["gemm.Tuned"]["names"][n][1] for n in half}
     measured = {c for j in jobs for c in j.combos}
@@ -277,10 +281,10 @@ def test_the_host_timed_family_shares_the_start_and_the_cpu_lanes_wait_for_it(
         def __init__(self, cmd, **kwargs):
             env = kwargs["env"]
             self.name = _patterns(cmd)[0]
-            self.combos = json.loads(env[suite_run.discovery.COMBINATIONS_ENV])
+            self.combos = json.loads(env[discovery.COMBINATIONS_ENV])
             self.gpu = env.get("CUDA_VISIBLE_DEVICES")
             if self.gpu == "":
-                workers.append(env.get(suite_run.discovery.CPU_WORKERS_ENV))
+                workers.append(env.get(discovery.CPU_WORKERS_ENV))
             with lock:
                 events.append(("start", self.name, self.gpu))
             if "Launch" not in self.name and self.gpu != "":
@@ -299,10 +303,10 @@ def test_the_host_timed_family_shares_the_start_and_the_cpu_lanes_wait_for_it(
 
     monkeypatch.setattr(suite_run.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
-    monkeypatch.setattr(suite_run, "stored", lambda *a: set())
+    monkeypatch.setattr(result_files, "stored", lambda *a: set())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
-    target = suite_run.Target(ROOT, "abc", "h200")
+    monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
+    target = Target(ROOT, "abc", "h200")
     assert suite_run.run_target(target, gpus=list(range(gpus)), log=lambda line: None) == EXIT_OK
     launch = [i for i, e in enumerate(events) if "Launch" in e[1]]
     start_launch, end_launch = launch
@@ -334,8 +338,8 @@ LISTED = {
 @pytest.mark.parametrize("gpus", [None, [0], [0, 1], [0, 1, 2, 3]])
 def test_the_cpu_units_run_in_their_own_lane_and_the_solo_unit_first_in_its_own(gpus):
     weights = {u: {e["names"][n][1]: 1.0 for n in e["names"]} for u, e in LISTED.items()}
-    lanes = suite_run.lane_pieces(LISTED, gpus, weights)
-    assert [p.unit for p in lanes[suite_run.CPU_LANE]] == ["static"]
+    lanes = suite_jobs.lane_pieces(LISTED, gpus, weights)
+    assert [p.unit for p in lanes[CPU_LANE]] == ["static"]
     gpu_lanes = [lane for lane in lanes if not lane.cpu]
     placed = sorted(p.unit for lane in gpu_lanes for p in lanes[lane])
     assert placed == ["gemm.A", "gemm.B", "gemm.C", "gemm.Launch"]
@@ -345,36 +349,36 @@ def test_the_cpu_units_run_in_their_own_lane_and_the_solo_unit_first_in_its_own(
     # the end of each run, so two lanes on one machine would drop each other's results.
     machines = [lane.machine("h200") for lane in lanes]
     assert len(set(machines)) == len(machines)
-    assert suite_run.CPU_LANE.machine("h200") == "h200-cpu"
+    assert CPU_LANE.machine("h200") == "h200-cpu"
 
 
 def test_a_cpu_only_selection_runs_in_the_cpu_lane_alone():
-    lanes = suite_run.lane_pieces({"static": LISTED["static"]}, None, {})
-    assert list(lanes) == [suite_run.CPU_LANE]
+    lanes = suite_jobs.lane_pieces({"static": LISTED["static"]}, None, {})
+    assert list(lanes) == [CPU_LANE]
     with pytest.raises(ValueError, match="a CPU lane has no GPU"):
-        suite_run.Lane(gpu=0, cpu=True)
+        Lane(gpu=0, cpu=True)
     # Several CPU lanes run at once: each stores under its own machine.
-    assert suite_run.Lane(cpu=True, slot=2).machine("h200") == "h200-cpu2"
-    assert suite_run.Lane(cpu=True, slot=2).tag == "cpu2"
+    assert Lane(cpu=True, slot=2).machine("h200") == "h200-cpu2"
+    assert Lane(cpu=True, slot=2).tag == "cpu2"
     with pytest.raises(ValueError, match="only a CPU lane has a slot"):
-        suite_run.Lane(gpu=1, slot=1)
+        Lane(gpu=1, slot=1)
 
 
 @pytest.mark.parametrize("text", ["0", "x", "-2", ""])
 def test_the_cpu_workers_variable_is_checked(text):
-    env = suite_run.discovery.CPU_WORKERS_ENV
+    env = discovery.CPU_WORKERS_ENV
     with pytest.raises(ValueError, match=f"{env}={text!r}: must be a whole number >= 1"):
-        suite_run.discovery.cpu_workers(4, {env: text})
-    assert suite_run.discovery.cpu_workers(4, {}) == 4
-    assert suite_run.discovery.cpu_workers(4, {env: "3"}) == 3
+        discovery.cpu_workers(4, {env: text})
+    assert discovery.cpu_workers(4, {}) == 4
+    assert discovery.cpu_workers(4, {env: "3"}) == 3
 
 
 def test_each_unit_logs_its_seconds_and_the_log_reads_back(fake_asv, monkeypatch, tmp_path):
-    listed = suite_run.discovery.listing(ROOT)
-    monkeypatch.setattr(suite_run, "suite_listing", lambda target: listed)
-    monkeypatch.setattr(suite_run.Target, "results_dir", lambda self: tmp_path)
+    listed = discovery.listing(ROOT)
+    monkeypatch.setattr(suite_jobs, "suite_listing", lambda target: listed)
+    monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
     lines = []
-    target = suite_run.Target(ROOT, "abc", "h200")
+    target = Target(ROOT, "abc", "h200")
     assert suite_run.run_target(target, log=lines.append) == EXIT_OK
     steps = suite_run.read_timings(["noise", *lines, suite_run.timing_line("publish", 3.25)])
     assert sorted(step for step, _, _ in steps) == sorted([*listed, "publish"])

@@ -9,7 +9,9 @@ import pytest
 
 from harness.revisions.placement import parse_gpus, plan
 from harness.suite import discovery, shard
-from harness.suite.shard import asv_regex, combination_weights, suite_units
+from harness.suite import weights as plan_weights
+from harness.suite.shard import asv_regex
+from harness.suite.weights import combination_weights, suite_units
 
 
 def family_weights():
@@ -94,12 +96,12 @@ GPU_CLASSES = ["Attention", "Launch", "Stage", "Stage128", "Tiles", "Tuned"]
 
 
 def test_weights_of_the_suite_classes_are_seconds_of_the_recorded_model():
-    fit = json.loads(shard.COST_MODEL.read_text())["fit"]
+    fit = json.loads(plan_weights.COST_MODEL.read_text())["fit"]
     weights = {u: w for u, w in family_weights().items() if u.startswith("gemm.")}
     assert sorted(weights) == [f"gemm.{c}" for c in GPU_CLASSES]
     # 4096^3 costs more than 128^3, and 8192^3 weighs Tiles up.
     assert weights["gemm.Stage128"] < weights["gemm.Stage"] < weights["gemm.Tiles"]
-    cal = shard.recorded_calibration()
+    cal = plan_weights.recorded_calibration()
     assert (cal.piece, cal.combination, cal.tflop) == (fit["a"], fit["b"], fit["c"])
     assert cal.gpu(None) == 0.0
     assert cal.gpu(2 * 8192**3) == pytest.approx(fit["b"] + fit["c"] * 2 * 8192**3 / 1e12)
@@ -111,15 +113,15 @@ def test_weights_of_the_suite_classes_are_seconds_of_the_recorded_model():
 def test_a_calibration_names_the_bad_field(field):
     good = {"piece": 7.0, "combination": 0.3, "tflop": 1.1, "cpu_combination": 2.0}
     with pytest.raises(ValueError, match=f"Calibration.{field}=-1.0: must be finite and >= 0"):
-        shard.Calibration(**{**good, field: -1.0})
+        plan_weights.Calibration(**{**good, field: -1.0})
 
 
 def test_a_missing_cost_model_is_named(tmp_path):
     with pytest.raises(ValueError, match="cannot read the recorded cost model"):
-        shard.recorded_calibration(ROOT, tmp_path / "nope.json")
+        plan_weights.recorded_calibration(ROOT, tmp_path / "nope.json")
     (tmp_path / "bad.json").write_text('{"fit": {}}')
     with pytest.raises(ValueError, match="needs fit.a, fit.b, fit.c and cpu_lane"):
-        shard.recorded_calibration(ROOT, tmp_path / "bad.json")
+        plan_weights.recorded_calibration(ROOT, tmp_path / "bad.json")
 
 
 def test_the_cpu_classes_are_one_unit_and_the_plan_covers_the_whole_suite():
@@ -150,16 +152,16 @@ def test_regex_selects_exactly_its_own_unit():
 
 @pytest.mark.parametrize("user", [["bf16"], ["Stage128", "compile"], ["^gemm\\.Launch"]])
 def test_a_user_regex_narrows_each_unit_to_the_intersection(user):
-    from harness.suite import run as suite_run
+    from harness.suite import jobs
 
     every = _all_names()
-    chosen = suite_run.select(discovery.listing(ROOT), user)
+    chosen = jobs.select(discovery.listing(ROOT), user)
     for unit, names in every.items():
         want = {n for n in names if any(re.search(u, n) for u in user)}
         assert set(chosen.get(unit, [])) == want, unit
         if not want:
             continue
-        patterns = suite_run.selectors(unit, chosen[unit], len(names))[1::2]
+        patterns = jobs.selectors(unit, chosen[unit], len(names))[1::2]
         everything = [n for ns in every.values() for n in ns]
         # exactly those, and never a benchmark of another unit
         assert {n for n in everything if any(re.search(p, n) for p in patterns)} == want
@@ -316,7 +318,7 @@ def test_the_recorded_model_gets_the_best_whole_family_split_on_two_gpus():
 
     from harness.suite import cost
 
-    m = cost.upgrade(json.loads(shard.COST_MODEL.read_text()), ROOT)
+    m = cost.upgrade(json.loads(plan_weights.COST_MODEL.read_text()), ROOT)
     gpu, _ = cost.lane_seconds(m, 2, cost.GROWTHS["as is"])
     seconds = {**m["gpu_units"], **m["solo"]}
     names = sorted(seconds)
@@ -328,7 +330,7 @@ def test_the_recorded_model_gets_the_best_whole_family_split_on_two_gpus():
 
 
 def test_the_suite_combination_weights_cover_every_combination():
-    per_combo = shard.combination_weights(ROOT)
+    per_combo = plan_weights.combination_weights(ROOT)
     listed = discovery.listing(ROOT)
     for unit, entry in listed.items():
         assert set(per_combo[unit]) == {aliases[1] for aliases in entry["names"].values()}
