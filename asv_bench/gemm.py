@@ -301,9 +301,12 @@ class Tuned(_GpuGemm):
         from kernels.tuned import case_shape, pick_config
 
         shape = case_shape(name, DTYPES[dtype])
-        # No GPU (planning, precompile on a CPU host): the heuristic, without a warning.
-        gpu = None if _device.no_gpu_reason() else _device.gpu_name()
-        return shape, pick_config(shape, gpu)
+        # No GPU (planning, precompile on a CPU host): the shape alone; which config runs
+        # depends on the device (its tuned row, or the heuristic for its SM count).
+        if _device.no_gpu_reason():
+            return shape, None
+        spec = _device.DeviceSpec.read()
+        return shape, pick_config(shape, spec.name, spec.sm_count)
 
 
 TORCH = "torch.matmul"

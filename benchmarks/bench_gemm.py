@@ -277,7 +277,8 @@ def run_meta(args, argv: list[str]) -> dict:
     """What the numbers depend on: GPU, versions, start time, command and timing settings,
     and the run's id, which every row of the run carries."""
     now = dt.datetime.now(dt.timezone.utc)
-    gpu = device.gpu_name()
+    spec = device.DeviceSpec.read()
+    gpu = spec.name
     command = shlex.join([*PROG.split(), *argv])
     # Two runs that append to one file from one host differ in pid or start time.
     digest = hashlib.sha1(f"{gpu}|{command}|{os.getpid()}|{now.isoformat()}".encode())
@@ -290,6 +291,7 @@ def run_meta(args, argv: list[str]) -> dict:
         "warmup": args.warmup,
         "repeat": args.repeat,
         "backend": args.backend,
+        **spec.record(),
         **device.versions(),
     }
 
@@ -309,17 +311,29 @@ def tuned_data(report: Path, table_path: Path, log_path: Path | None, gpu: str, 
     from harness.report import plots
     from harness.report.records import read_jsonl
     from harness.report.stage04 import KNOB_CASE, Tuned, roofline_points, sweep_bars, tuned_rows
-    from kernels.tuned import case_shape
+    from kernels.tuned import case_shape, gpu_entry
 
-    rows = tuned_rows(json.loads(table_path.read_text()), gpu)
+    table = json.loads(table_path.read_text())
+    if gpu not in table:
+        raise ValueError(f"{table_path} has no tuned configs for {gpu!r}")
+    sms, raw = gpu_entry(table_path, gpu, table[gpu])
+    rows = tuned_rows(raw)
     if not rows:
         raise ValueError(f"{table_path} has no tuned configs for {gpu!r}")
     drawn, meta, log = {}, {}, []
     stem = report.with_suffix("")
-    path = plots.roofline(
-        roofline_points(rows), Path(f"{stem}_roofline.png"), f"Tuned GEMMs on the {gpu}"
-    )
-    drawn["roofline"] = path.name
+    peaks = device.peaks_for(gpu)
+    if peaks is None:
+        warn(f"--tuned: no roofline plot: {device.no_peaks(gpu)} in {device.PEAKS_FILE.name}")
+    else:
+        path = plots.roofline(
+            roofline_points(rows),
+            Path(f"{stem}_roofline.png"),
+            f"Tuned GEMMs on the {gpu}",
+            peaks.float16_tflops,
+            peaks.hbm_tbps,
+        )
+        drawn["roofline"] = path.name
     if log_path is not None:
         records, notes = read_jsonl(log_path)
         for note in notes:
@@ -341,7 +355,7 @@ def tuned_data(report: Path, table_path: Path, log_path: Path | None, gpu: str, 
                 panels, Path(f"{stem}_tflops_4096.png"), f"TFLOP/s per config, {gpu}"
             )
             drawn["sweep"] = path.name
-    return Tuned(rows, gpu, meta, log, drawn)
+    return Tuned(rows, gpu, sms, meta, log, drawn)
 
 
 def launch_row(case, config, console, write) -> None:

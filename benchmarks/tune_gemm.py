@@ -3,6 +3,7 @@
     python3 -m benchmarks.tune_gemm                      # every case in kernels.tuned.CASES
     python3 -m benchmarks.tune_gemm --case square4096 mlp_up --dtype float16
     python3 -m benchmarks.tune_gemm --list               # the cases and their search spaces
+    python3 -m benchmarks.tune_gemm --list --sms 132     # ... for 132 SMs, without a GPU
 
 For each case, in fp16 first:
 1. every config of the documented search space (``kernels.tuned.candidates``) is compiled
@@ -16,11 +17,12 @@ shapes nor the instruction mix, only the operand type of the same wgmma; 0 ranks
 whole space again), and goes through step 3 the same way.
 
 Every candidate's brief timing goes to ``--jsonl`` as soon as it is measured, and each
-case's winner is written to ``--out`` (keyed by GPU name, then shape id) as soon as the
-case is done, so an interrupted run keeps everything it finished; both are checked for
-being writable before anything is measured. ``speedup`` (the log, the table, the output)
-is torch.matmul latency over TileLang latency: above 1.00 beats cuBLAS. All timing is
-``harness.measure.timing.measure``, the project's one timing path.
+case's winner is written to ``--out`` (keyed by GPU name, which records the GPU's SM
+count, then shape id) as soon as the case is done, so an interrupted run keeps
+everything it finished; both are checked for being writable before anything is measured.
+``speedup`` (the log, the table, the output) is torch.matmul latency over TileLang
+latency: above 1.00 beats cuBLAS. All timing is ``harness.measure.timing.measure``, the
+project's one timing path.
 """
 
 from __future__ import annotations
@@ -37,7 +39,15 @@ from pathlib import Path
 from harness.cli import count, output_file, positive_int
 from harness.measure import device, metrics
 from kernels import GemmConfig, GemmShape
-from kernels.tuned import CASES, TUNED_FILE, candidates, case_shape
+from kernels.tuned import (
+    CASES,
+    CONFIGS_KEY,
+    SMS_KEY,
+    TUNED_FILE,
+    candidates,
+    case_shape,
+    gpu_entry,
+)
 
 PROG = "python3 -m benchmarks.tune_gemm"
 EXIT_NO_GPU = 3
@@ -89,24 +99,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="also search the hand-written asynchronous pipeline (_a configs)",
     )
     p.add_argument("--list", action="store_true", help="print the cases and spaces, then exit")
+    p.add_argument(
+        "--sms",
+        type=positive_int,
+        default=None,
+        help="with --list: the SM count to list the spaces for (default: the visible GPU's)",
+    )
     return p
 
 
-def record_winner(path: Path, gpu: str, shape: GemmShape, row: dict) -> None:
-    """Read-modify-write the table under a lock: tuners on several GPUs share the file."""
+def record_winner(path: Path, gpu: str, sms: int, shape: GemmShape, row: dict) -> None:
+    """Read-modify-write the table under a lock: tuners on several GPUs share the file.
+    The GPU's entry records its SM count; one that differs from the entry's is an error
+    (the rows were tuned for another part under the same name)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         table = json.loads(path.read_text()) if path.exists() else {}
-        table.setdefault(gpu, {})[shape.id] = row
+        entry = table.setdefault(gpu, {SMS_KEY: sms, CONFIGS_KEY: {}})
+        recorded, _ = gpu_entry(path, gpu, entry)
+        if recorded != sms:
+            raise ValueError(
+                f"{path}: {gpu!r} was tuned with {SMS_KEY}={recorded}; this GPU has {sms} SMs "
+                "(tune into another --out)"
+            )
+        entry[CONFIGS_KEY][shape.id] = row
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
         os.replace(tmp, path)
 
 
 class Tuner:
-    def __init__(self, args, console, gpu: str) -> None:
-        self.args, self.console, self.gpu = args, console, gpu
+    def __init__(self, args, console, spec: device.DeviceSpec) -> None:
+        self.args, self.console, self.spec = args, console, spec
+        gpu = self.gpu = spec.name
         self.jsonl = args.jsonl.open("a") if args.jsonl else None
         self.log(
             {
@@ -119,6 +145,7 @@ class Tuner:
                     "quick_repeat": args.quick_repeat,
                     "rounds": ROUNDS,
                     "round_launches": ROUND["repeat"],
+                    **spec.record(),
                     **device.versions(),
                 }
             }
@@ -240,7 +267,9 @@ class Tuner:
                         if dtype == "bfloat16" and args.bf16_from and name in fp16_ranked:
                             spaces[shape] = [c for _, c in fp16_ranked[name][: args.bf16_from]]
                         else:
-                            spaces[shape] = candidates(shape, async_mma=args.async_mma)
+                            spaces[shape] = candidates(
+                                shape, self.spec.sm_count, async_mma=args.async_mma
+                            )
                     pairs = [(shape, c) for shape, space in spaces.items() for c in space]
                     task = progress.add_task(
                         f"compiling {len(pairs)} {dtype} kernels", total=len(pairs)
@@ -263,7 +292,7 @@ class Tuner:
                         if row is None:
                             self.console.print(f"[red]{shape.id}: no correct config[/]")
                             continue
-                        record_winner(args.out, self.gpu, shape, row)
+                        record_winner(args.out, self.gpu, self.spec.sm_count, shape, row)
                         done.append((shape, row))
                         self.console.print(
                             f"{shape.id}: {row['config']} {row['tilelang_ms']:.4f} ms, "
@@ -296,10 +325,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.sms is not None and not args.list:
+        parser.error("--sms: only lists spaces (--list); tuning reads the GPU's SM count")
     if args.list:
+        sms = args.sms
+        if sms is None:
+            reason = device.no_gpu_reason()
+            if reason:
+                parser.error(f"--list: no GPU to read the SM count from ({reason}); give --sms N")
+            sms = device.DeviceSpec.read().sm_count
+        console.print(f"search spaces for {sms} SMs")
         for name in args.case:
             shape = case_shape(name, "float16")
-            space = candidates(shape, async_mma=args.async_mma)
+            space = candidates(shape, sms, async_mma=args.async_mma)
             console.print(
                 f"{name}: {shape.m}x{shape.n}x{shape.k} {shape.layout}, {len(space)} configs"
             )
@@ -313,9 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"{PROG}: error: {reason}; tuning times kernels on a GPU", file=sys.stderr)
         return EXIT_NO_GPU
-    gpu = device.gpu_name()
-    console.print(f"tuning on {gpu} ({device.versions()}); table: {args.out}")
-    done, interrupted = Tuner(args, console, gpu).run()
+    spec = device.DeviceSpec.read()
+    console.print(
+        f"tuning on {spec.name}, {spec.sm_count} SMs ({device.versions()}); table: {args.out}"
+    )
+    done, interrupted = Tuner(args, console, spec).run()
     if done:
         console.print("\n".join(summary(done)), highlight=False)
     if interrupted:

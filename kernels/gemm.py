@@ -323,7 +323,7 @@ class GemmConfig:
     def id(self) -> str:
         """Readable id, e.g. ``b128x256x64_t256_s3``. Options append, in this order:
         ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
-        epilogue, ``_p132`` persistent grid of 132 blocks, ``_k4`` K split over 4 blocks,
+        epilogue, ``_p16`` persistent grid of 16 blocks, ``_k4`` K split over 4 blocks,
         ``_a`` the hand-written asynchronous pipeline."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]

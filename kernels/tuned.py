@@ -2,25 +2,31 @@
 heuristic for shapes nobody tuned.
 
 The table (``tuned_configs.json`` beside this file) is data, written by the tuner
-(``python3 -m benchmarks.tune_gemm``) and committed: GPU name -> shape id -> the winning
+(``python3 -m benchmarks.tune_gemm``) and committed: GPU name -> the GPU's SM count
+(``sm_count``, as the tuner read it) and its rows (``configs``: shape id -> the winning
 config id with its measured latency, torch.matmul's latency on the same inputs and the
-date. ``pick_config`` returns the tuned config when the table has the (GPU, shape, dtype,
-layout) and ``heuristic`` otherwise. The table ships in the wheel (package data), so one
-that is missing or unreadable raises ``TunedTableError`` naming the file; only a GPU with
-no rows falls back to the heuristic wholesale, with one ``UntunedGpuWarning`` a process.
+date). ``pick_config`` returns the tuned config when the table has the (GPU, shape, dtype,
+layout) and ``heuristic`` otherwise. The search space and the heuristic depend on the
+GPU's SM count, which the caller passes: this package reads no device. The table ships
+in the wheel (package data), so one that is missing or unreadable raises
+``TunedTableError`` naming the file; only a GPU with no rows falls back to the heuristic
+wholesale, with one ``UntunedGpuWarning`` a process.
 """
 
 import functools
 import itertools
 import json
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernels.gemm import GemmConfig, GemmShape
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
-H200_SMS = 132
+# The keys of a GPU's entry in the table.
+SMS_KEY = "sm_count"
+CONFIGS_KEY = "configs"
 
 # The cases the tuner covers by default: name -> (m, n, k, layout). Each runs in fp16 and
 # bf16. LLM projections use Llama-3-70B's MLP (hidden 8192, intermediate 28672); decode is
@@ -59,6 +65,13 @@ class Tuned:
         return self.torch_ms / self.tilelang_ms
 
 
+def check_sms(sms: object) -> int:
+    """``sms`` if it is a usable SM count, else a ValueError naming the rule."""
+    if isinstance(sms, bool) or not isinstance(sms, int) or sms <= 0:
+        raise ValueError(f"sms={sms!r}: must be an int > 0, the GPU's SM count")
+    return sms
+
+
 def _valid(**fields) -> GemmConfig | None:
     try:
         return GemmConfig(**fields)
@@ -66,8 +79,9 @@ def _valid(**fields) -> GemmConfig | None:
         return None  # over the shared-memory or register budget: not a candidate
 
 
-def candidates(shape: GemmShape, sms: int = H200_SMS, async_mma: bool = False) -> list[GemmConfig]:
-    """The documented search space for ``shape``, invalid points dropped.
+def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[GemmConfig]:
+    """The documented search space for ``shape`` on a GPU of ``sms`` SMs, invalid points
+    dropped.
 
     - Skinny M (<= 64, decode) or N (<= 128, attention's P@V): 64-row tiles (wgmma's
       smallest M; 128 too for thin N), block_N 64/128/256, block_K 64/128/256, 3-8
@@ -84,6 +98,7 @@ def candidates(shape: GemmShape, sms: int = H200_SMS, async_mma: bool = False) -
       left out: four consumer warpgroups plus the producer leave ~100 registers a thread
       for 128 accumulators.
     """
+    check_sms(sms)
     out: list[GemmConfig] = []
     if shape.m <= 64 or shape.n <= 128:
         # One side is thin: few output tiles, so the grid underfills the SMs unless the
@@ -163,10 +178,11 @@ def _twin(config: GemmConfig) -> GemmConfig | None:
         return None
 
 
-def heuristic(shape: GemmShape, sms: int = H200_SMS) -> GemmConfig:
-    """A sound config for an untuned shape, after what won the H200 tuning: enough tiles
-    to fill the SMs, the largest tile that does, a pipeline deep enough to hide the
-    loads, and C written back through shared memory."""
+def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
+    """A sound config for an untuned shape on a GPU of ``sms`` SMs, after what won the
+    tuning: enough tiles to fill the SMs, the largest tile that does, a pipeline deep
+    enough to hide the loads, and C written back through shared memory."""
+    check_sms(sms)
     if shape.m <= 64 or shape.n <= 128:
         # Memory-bound: stream the wide operand through a deep pipeline in narrow tiles,
         # so that there are enough blocks.
@@ -182,6 +198,14 @@ def heuristic(shape: GemmShape, sms: int = H200_SMS) -> GemmConfig:
 
 # What a row must hold for ``lookup``; the tuner writes more (spread, runner-up, clocks).
 ROW_KEYS = ("config", "tilelang_ms", "torch_ms", "date")
+
+
+@dataclass(frozen=True, slots=True)
+class TunedGpu:
+    """One GPU's part of the table: its SM count as the tuner read it, and its rows."""
+
+    sm_count: int
+    rows: Mapping[str, Tuned]
 
 
 class TunedTableError(ValueError):
@@ -214,11 +238,29 @@ def _row(path: Path, gpu: str, shape_id: str, row: object) -> Tuned:
     return Tuned(config, float(row["tilelang_ms"]), float(row["torch_ms"]), str(row["date"]))
 
 
+def gpu_entry(path: Path, gpu: str, entry: object) -> tuple[int, Mapping[str, object]]:
+    """The SM count and the raw rows (shape id -> row) of one GPU's entry, its form
+    checked: ``{"sm_count": N, "configs": {...}}``."""
+    where = f"{path}: {gpu!r}"
+    keys = (SMS_KEY, CONFIGS_KEY)
+    if not isinstance(entry, dict) or sorted(entry) != sorted(keys):
+        got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        raise TunedTableError(f"{where}: must be an object with exactly {list(keys)}, got {got}")
+    try:
+        sms = check_sms(entry[SMS_KEY])
+    except ValueError as err:
+        raise TunedTableError(f"{where}: {err}") from None
+    if not isinstance(entry[CONFIGS_KEY], dict):
+        raise TunedTableError(f"{where}: {CONFIGS_KEY} must map shape ids to rows")
+    return sms, entry[CONFIGS_KEY]
+
+
 @functools.cache
-def load(path: Path = TUNED_FILE) -> dict[str, dict[str, Tuned]]:
-    """GPU name -> shape id -> row, every row checked. The table ships with the package,
-    so a missing or unreadable file is an error (``TunedTableError``), never an empty
-    table: that would benchmark the heuristic under the tuned name."""
+def load(path: Path = TUNED_FILE) -> dict[str, TunedGpu]:
+    """GPU name -> its SM count and rows (shape id -> row), every row checked. The table
+    ships with the package, so a missing or unreadable file is an error
+    (``TunedTableError``), never an empty table: that would benchmark the heuristic under
+    the tuned name."""
     try:
         text = path.read_text()
     except OSError as err:
@@ -233,28 +275,38 @@ def load(path: Path = TUNED_FILE) -> dict[str, dict[str, Tuned]]:
     if not isinstance(data, dict):
         raise TunedTableError(f"{path}: must map GPU names to rows, got {type(data).__name__}")
     table = {}
-    for gpu, rows in data.items():
-        if not isinstance(rows, dict):
-            raise TunedTableError(f"{path}: {gpu!r}: must map shape ids to rows")
-        table[gpu] = {shape_id: _row(path, gpu, shape_id, row) for shape_id, row in rows.items()}
+    for gpu, entry in data.items():
+        sms, rows = gpu_entry(path, gpu, entry)
+        table[gpu] = TunedGpu(sms, {sid: _row(path, gpu, sid, row) for sid, row in rows.items()})
     return table
 
 
 def lookup(shape: GemmShape, gpu: str, path: Path = TUNED_FILE) -> Tuned | None:
     """The tuned row for ``shape`` on the GPU named ``gpu`` (torch's device name)."""
-    return load(path).get(gpu, {}).get(shape.id)
+    entry = load(path).get(gpu)
+    return None if entry is None else entry.rows.get(shape.id)
 
 
-def pick_config(shape: GemmShape, gpu: str | None, path: Path = TUNED_FILE) -> GemmConfig:
-    """The tuned config for (GPU, shape, dtype, layout) when one exists, else the heuristic.
-    A GPU the table has no rows for gets the heuristic for every shape, with one
-    ``UntunedGpuWarning`` per process; without a GPU (``gpu`` None) nothing is timed."""
+def recorded_sms(gpu: str, path: Path = TUNED_FILE) -> int | None:
+    """The SM count the table records for ``gpu``, for work on a host without that GPU
+    (rendering its results); None where the table has no entry for it."""
+    entry = load(path).get(gpu)
+    return None if entry is None else entry.sm_count
+
+
+def pick_config(shape: GemmShape, gpu: str | None, sms: int, path: Path = TUNED_FILE) -> GemmConfig:
+    """The tuned config for (GPU, shape, dtype, layout) when one exists, else the heuristic
+    for ``sms`` SMs (the GPU's count, read from the device by the caller). A GPU the table
+    has no rows for gets the heuristic for every shape, with one ``UntunedGpuWarning`` per
+    process; without a GPU (``gpu`` None) nothing is timed."""
+    check_sms(sms)
     if gpu is None:
-        return heuristic(shape)
+        return heuristic(shape, sms)
     tuned = lookup(shape, gpu, path)
     if tuned is not None:
         return tuned.config
-    if not load(path).get(gpu) and (path, gpu) not in _WARNED:
+    entry = load(path).get(gpu)
+    if (entry is None or not entry.rows) and (path, gpu) not in _WARNED:
         _WARNED.add((path, gpu))
         warnings.warn(
             f"{path} has no tuned configs for {gpu!r}: using the heuristic for every shape "
@@ -262,4 +314,4 @@ def pick_config(shape: GemmShape, gpu: str | None, path: Path = TUNED_FILE) -> G
             UntunedGpuWarning,
             stacklevel=2,
         )
-    return heuristic(shape)
+    return heuristic(shape, sms)

@@ -154,6 +154,8 @@ def fake_gpu(monkeypatch):
 
     monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
     monkeypatch.setattr(device, "gpu_name", lambda index=0: "Fake GPU")
+    spec = device.DeviceSpec("Fake GPU", 16, 101376, 4 * 2**20, (9, 0))
+    monkeypatch.setattr(device.DeviceSpec, "read", classmethod(lambda cls, index=0: spec))
     monkeypatch.setattr(device, "versions", lambda: {"tilelang": "t", "torch": "p", "cuda": "c"})
     made = []
 
@@ -182,6 +184,8 @@ def test_a_config_that_fails_to_build_is_a_failed_row_and_the_sweep_goes_on(
     out = capsys.readouterr().out
     assert "FAILED b128x128x32_t512_s3 at m128_n128_k128_f16: RuntimeError: fake compile" in out
     meta, *recorded = _records(rows)
+    # The device's own figures, as read: the report's SM count comes from here.
+    assert meta["meta"]["sm_count"] == 16 and meta["meta"]["compute_capability"] == "9.0"
     assert [r["config"] for r in recorded] == [f"b128x128x32_t{t}_s3" for t in (128, 256, 512)]
     assert recorded[2]["error"].startswith("RuntimeError: fake compile error")
     assert "(the rest of a long log)" in recorded[2]["error"]  # the JSON keeps all of it

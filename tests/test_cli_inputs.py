@@ -132,8 +132,15 @@ def test_results_folder_that_is_not_a_worktree_is_refused(tmp_path, monkeypatch)
 
 
 def test_tuner_lists_its_spaces_and_needs_a_gpu_to_tune():
-    out = _run("-m", "benchmarks.tune_gemm", "--list")
+    out = _run("-m", "benchmarks.tune_gemm", "--list", "--sms", "132")
     assert out.returncode == 0 and "square4096: 4096x4096x4096 NN, 78 configs" in out.stdout
+    assert "search spaces for 132 SMs" in out.stdout
+    # No GPU here to read the SM count from: the space depends on it, so it is asked for.
+    out = _run("-m", "benchmarks.tune_gemm", "--list")
+    assert out.returncode == 2 and "--list: no GPU to read the SM count from" in out.stderr
+    assert "give --sms N" in out.stderr
+    out = _run("-m", "benchmarks.tune_gemm", "--sms", "132")
+    assert out.returncode == 2 and "--sms: only lists spaces (--list)" in out.stderr
     out = _run("-m", "benchmarks.tune_gemm", "--case", "decode16")
     # No GPU here: one line that says why, and the tuner's own exit status.
     assert out.returncode == 3 and "tuning times kernels on a GPU" in out.stderr

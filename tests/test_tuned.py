@@ -21,16 +21,19 @@ from kernels.tuned import (
     heuristic,
     lookup,
     pick_config,
+    recorded_sms,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+# An SM count for the search space and the heuristic; any GPU's would do.
+SMS = 132
 
 
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_search_space_is_valid_distinct_and_nonempty(name, dtype):
     shape = case_shape(name, dtype)
-    space = candidates(shape)
+    space = candidates(shape, SMS)
     assert len(space) >= 20
     assert len(set(space)) == len(space)
     for config in space:  # every point passed GemmConfig's validation
@@ -39,16 +42,47 @@ def test_search_space_is_valid_distinct_and_nonempty(name, dtype):
 
 
 def test_thin_shapes_search_split_k_and_wide_shapes_do_not():
-    assert any(c.split_k > 1 for c in candidates(case_shape("decode16", "float16")))
-    assert any(c.split_k > 1 for c in candidates(case_shape("attn_pv", "float16")))
-    assert all(c.split_k == 1 for c in candidates(case_shape("square4096", "float16")))
+    assert any(c.split_k > 1 for c in candidates(case_shape("decode16", "float16"), SMS))
+    assert any(c.split_k > 1 for c in candidates(case_shape("attn_pv", "float16"), SMS))
+    assert all(c.split_k == 1 for c in candidates(case_shape("square4096", "float16"), SMS))
+
+
+def test_the_space_follows_the_sm_count():
+    """Split-K stops at four waves of the SMs given, and the persistent grid is one block
+    per SM: the space for 16 SMs is not the space for 132."""
+    decode = case_shape("decode16", "float16")
+
+    def splits(sms):  # 64x64 tiles: 128 output tiles at 16x8192
+        return {c.split_k for c in candidates(decode, sms) if c.block_n == 64}
+
+    assert splits(132) == {1, 2, 4} and splits(16) == {1}
+    square = case_shape("square4096", "float16")
+    persistent = lambda sms: {c.persistent for c in candidates(square, sms)} - {0}  # noqa: E731
+    assert persistent(132) == {132} and persistent(16) == {16}
+
+
+def test_the_heuristic_follows_the_sm_count():
+    # 512 tiles of 128x256 at 4096^3: two waves and more of 132 SMs, one of 512.
+    square = GemmShape(4096, 4096, 4096)
+    assert (heuristic(square, 132).block_n, heuristic(square, 512).block_n) == (256, 128)
+    small_k = GemmShape(4096, 4096, 128)
+    assert (heuristic(small_k, 132).persistent, heuristic(small_k, 16).persistent) == (132, 16)
+    assert pick_config(small_k, None, 16).persistent == 16
+
+
+@pytest.mark.parametrize("sms", [0, -4, 13.0, True, None, "132"])
+def test_an_sm_count_that_is_not_a_positive_int_is_refused(sms):
+    shape = GemmShape(4096, 4096, 4096)
+    for call in (candidates, heuristic, lambda s, n: pick_config(s, None, n)):
+        with pytest.raises(ValueError, match=rf"sms={sms!r}: must be an int > 0"):
+            call(shape, sms)
 
 
 @pytest.mark.parametrize(
     "size", [(16, 8192, 8192), (4096, 128, 4096), (4096, 4096, 4096), (300, 500, 70), (1, 1, 1)]
 )
 def test_heuristic_gives_a_valid_config(size):
-    config = heuristic(GemmShape(*size))
+    config = heuristic(GemmShape(*size), SMS)
     assert GemmConfig.from_id(config.id) == config
 
 
@@ -67,7 +101,7 @@ def table(tmp_path):
         "date": "2026-11-29",
     }
     path = tmp_path / "tuned.json"
-    path.write_text(json.dumps({"NVIDIA H200": {shape.id: row}}))
+    path.write_text(json.dumps({"NVIDIA H200": {"sm_count": SMS, "configs": {shape.id: row}}}))
     yield shape, path, row
     tuned.load.cache_clear()
 
@@ -79,15 +113,16 @@ def fresh_warnings(monkeypatch):
 
 def test_pick_config_prefers_the_table_then_the_heuristic(table):
     shape, path, _ = table
-    assert pick_config(shape, "NVIDIA H200", path).id == "b128x256x64_t256_s3_w8_e"
+    assert pick_config(shape, "NVIDIA H200", SMS, path).id == "b128x256x64_t256_s3_w8_e"
     hit = lookup(shape, "NVIDIA H200", path)
     assert hit.speedup == pytest.approx(0.2 / 0.19)
-    # Another GPU, another dtype, no GPU at all: the heuristic.
+    assert recorded_sms("NVIDIA H200", path) == SMS and recorded_sms("NVIDIA H100", path) is None
+    # Another GPU, another dtype, no GPU at all: the heuristic for the SMs given.
     with pytest.warns(UntunedGpuWarning):
-        assert pick_config(shape, "NVIDIA H100", path) == heuristic(shape)
+        assert pick_config(shape, "NVIDIA H100", 512, path) == heuristic(shape, 512)
     bf16 = GemmShape(4096, 4096, 4096, "bfloat16")
-    assert pick_config(bf16, "NVIDIA H200", path) == heuristic(bf16)
-    assert pick_config(shape, None, path) == heuristic(shape)
+    assert pick_config(bf16, "NVIDIA H200", 512, path) == heuristic(bf16, 512)
+    assert pick_config(shape, None, SMS, path) == heuristic(shape, SMS)
 
 
 def test_untuned_gpu_gets_the_heuristic_with_one_warning_per_gpu(table):
@@ -95,11 +130,11 @@ def test_untuned_gpu_gets_the_heuristic_with_one_warning_per_gpu(table):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # count every warning issued, not Python's dedup
         for _ in range(3):
-            pick_config(shape, "NVIDIA H100", path)
-            pick_config(GemmShape(64, 64, 64), "NVIDIA H100", path)
-        pick_config(shape, "NVIDIA A100", path)
-        pick_config(shape, "NVIDIA H200", path)  # tuned: silent
-        pick_config(shape, None, path)  # no GPU, nothing is timed: silent
+            pick_config(shape, "NVIDIA H100", SMS, path)
+            pick_config(GemmShape(64, 64, 64), "NVIDIA H100", SMS, path)
+        pick_config(shape, "NVIDIA A100", SMS, path)
+        pick_config(shape, "NVIDIA H200", SMS, path)  # tuned: silent
+        pick_config(shape, None, SMS, path)  # no GPU, nothing is timed: silent
     messages = [str(w.message) for w in caught if w.category is UntunedGpuWarning]
     assert len(messages) == 2
     assert "'NVIDIA H100'" in messages[0] and str(path) in messages[0]
@@ -109,10 +144,13 @@ def test_untuned_gpu_gets_the_heuristic_with_one_warning_per_gpu(table):
 def _broken(row):
     """Ways a table that exists can be unreadable: name -> (writer, words of the error)."""
     shape_id = GemmShape(4096, 4096, 4096).id
-    good = json.dumps({"NVIDIA H200": {shape_id: row}}, indent=1)
+    good = json.dumps({"NVIDIA H200": {"sm_count": SMS, "configs": {shape_id: row}}}, indent=1)
 
     def rows(new_row):
-        return json.dumps({"NVIDIA H200": {shape_id: new_row}})
+        return json.dumps({"NVIDIA H200": {"sm_count": SMS, "configs": {shape_id: new_row}}})
+
+    def entry(new_entry):
+        return json.dumps({"NVIDIA H200": new_entry})
 
     return {
         "truncated": (good[: len(good) // 2], "not valid JSON"),
@@ -126,6 +164,14 @@ def _broken(row):
         "row_not_object": (rows([1, 2]), "must be an object"),
         "bad_latency": (rows({**row, "tilelang_ms": "fast"}), "tilelang_ms='fast'"),
         "top_level_list": ("[]", "must map GPU names"),
+        # A GPU's entry records its SM count beside its rows (the rows of the older form,
+        # shape ids straight under the GPU, say so).
+        "no_sm_count": (entry({shape_id: row}), "exactly ['sm_count', 'configs']"),
+        "bad_sm_count": (
+            entry({"sm_count": 0, "configs": {shape_id: row}}),
+            "sms=0: must be an int > 0",
+        ),
+        "configs_not_object": (entry({"sm_count": SMS, "configs": []}), "configs must map"),
     }
 
 
@@ -140,6 +186,9 @@ def _broken(row):
         "row_not_object",
         "bad_latency",
         "top_level_list",
+        "no_sm_count",
+        "bad_sm_count",
+        "configs_not_object",
     ],
 )
 def test_unreadable_table_is_an_error_naming_the_file(table, case):
@@ -148,7 +197,7 @@ def test_unreadable_table_is_an_error_naming_the_file(table, case):
     path.write_text(text)
     for gpu in ("NVIDIA H200", "NVIDIA H100"):  # a GPU without rows does not hide it
         with pytest.raises(TunedTableError, match=str(path)) as err:
-            pick_config(shape, gpu, path)
+            pick_config(shape, gpu, SMS, path)
         assert words in str(err.value)
     with pytest.raises(TunedTableError, match=str(path)):
         lookup(shape, "NVIDIA H200", path)
@@ -157,7 +206,7 @@ def test_unreadable_table_is_an_error_naming_the_file(table, case):
 def test_missing_table_is_an_error_naming_the_file(tmp_path):
     path = tmp_path / "tuned_configs.json"
     with pytest.raises(TunedTableError, match=f"{path}: cannot read"):
-        pick_config(GemmShape(4096, 4096, 4096), "NVIDIA H200", path)
+        pick_config(GemmShape(4096, 4096, 4096), "NVIDIA H200", SMS, path)
 
 
 def test_tuner_leaves_no_file_git_would_track(tmp_path):
@@ -166,7 +215,7 @@ def test_tuner_leaves_no_file_git_would_track(tmp_path):
     from benchmarks.tune_gemm import record_winner
 
     table = tmp_path / tuned.TUNED_FILE.name
-    record_winner(table, "NVIDIA H200", GemmShape(64, 64, 64), {"config": "b64x64x64_t128_s2"})
+    record_winner(table, "NVIDIA H200", SMS, GemmShape(64, 64, 64), {"config": "b64x64x64_t128_s2"})
     beside = [tuned.TUNED_FILE.with_name(p.name) for p in tmp_path.iterdir() if p != table]
     assert beside  # the lock file stays
     ignored = subprocess.run(
@@ -180,13 +229,31 @@ def test_tuner_leaves_no_file_git_would_track(tmp_path):
 
 def test_committed_table_parses():
     table = tuned.load()  # every row, through the same checks as a lookup
-    assert table and all(table.values())
+    assert table and all(entry.rows for entry in table.values())
     data = json.loads(tuned.TUNED_FILE.read_text())
-    for gpu, rows in data.items():
-        for shape_id, row in rows.items():
-            assert table[gpu][shape_id].config.id == row["config"]
+    for gpu, entry in data.items():
+        assert table[gpu].sm_count == entry["sm_count"] == recorded_sms(gpu)
+        for shape_id, row in entry["configs"].items():
+            assert table[gpu].rows[shape_id].config.id == row["config"]
             for other in row.get("runner_up", []):
                 GemmConfig.from_id(other["config"])
+            # A persistent winner launched one block per SM of the GPU it was tuned on.
+            persistent = GemmConfig.from_id(row["config"]).persistent
+            assert persistent in (0, entry["sm_count"])
+
+
+def test_the_tuner_records_the_sm_count_and_refuses_another(tmp_path):
+    from benchmarks.tune_gemm import record_winner
+
+    table = tmp_path / "tuned.json"
+    shape = GemmShape(64, 64, 64)
+    row = {"config": "b64x64x64_t128_s2", "tilelang_ms": 1.0, "torch_ms": 1.0, "date": "d"}
+    record_winner(table, "NVIDIA H200", SMS, shape, row)
+    assert json.loads(table.read_text()) == {
+        "NVIDIA H200": {"sm_count": SMS, "configs": {shape.id: row}}
+    }
+    with pytest.raises(ValueError, match="tuned with sm_count=132; this GPU has 114 SMs"):
+        record_winner(table, "NVIDIA H200", 114, shape, row)
 
 
 # Building the wheel copies the sources and runs setuptools (~10 s); skipped with the
@@ -244,7 +311,7 @@ def test_tuned_config_matches_float64_reference(shape, config):
 
 def test_async_twins_join_the_space_only_when_asked():
     shape = case_shape("square4096", "float16")
-    plain, both = candidates(shape), candidates(shape, async_mma=True)
+    plain, both = candidates(shape, SMS), candidates(shape, SMS, async_mma=True)
     assert not any(c.async_mma for c in plain)
     twins = [c for c in both if c.async_mma]
     assert twins and set(plain) <= set(both)

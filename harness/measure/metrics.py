@@ -8,10 +8,6 @@ from collections.abc import Sequence
 
 from harness.policy import POLICY
 
-# H200 SXM datasheet figures (dense, no sparsity); the report also quotes measured cuBLAS.
-H200_PEAK_TFLOPS = {"float16": 989.4, "bfloat16": 989.4}
-H200_HBM_TBPS = 4.8
-
 
 def tflops(flops: int, seconds: float) -> float:
     """Throughput in TFLOP/s: ``flops / seconds / 1e12``."""

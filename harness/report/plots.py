@@ -69,11 +69,12 @@ def roofline(
     points: Sequence[Point],
     path: Path,
     title: str,
-    peak_tflops: float = metrics.H200_PEAK_TFLOPS["float16"],
-    bandwidth_tbps: float = metrics.H200_HBM_TBPS,
+    peak_tflops: float,
+    bandwidth_tbps: float,
 ) -> Path:
     """Log-log roofline: the memory roof (``bandwidth_tbps``) and the compute roof
-    (``peak_tflops``), each case's TileLang and torch.matmul throughput at its intensity."""
+    (``peak_tflops``, the GPU's datasheet figures from ``harness.measure.device``), each
+    case's TileLang and torch.matmul throughput at its intensity."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.5))
     lo = min(p.intensity for p in points) / 2

@@ -161,11 +161,14 @@ def test_tuned_family_covers_the_tuner_cases_and_picks_the_table(monkeypatch):
     from kernels import tuned
 
     assert list(gemm.Tuned.params[0]) == list(tuned.CASES)
-    monkeypatch.setattr(gemm._device, "gpu_name", lambda index=0: "NVIDIA H200")
+    # A GPU of 16 SMs: the heuristic for its own count, not another part's.
+    spec = gemm._device.DeviceSpec("NVIDIA H200", 16, 232448, 50 * 2**20, (9, 0))
+    monkeypatch.setattr(gemm._device, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(gemm._device.DeviceSpec, "read", classmethod(lambda cls, index=0: spec))
     monkeypatch.setattr(tuned, "lookup", lambda shape, gpu, path=None: None)
-    shape, config = gemm.Tuned().case("decode16", "bf16")
-    assert (shape.m, shape.n, shape.k, shape.dtype) == (16, 8192, 8192, "bfloat16")
-    assert config == tuned.heuristic(shape)  # no row for it: the heuristic
+    shape, config = gemm.Tuned().case("attn_qk_t", "bf16")
+    assert (shape.m, shape.n, shape.k, shape.dtype) == (4096, 4096, 128, "bfloat16")
+    assert config == tuned.heuristic(shape, 16) and config.persistent == 16  # no row for it
 
 
 def test_family_tracks_and_shapes():
@@ -207,8 +210,8 @@ def test_module_imports_light_and_exposes_only_the_families():
 
 
 def test_tuned_family_plans_without_a_gpu_silently(monkeypatch):
-    """Planning and precompile call ``case`` on CPU hosts: the heuristic, no warning about
-    a GPU called 'cpu' that has no tuned rows."""
+    """Planning and precompile call ``case`` on CPU hosts: the shape, and no config (which
+    one runs depends on the device), with no warning about a GPU called 'cpu'."""
     import warnings
 
     monkeypatch.setattr(gemm._device, "no_gpu_reason", lambda: "no CUDA device visible")
@@ -216,4 +219,4 @@ def test_tuned_family_plans_without_a_gpu_silently(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         shape, config = gemm.Tuned().case("square4096", "f16")
-    assert shape.m == 4096 and config is not None
+    assert shape.m == 4096 and config is None

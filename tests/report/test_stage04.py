@@ -147,7 +147,7 @@ def _table(config=SQUARE):
                 "sm_clock_mhz": [1500, 1980],
                 "throttled": name == "square4096",
             }
-    return {"NVIDIA H200": rows}
+    return {"NVIDIA H200": {"sm_count": 132, "configs": rows}}
 
 
 def _log(scale=1.0):
@@ -172,15 +172,16 @@ def _tuned(log=(), plots=None):
     from harness.report.stage04 import Tuned, tuned_rows
 
     meta = {"command": "python3 -m benchmarks.tune_gemm", "tilelang": "0.1.15", "top": 3}
-    return Tuned(tuned_rows(_table(), "NVIDIA H200"), "NVIDIA H200", meta, log, plots or {})
+    rows = tuned_rows(_table()["NVIDIA H200"]["configs"])
+    return Tuned(rows, "NVIDIA H200", 132, meta, log, plots or {})
 
 
 def test_tuned_section_lists_every_case_and_who_reaches_parity():
     from harness.report.stage04 import render_tuned, tuned_rows
 
-    rows = tuned_rows(_table(), "NVIDIA H200")
+    rows = tuned_rows(_table()["NVIDIA H200"]["configs"])
     assert [r.case for r in rows] == ["square4096"] * 2 + ["decode16"] * 2
-    assert tuned_rows(_table(), "NVIDIA H100") == []
+    assert tuned_rows({}) == []
     text = render_tuned(_tuned(plots={"roofline": "r.png"}))
     assert text.count("| square4096 |") == 2 and f"`{SQUARE}`" in text
     assert "| speedup |" in text and "x torch" not in text
@@ -245,7 +246,10 @@ def test_no_measured_figure_is_written_into_the_code_or_the_template():
     import harness.report.stage04 as stage04
 
     figure = re.compile(r"\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?\s*(?:%|x\b|ms\b|TFLOP/s|[GM]Hz|waves)")
-    for path in (Path(stage04.__file__), Path(stage04.__file__).parent / "templates/stage04.md"):
+    package = Path(stage04.__file__).parent
+    modules = sorted(package.glob("*.py"))
+    assert len(modules) >= 3  # the package's modules, not only its __init__
+    for path in (*modules, package.parent / "templates/stage04.md"):
         text = path.read_text()
         assert not figure.findall(text), (path, figure.findall(text))
 
@@ -254,9 +258,34 @@ def test_plots_are_png_files(tmp_path):
     from harness.report import plots
     from harness.report.stage04 import roofline_points, tuned_rows
 
-    rows = tuned_rows(_table(), "NVIDIA H200")
-    roof = plots.roofline(roofline_points(rows), tmp_path / "roof.png", "t")
+    rows = tuned_rows(_table()["NVIDIA H200"]["configs"])
+    roof = plots.roofline(roofline_points(rows), tmp_path / "roof.png", "t", 989.4, 4.8)
     bars = [plots.Bar("b128x256x64_t256_s3", 700.0), plots.Bar("b128x128x32_t128_s3", 380.0)]
     sweep = plots.config_sweep([("4096^3", bars, 750.0)], tmp_path / "s.png", "t")
     for path in (roof, sweep):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_a_gpu_without_peak_figures_gets_no_roofline_and_no_borrowed_one():
+    text = render_stage04(_rows(), {**META, "gpu": "NVIDIA Imaginary 9000"}, title="S")
+    line = next(x for x in text.splitlines() if x.startswith("- **m4096_n4096_k4096_f16**"))
+    assert "ridge and roof n/a (no peak figures for NVIDIA Imaginary 9000)" in line
+    assert "TFLOP/s dense" not in line and "% of the roof" not in line
+    guess = text.split("Guess, per shape:")[1]
+    assert "guess n/a (the run records no SM count; no peak figures for NVIDIA Imag" in guess
+    # The H200's figures, for comparison: the table has them.
+    known = render_stage04(_rows(), {**META, "sm_count": 132}, title="S")
+    assert "(989 TFLOP/s dense over 4.8 TB/s)" in known and "n/a" not in known
+
+
+def test_the_sm_count_is_the_recorded_one():
+    """The run's meta line records the SMs; without it, the tuned table's entry for the
+    run's GPU; without either, no guess that needs it."""
+    # 512 tiles of 128x256: under one wave of 1024 SMs, 3.9 waves of 132.
+    many = render_stage04(_rows(), {**META, "sm_count": 1024}, title="S")
+    assert "512 tiles of 128x256x64 for 1024 SMs, so the run is launch latency" in many
+    assert "fill the 132 SMs" not in many
+    tuned = render_stage04(_rows(), META, title="S", tuned=_tuned())  # the table's 132
+    assert "512 tiles of 128x256x64 fill the 132 SMs in 3.9 waves" in tuned
+    unknown = render_stage04(_rows(), META, title="S")
+    assert "the run records no SM count" in unknown and " SMs" not in unknown.split("## Q")[0]
