@@ -19,10 +19,10 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from benchmarks.bench_gemm import EXIT_FAILED, EXIT_INCORRECT, EXIT_NO_GPU
+from benchmarks.bench_gemm import EXIT_FAILED, EXIT_INCORRECT, EXIT_NO_GPU, add_timing_options
 from harness.cli import count, positive_int
 from harness.measure import device, metrics
-from harness.measure.timing import BACKENDS, check_counts
+from harness.measure.timing import check_counts
 from kernels import GemmConfig
 from kernels.gemm import SHORT_DTYPES
 from kernels.grouped_gemm import GroupedGemmShape, check_config, heuristic
@@ -77,17 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel configs by id, e.g. b128x256x64_t256_s3 (default: the heuristic's "
         "choice for the shape)",
     )
-    t = p.add_argument_group("timing")
-    t.add_argument("--warmup", type=count, default=10, help="warm-up launches (not timed)")
-    t.add_argument("--repeat", type=positive_int, default=50, help="timed launches")
-    t.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="event",
-        help="event: CUDA events per launch; cupti: each launch's kernel time from CUPTI "
-        "(the per-expert loop is several kernels: use event to compare with it)",
+    add_timing_options(
+        p, "the per-expert torch.matmul loop is several kernels: time it with the event backend"
     )
-    t.add_argument("--seed", type=count, default=0, help="seed of the random inputs")
     return p
 
 

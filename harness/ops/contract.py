@@ -121,6 +121,20 @@ class Operator(Protocol):
         ...
 
 
+class DenseWork:
+    """flops, bytes and tolerance for a family whose shape has ``flops``, ``min_bytes``
+    and ``dtype`` and that accumulates in fp32 (``TOLERANCE``)."""
+
+    def flops(self, shape: Any) -> int:
+        return shape.flops
+
+    def bytes(self, shape: Any) -> int:
+        return shape.min_bytes
+
+    def tolerance(self, shape: Any) -> float:
+        return TOLERANCE[shape.dtype]
+
+
 def check_types(op: Operator, shape: Any, config: Any) -> None:
     """The part of every validator that is the same for all families: the values are of
     the family's own types."""

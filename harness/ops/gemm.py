@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.ops.contract import (
-    TOLERANCE,
     Baseline,
+    DenseWork,
     DeviceSpec,
     arch_of,
     check_types,
@@ -29,7 +29,7 @@ class GemmInputs:
         return (self.out,)
 
 
-class Gemm:
+class Gemm(DenseWork):
     name = "gemm"
     shape_type = GemmShape
     config_type = GemmConfig
@@ -64,15 +64,6 @@ class Gemm:
     def baseline(self, inputs: GemmInputs) -> Baseline:
         """torch.matmul (cuBLAS) in the same layout."""
         return Baseline("torch.matmul", matmul_fn(inputs.shape, inputs.a, inputs.b))
-
-    def flops(self, shape: GemmShape) -> int:
-        return shape.flops
-
-    def bytes(self, shape: GemmShape) -> int:
-        return shape.min_bytes
-
-    def tolerance(self, shape: GemmShape) -> float:
-        return TOLERANCE[shape.dtype]
 
 
 def launcher(kernel: GemmKernel):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.ops.contract import (
-    TOLERANCE,
     Baseline,
+    DenseWork,
     DeviceSpec,
     arch_of,
     check_types,
@@ -41,7 +41,7 @@ class GroupedGemmInputs:
         return tuple(self.out[starts[g] : starts[g + 1]] for g in range(self.shape.groups))
 
 
-class GroupedGemm:
+class GroupedGemm(DenseWork):
     name = "grouped_gemm"
     shape_type = GroupedGemmShape
     config_type = GemmConfig
@@ -101,15 +101,6 @@ class GroupedGemm:
             else:
                 return Baseline(GROUPED_MM, lambda: grouped(a, b, offs=offs))
         return Baseline(MATMUL_LOOP, matmul_loop(inputs), why)
-
-    def flops(self, shape: GroupedGemmShape) -> int:
-        return shape.flops
-
-    def bytes(self, shape: GroupedGemmShape) -> int:
-        return shape.min_bytes
-
-    def tolerance(self, shape: GroupedGemmShape) -> float:
-        return TOLERANCE[shape.dtype]
 
 
 def matmul_loop(inputs: GroupedGemmInputs):

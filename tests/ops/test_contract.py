@@ -117,13 +117,15 @@ def test_work_and_tracks(op):
     assert op.tracks and all(t.startswith("track_") for t in op.tracks)
 
 
-def _exact(op, shape):
-    """A bind that writes the float64 reference, rounded: what a correct kernel does."""
+def _kernel(op, damage=lambda inputs: None):
+    """A bind that writes the float64 reference, rounded (what a correct kernel does),
+    then applies ``damage`` to the inputs' output."""
 
     def bind(inputs):
         def launch():
             for part, ref in zip(inputs.parts(), op.reference(inputs), strict=True):
                 part.copy_(ref)
+            damage(inputs)
 
         return launch
 
@@ -131,43 +133,26 @@ def _exact(op, shape):
 
 
 def test_correctness_passes_a_correct_output(op):
-    shape = op.example_shape()
-    check = check_launch(op, shape, _exact(op, shape), seed=5, device="cpu")
+    check = check_launch(op, op.example_shape(), _kernel(op), seed=5, device="cpu")
     assert check.ok and check.unwritten == 0, str(check)
 
 
+def _leave_poison(inputs):
+    inputs.out[-1, -1] = float("nan")  # as if the poison survived there
+
+
 def test_correctness_counts_what_a_kernel_left_unwritten(op):
-    shape = op.example_shape()
-    exact = _exact(op, shape)
-
-    def bind(inputs):
-        launch = exact(inputs)
-
-        def partial():
-            launch()
-            inputs.out[-1, -1] = float("nan")  # as if the poison survived there
-
-        return partial
-
-    check = check_launch(op, shape, bind, seed=5, device="cpu")
+    check = check_launch(op, op.example_shape(), _kernel(op, _leave_poison), seed=5, device="cpu")
     assert check.unwritten == 1 and not check.ok
 
 
+def _scale_last_part(inputs):
+    [p for p in inputs.parts() if p.numel()][-1].mul_(1.1)
+
+
 def test_correctness_fails_a_wrong_part(op):
-    shape = op.example_shape()
-    exact = _exact(op, shape)
-
-    def bind(inputs):
-        launch = exact(inputs)
-
-        def wrong():
-            launch()
-            part = [p for p in inputs.parts() if p.numel()][-1]
-            part.mul_(1.1)
-
-        return wrong
-
-    check = check_launch(op, shape, bind, seed=5, device="cpu")
+    bind = _kernel(op, _scale_last_part)
+    check = check_launch(op, op.example_shape(), bind, seed=5, device="cpu")
     assert check.unwritten == 0 and not check.ok
     assert check.rel_error == pytest.approx(0.1, rel=0.05)
 
