@@ -131,16 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="extra configs by id, e.g. b128x256x64_t256_s3 (swept alongside the product)",
     )
-    t = p.add_argument_group("timing")
-    t.add_argument("--warmup", type=count, default=10, help="warm-up launches (not timed)")
-    t.add_argument("--repeat", type=positive_int, default=50, help="timed launches")
-    t.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="event",
-        help="event: CUDA events per launch; cupti: each launch's kernel time from CUPTI",
-    )
-    t.add_argument("--seed", type=count, default=0, help="seed of the random inputs")
+    add_timing_options(p)
     o = p.add_argument_group("what to run and write")
     o.add_argument(
         "--run-tilelang",
@@ -189,6 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     o.add_argument("--title", default="Stage 04: TileLang GEMM", help="report title")
     return p
+
+
+def add_timing_options(p: argparse.ArgumentParser, description: str | None = None) -> None:
+    """The timing options every benchmark command takes: launch counts, timer, seed."""
+    t = p.add_argument_group("timing", description)
+    t.add_argument("--warmup", type=count, default=10, help="warm-up launches (not timed)")
+    t.add_argument("--repeat", type=positive_int, default=50, help="timed launches")
+    t.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="event",
+        help="event: CUDA events per launch; cupti: each launch's kernel time from CUPTI",
+    )
+    t.add_argument("--seed", type=count, default=0, help="seed of the random inputs")
 
 
 @dataclass(frozen=True, slots=True)

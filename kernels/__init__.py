@@ -10,6 +10,7 @@ from kernels.gemm import (
     compile_gemm,
     make_gemm,
 )
+from kernels.grouped_gemm import GroupedGemmKernel, GroupedGemmShape, compile_grouped_gemm
 
 __all__ = [
     "ACCUM_DTYPES",
@@ -18,6 +19,9 @@ __all__ = [
     "GemmConfig",
     "GemmKernel",
     "GemmShape",
+    "GroupedGemmKernel",
+    "GroupedGemmShape",
     "compile_gemm",
+    "compile_grouped_gemm",
     "make_gemm",
 ]

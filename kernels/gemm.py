@@ -81,7 +81,7 @@ _CONFIG_ID = re.compile(
 )
 
 
-def _check_int(
+def check_int(
     owner: str, name: str, value: Any, *, low: int = 1, high: int | None = None, multiple: int = 1
 ) -> None:
     where = f"{owner}.{name}={value!r}"
@@ -147,7 +147,7 @@ class GemmShape:
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
-            _check_int("GemmShape", name, getattr(self, name))
+            check_int("GemmShape", name, getattr(self, name))
         if self.dtype not in DTYPES:
             raise ValueError(f"GemmShape.dtype={self.dtype!r}: must be one of {sorted(DTYPES)}")
         if self.layout not in LAYOUTS:
@@ -214,7 +214,7 @@ class GemmConfig:
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
-            _check_int(
+            check_int(
                 "GemmConfig",
                 name,
                 getattr(self, name),
@@ -228,7 +228,7 @@ class GemmConfig:
                 f"computes {WGMMA_M} rows per warpgroup: TileLang builds block_m < {WGMMA_M} "
                 "with mma.sync, not wgmma, and fails on the rest: 'No valid warp partition')"
             )
-        _check_int(
+        check_int(
             "GemmConfig",
             "threads",
             self.threads,
@@ -236,14 +236,14 @@ class GemmConfig:
             high=MAX_THREADS,
             multiple=WARPGROUP,
         )
-        _check_int("GemmConfig", "num_stages", self.num_stages, low=1, high=MAX_STAGES)
-        _check_int("GemmConfig", "swizzle", self.swizzle, low=0, high=64)
+        check_int("GemmConfig", "num_stages", self.num_stages, low=1, high=MAX_STAGES)
+        check_int("GemmConfig", "swizzle", self.swizzle, low=0, high=64)
         if self.policy not in POLICIES:
             raise ValueError(f"GemmConfig.policy={self.policy!r}: must be one of {list(POLICIES)}")
         if not isinstance(self.smem_epilogue, bool):
             raise ValueError(f"GemmConfig.smem_epilogue={self.smem_epilogue!r}: must be a bool")
-        _check_int("GemmConfig", "persistent", self.persistent, low=0, high=4096)
-        _check_int("GemmConfig", "split_k", self.split_k, low=1, high=64)
+        check_int("GemmConfig", "persistent", self.persistent, low=0, high=4096)
+        check_int("GemmConfig", "split_k", self.split_k, low=1, high=64)
         if not isinstance(self.async_mma, bool):
             raise ValueError(f"GemmConfig.async_mma={self.async_mma!r}: must be a bool")
         if self.async_mma and self.num_stages < 2:
@@ -370,6 +370,27 @@ class GemmConfig:
         return stages + epilogue
 
 
+def check_combination(shape: GemmShape, config: GemmConfig) -> None:
+    """The rules that tie a config to a shape (each valid alone): the copies that only TMA
+    makes need 16-byte aligned rows. Raises ValueError naming the config field."""
+    if config.split_k > 1 and (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
+        # The partial tiles are reduce-added by TMA, which needs 16-byte aligned rows of C.
+        raise ValueError(
+            f"GemmConfig.split_k={config.split_k}: needs N * 2 bytes to be a multiple of 16 "
+            f"(N a multiple of 8), got N={shape.n}"
+        )
+    if config.async_mma:
+        # Every load of the asynchronous pipeline is an explicit TMA copy.
+        rows = {"A": shape.k, "B": shape.k if shape.layout == "NT" else shape.n}
+        unaligned = {name: n for name, n in rows.items() if (n * ELEMENT_BYTES) % TMA_ALIGN}
+        if unaligned:
+            raise ValueError(
+                "GemmConfig.async_mma=True: needs the rows of A and B 16-byte aligned (a "
+                "multiple of 8 elements), got "
+                + ", ".join(f"{name} rows of {n} elements" for name, n in unaligned.items())
+            )
+
+
 def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing.
 
@@ -382,6 +403,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
             f"GemmConfig.async_mma={config.async_mma}: the test-only delay is built into "
             "the TileLang-scheduled kernel only (async_mma=False)"
         )
+    check_combination(shape, config)
     if config.async_mma:
         from kernels.gemm_async import make_gemm_async
 
@@ -407,13 +429,6 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # K steps per block: all of them, or one split's share (the last split may run past K;
     # TMA fills out-of-range tiles with zeros, which add nothing).
     k_steps = T.ceildiv(K, block_K * config.split_k)
-
-    if config.split_k > 1 and (N * ELEMENT_BYTES) % TMA_ALIGN:
-        # The partial tiles are reduce-added by TMA, which needs 16-byte aligned rows of C.
-        raise ValueError(
-            f"GemmConfig.split_k={config.split_k}: needs N * 2 bytes to be a multiple of 16 "
-            f"(N a multiple of 8), got N={N}"
-        )
 
     @T.macro
     def tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, kz):
@@ -495,7 +510,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     return gemm
 
 
-def _check_device_smem(config: GemmConfig) -> None:
+def check_device_smem(config: GemmConfig) -> None:
     """The visible GPU's opt-in shared memory per block can be below sm_90's 227 KiB."""
     import torch
 
@@ -510,7 +525,7 @@ def _check_device_smem(config: GemmConfig) -> None:
         )
 
 
-def _target(arch: str | None) -> Any:
+def compile_target(arch: str | None) -> Any:
     # None lets TileLang detect the visible GPU; an arch such as "sm_90a" cross-compiles.
     return "cuda" if arch is None else {"kind": "cuda", "arch": arch}
 
@@ -522,7 +537,7 @@ def _compile_gemm(
     """Compile entry point: lower and build one (shape, config, arch, delay), memoised."""
     import tilelang
 
-    return tilelang.compile(make_gemm(shape, config, delay), target=_target(arch))
+    return tilelang.compile(make_gemm(shape, config, delay), target=compile_target(arch))
 
 
 def compile_gemm(
@@ -532,7 +547,7 @@ def compile_gemm(
     ``delay=True`` builds the test-only variant (``make_gemm``); set the wrapper's
     ``delay_cycles`` to slow it."""
     if arch is None:
-        _check_device_smem(config)
+        check_device_smem(config)
     return GemmKernel(shape, config, _compile_gemm(shape, config, arch, delay), delay)
 
 

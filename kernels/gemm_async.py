@@ -36,7 +36,8 @@ def consumer_registers(consumers: int) -> int:
 
 
 def make_gemm_async(shape: GemmShape, config: GemmConfig):
-    """The TileLang program for ``shape`` under ``config`` (``config.async_mma``)."""
+    """The TileLang program for ``shape`` under ``config`` (``config.async_mma``); the
+    caller, ``make_gemm``, has checked the rows it loads by TMA (``check_combination``)."""
     # TileLang evaluates the T.Tensor annotations against this closure (no postponed
     # annotations in this module).
     import tilelang.cuda.language as TC
@@ -50,15 +51,6 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
     b_shape = shape.b_shape
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
     k_steps = T.ceildiv(K, block_K)
-    # Every load is an explicit TMA copy, and TMA needs 16-byte aligned rows.
-    rows = {"A": K, "B": K if trans_B else N}
-    unaligned = {name: n for name, n in rows.items() if (n * 2) % 16}
-    if unaligned:
-        raise ValueError(
-            "GemmConfig.async_mma=True: needs the rows of A and B 16-byte aligned (a multiple "
-            "of 8 elements), got "
-            + ", ".join(f"{name} rows of {n} elements" for name, n in unaligned.items())
-        )
     c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
 
     @T.prim_func

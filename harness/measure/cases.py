@@ -1,5 +1,6 @@
-"""One GEMM case on the GPU: inputs, the compiled kernel and the torch.matmul reference,
-timed through the one timing path. Shared by the CLI, the asv suite and the gate."""
+"""One case on the GPU: an operator's inputs, its compiled kernel and its baseline
+(torch.matmul for the GEMM), timed through the one timing path, and the GEMM sweep's row
+record. Shared by the CLI, the asv suite and the gate."""
 
 from __future__ import annotations
 
@@ -8,15 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.measure import metrics
-from harness.measure.correctness import (
-    TOLERANCE,
-    Check,
-    check_kernel,
-    random_inputs,
-    torch_reference_fn,
-)
+from harness.measure.correctness import TOLERANCE, Check, check_built
 from harness.measure.timing import Timing, measure
-from kernels import GemmConfig, GemmShape, compile_gemm
+from harness.ops.contract import DeviceSpec
+from harness.ops.registry import build_combination, operator_for
+from kernels import GemmConfig, GemmShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,26 +138,37 @@ def _samples(d: Mapping, key: str) -> tuple[float, ...]:
 
 
 class Case:
-    """Inputs for one shape on the GPU, reused across configs and timings."""
+    """Inputs for one shape on the GPU, reused across configs and timings. Any family's
+    shape serves: the operator is the one whose shape type it is."""
 
-    def __init__(self, shape: GemmShape, seed: int = 0) -> None:
-        import torch
-
+    def __init__(self, shape, seed: int = 0, device: DeviceSpec | None = None) -> None:
         self.shape = shape
-        self.a, self.b = random_inputs(shape, seed)
-        self.out = torch.empty(shape.c_shape, dtype=self.a.dtype, device=self.a.device)
-        self.torch_fn = torch_reference_fn(shape, self.a, self.b)
+        self.op = operator_for(shape)
+        self.device = device  # None: build for the visible GPU
+        self.inputs = self.op.inputs(shape, seed)
+        self.baseline = self.op.baseline(self.inputs)
+        self.torch_fn = self.baseline.fn
 
-    def tilelang_fn(self, config: GemmConfig):
-        kernel = compile_gemm(self.shape, config)
-        a, b, out = self.a, self.b, self.out
-        return lambda: kernel(a, b, out)
+    @property
+    def a(self):
+        return self.inputs.a
+
+    @property
+    def b(self):
+        return self.inputs.b
+
+    @property
+    def out(self):
+        return self.inputs.out
+
+    def tilelang_fn(self, config):
+        return build_combination(self.op, self.shape, config, self.device)(self.inputs)
 
     def time_torch(self, **timing) -> Timing:
         return measure(self.torch_fn, **timing)
 
-    def time_tilelang(self, config: GemmConfig, **timing) -> Timing:
+    def time_tilelang(self, config, **timing) -> Timing:
         return measure(self.tilelang_fn(config), **timing)
 
-    def check(self, config: GemmConfig, seed: int = 1) -> Check:
-        return check_kernel(compile_gemm(self.shape, config), seed=seed)
+    def check(self, config, seed: int = 1) -> Check:
+        return check_built(self.op, self.shape, config, self.device, seed)

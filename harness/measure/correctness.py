@@ -1,20 +1,23 @@
-"""Correctness of a compiled GEMM against a float64 reference on fresh random inputs."""
+"""Correctness of a built kernel against a float64 reference on fresh random inputs, for
+any operator family (``harness.ops.contract.Operator``); the GEMM helpers are the dense
+family's instances of it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from harness.ops.contract import TOLERANCE, DeviceSpec, Launch, Operator
+from harness.ops.gemm import GEMM, launcher, matmul_fn
+from harness.ops.registry import build_combination
 from kernels import GemmKernel, GemmShape
 
-# Relative Frobenius error allowed per input dtype. The accumulation is fp32, so the error
-# is dominated by rounding C to the output dtype: 2^-11 (fp16) or 2^-8 (bf16) per element,
-# a few times smaller in the Frobenius norm. The bounds leave ~4x headroom above that.
-TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}
+__all__ = ["TOLERANCE", "Check", "check_kernel", "check_launch", "random_inputs"]
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    shape: GemmShape
+    shape: Any  # the family's shape (GemmShape, GroupedGemmShape, ...)
     rel_error: float
     unwritten: int  # output elements still holding the poison value
     tolerance: float
@@ -29,38 +32,47 @@ class Check:
         return f"{verdict} (rel err {self.rel_error:.1e}, tol {self.tolerance:.0e})"
 
 
-def random_inputs(shape: GemmShape, seed: int, device="cuda"):
-    """Fresh A and B, normal(0, 1), in the shape's dtype and layout."""
+def check_launch(op: Operator, shape, bind, seed: int = 0, device="cuda") -> Check:
+    """Bind fresh inputs from ``seed`` to ``bind`` (a build's result), launch once into a
+    NaN-poisoned output and compare each part of it (a GEMM's C, a grouped GEMM's rows of
+    each expert) with the float64 reference: the error is the largest relative Frobenius
+    error of a part, NaN when any written element is NaN."""
     import torch
 
-    gen = torch.Generator(device=device).manual_seed(seed)
-    dtype = getattr(torch, shape.dtype)
-    a = torch.randn(shape.a_shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-    b = torch.randn(shape.b_shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-    return a, b
+    inputs = op.inputs(shape, seed, device)
+    inputs.out.fill_(float("nan"))
+    launch: Launch = bind(inputs)
+    launch()
+    if inputs.out.is_cuda:
+        torch.cuda.synchronize()
+    unwritten = int(torch.isnan(inputs.out).sum().item())
+    errors = [
+        torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)
+        for got, ref in zip(inputs.parts(), op.reference(inputs), strict=True)
+        if ref.numel()
+    ]
+    # torch's max keeps a NaN, where Python's max would depend on the order.
+    rel = float(torch.stack(errors).max().item())
+    return Check(shape=shape, rel_error=rel, unwritten=unwritten, tolerance=op.tolerance(shape))
+
+
+def check_built(op: Operator, shape, config, device: DeviceSpec | None = None, seed: int = 0):
+    """Build (shape, config) for ``device`` (None: the visible GPU) and check it."""
+    return check_launch(op, shape, build_combination(op, shape, config, device), seed)
+
+
+def random_inputs(shape: GemmShape, seed: int, device="cuda"):
+    """Fresh A and B, normal(0, 1), in the shape's dtype and layout."""
+    inputs = GEMM.inputs(shape, seed, device)
+    return inputs.a, inputs.b
 
 
 def torch_reference_fn(shape: GemmShape, a, b):
     """The torch.matmul (cuBLAS) call the kernel is compared with, same layout."""
-    import torch
-
-    b_op = b if shape.layout == "NN" else b.t()
-    return lambda: torch.matmul(a, b_op)
+    return matmul_fn(shape, a, b)
 
 
 def check_kernel(kernel: GemmKernel, seed: int = 0) -> Check:
-    """Run ``kernel`` once on fresh inputs into a NaN-poisoned output and compare it with
-    the float64 product of the same inputs."""
-    import torch
-
-    shape = kernel.shape
-    a, b = random_inputs(shape, seed)
-    out = torch.full(shape.c_shape, float("nan"), dtype=a.dtype, device=a.device)
-    kernel(a, b, out)
-    torch.cuda.synchronize()
-    b64 = b.double() if shape.layout == "NN" else b.double().t()
-    ref = a.double() @ b64
-    got = out.double()
-    unwritten = int(torch.isnan(got).sum().item())
-    rel = float((torch.linalg.norm(got - ref) / torch.linalg.norm(ref)).item())
-    return Check(shape=shape, rel_error=rel, unwritten=unwritten, tolerance=TOLERANCE[shape.dtype])
+    """Run a compiled GEMM once on fresh inputs into a NaN-poisoned output and compare it
+    with the float64 product of the same inputs."""
+    return check_launch(GEMM, kernel.shape, launcher(kernel), seed)

@@ -1,0 +1,176 @@
+"""The grouped GEMM: shape and config rules, the tile table and sm_90a codegen on the
+CPU; correctness against float64 per expert, with a poisoned output, on a GPU.
+
+pytest tests/test_grouped_gemm.py              # CPU part; GPU part skips
+"""
+
+import pytest
+
+from harness.measure.correctness import check_built
+from harness.ops.contract import CompileTarget
+from harness.ops.grouped_gemm import GROUPED_GEMM, MATMUL_LOOP, matmul_loop
+from kernels import GemmConfig
+from kernels.grouped_gemm import (
+    GroupedGemmShape,
+    candidates,
+    check_config,
+    compile_grouped_gemm,
+    heuristic,
+    tile_table,
+)
+from tests.conftest import requires_gpu, requires_nvcc
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(m_sizes=(), n=64, k=64), r"m_sizes=\(\): must name at least one expert \(G >= 1\)"),
+        (dict(m_sizes=[64, 64], n=64, k=64), r"m_sizes=\[64, 64\]: must be a tuple"),
+        (dict(m_sizes=(64, -1), n=64, k=64), r"m_sizes\[1\]=-1: must be >= 0"),
+        (dict(m_sizes=(64, 1.5), n=64, k=64), r"m_sizes\[1\]=1.5: must be an integer"),
+        (dict(m_sizes=(0, 0), n=64, k=64), r"m_sizes=\(0, 0\): must sum to > 0"),
+        (dict(m_sizes=(8,), n=0, k=64), r"GroupedGemmShape.n=0: must be >= 1"),
+        (dict(m_sizes=(8,), n=64, k=64, dtype="float32"), r"dtype='float32': must be one of"),
+    ],
+)
+def test_shape_rejects(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GroupedGemmShape(**kwargs)
+
+
+def test_shape_work_and_layout():
+    shape = GroupedGemmShape((100, 0, 28), 256, 512)
+    assert shape.groups == 3 and shape.total_m == 128
+    assert shape.offsets == (0, 100, 100, 128)
+    assert shape.a_shape == (128, 512) and shape.b_shape == (3, 512, 256)
+    assert shape.c_shape == (128, 256)
+    assert shape.flops == 2 * 128 * 256 * 512
+    # The empty expert's weight is never read.
+    assert shape.min_bytes == 2 * (128 * 512 + 2 * 512 * 256 + 128 * 256)
+    assert shape.id == "g3_m100-0-28_n256_k512_f16"
+
+
+def test_tiles_never_straddle_experts():
+    shape = GroupedGemmShape((130, 0, 64, 1), 128, 128)
+    groups, rows, counts = tile_table(shape, 64)
+    assert groups == [0, 0, 0, 2, 3]
+    assert rows == [0, 64, 128, 130, 194]
+    assert counts == [64, 64, 2, 64, 1]
+    assert shape.tiles(64) == 5 and shape.tiles(128) == 4
+
+
+@pytest.mark.parametrize("field, value", [("swizzle", 8), ("smem_epilogue", True), ("split_k", 2)])
+def test_config_refuses_what_the_grouped_kernel_lacks(field, value):
+    import dataclasses
+
+    config = dataclasses.replace(GemmConfig(128, 128, 64, 128, 3), **{field: value})
+    with pytest.raises(ValueError, match=rf"GemmConfig.{field}={value!r}: must be"):
+        check_config(config)
+
+
+def test_config_space_and_first_choice_are_valid():
+    space = candidates()
+    assert {c.block_m for c in space} == {64, 128}
+    for config in space:
+        check_config(config)
+    small, large = (
+        GroupedGemmShape((40, 0, 90), 4096, 4096),
+        GroupedGemmShape((512,) * 8, 4096, 4096),
+    )
+    assert heuristic(small).block_m == 64 and heuristic(large).block_m == 128
+
+
+def test_matmul_loop_writes_every_expert_on_the_cpu():
+    import torch
+
+    shape = GroupedGemmShape((5, 0, 3), 16, 8, "bfloat16")
+    inputs = GROUPED_GEMM.inputs(shape, 1, "cpu")
+    inputs.out.fill_(float("nan"))
+    matmul_loop(inputs)()
+    for part, ref in zip(inputs.parts(), GROUPED_GEMM.reference(inputs), strict=True):
+        assert torch.allclose(part.double(), ref, rtol=2e-2, atol=5e-2)
+
+
+def test_baseline_names_itself_and_why_it_fell_back():
+    shape = GroupedGemmShape((5, 0, 3), 16, 8)
+    baseline = GROUPED_GEMM.baseline(GROUPED_GEMM.inputs(shape, 1, "cpu"))
+    assert baseline.name in ("torch._grouped_mm", MATMUL_LOOP)
+    # The first choice carries no reason; the fallback always says why.
+    assert (baseline.name == MATMUL_LOOP) == bool(baseline.why)
+
+
+# --- codegen for sm_90a (no GPU needed) ----------------------------------------------
+
+
+@requires_nvcc
+@pytest.mark.parametrize(
+    "shape, config",
+    [
+        (GroupedGemmShape((128, 0, 300, 77), 1024, 512), GemmConfig(128, 128, 64, 128, 3)),
+        (GroupedGemmShape((64, 17), 4096, 256, "bfloat16"), GemmConfig(64, 256, 64, 256, 4)),
+    ],
+    ids=lambda v: v.id,
+)
+def test_sm90a_codegen_uses_hopper_path(shape, config):
+    built = compile_grouped_gemm(shape, config, arch="sm_90a")
+    src = built.source
+    assert "tma_load" in src, "expected TMA bulk copies of A and B[g]"
+    assert "GmmaDescriptor" in src or "wgmma" in src, "expected wgmma on sm_90a"
+    # Each block reads its expert, first row and row count from the tile table, and the
+    # write-back is masked by the row count.
+    for table in ("tile_group", "tile_row", "tile_rows"):
+        assert f"{table}[((int)blockIdx.y)]" in src
+    assert "< (rows" in src or "< rows" in src
+    # One launch over all experts: the same build through the contract's one walk.
+    from harness.ops.registry import build_combination
+
+    assert callable(build_combination("grouped_gemm", shape, config, CompileTarget()))
+
+
+# --- correctness on a GPU ------------------------------------------------------------
+
+LAYOUTS = [
+    (128, 0, 300, 77),  # ragged, with an empty expert
+    (0, 0, 5, 0),  # one expert of 5 rows among empty ones
+    (1, 63, 64, 65, 127, 128, 129, 0),  # around the 64- and 128-row tile edges
+    (1024,),  # one expert: a plain GEMM
+]
+GPU_CASES = [
+    (GroupedGemmShape(m_sizes, n, k, dtype), config)
+    for m_sizes, n, k in (
+        (LAYOUTS[0], 1024, 512),
+        (LAYOUTS[1], 256, 1024),
+        (LAYOUTS[2], 1000, 520),  # N past the last full column tile
+        (LAYOUTS[3], 512, 768),
+    )
+    for dtype in ("float16", "bfloat16")
+    for config in (GemmConfig(64, 128, 64, 128, 4), GemmConfig(128, 256, 64, 256, 3))
+]
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("shape, config", GPU_CASES, ids=[f"{s.id}-{c.id}" for s, c in GPU_CASES])
+def test_matches_float64_reference_per_expert(shape, config):
+    for seed in (21, 22):  # fresh inputs and a fresh NaN-poisoned output each launch
+        result = check_built(GROUPED_GEMM, shape, config, seed=seed)
+        assert result.unwritten == 0, f"{result.unwritten} outputs never written"
+        assert result.ok, str(result)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_baseline_matches_float64_reference():
+    import torch
+
+    shape = GroupedGemmShape((128, 0, 300, 77), 1024, 512, "bfloat16")
+    inputs = GROUPED_GEMM.inputs(shape, 7)
+    baseline = GROUPED_GEMM.baseline(inputs)
+    got = baseline.fn()
+    got = inputs.out if got is None else got
+    torch.cuda.synchronize()
+    starts = shape.offsets
+    for g, ref in enumerate(GROUPED_GEMM.reference(inputs)):
+        if ref.numel():
+            part = got[starts[g] : starts[g + 1]].double()
+            assert (torch.linalg.norm(part - ref) / torch.linalg.norm(ref)) < 1e-2, baseline.name
