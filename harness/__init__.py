@@ -7,18 +7,21 @@ it, never one above nor a neighbour in its own layer (``tests/test_layers.py`` w
 every import, those inside functions included):
 
 1. ``policy``, ``cli``: the statistical rule and the command-line conventions;
-2. ``measure``: timing, GPU state, correctness, metrics;
-3. ``revisions``: git and worktrees, the worker's launch and records, GPU placement and
-   fan-out, the calibration file (what the suite and the gate share);
-4. ``suite``: discovery, sharding, running and storing the asv suite, its history;
-5. ``gate`` and ``report``: the PR gate (which reads the suite's public seams) and the
-   stage reports.
+2. ``ops``: the operator contract and its families (shapes, configs, inputs, reference,
+   build);
+3. ``measure``: timing, GPU state, correctness, metrics;
+4. ``revisions`` and ``report``: git and worktrees, the worker's launch and records, GPU
+   placement and fan-out, the calibration file (what the suite and the gate share); the
+   markdown and plots, from templates and the records they are handed;
+5. ``suite``: discovery, sharding, running and storing the asv suite, its history;
+6. ``gate``: the PR gate (which reads the suite's public seams).
 """
 
 LAYERS = (
     ("policy", "cli"),
+    ("ops",),
     ("measure",),
-    ("revisions",),
+    ("revisions", "report"),
     ("suite",),
-    ("gate", "report"),
+    ("gate",),
 )

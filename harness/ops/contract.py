@@ -37,11 +37,20 @@ class DeviceSpec(Protocol):
 @dataclass(frozen=True, slots=True)
 class CompileTarget:
     """A device that is not here, to compile for (codegen tests, precompiling on a CPU
-    machine). Defaults: an H100/H200-class sm_90a part."""
+    machine): its SM count given (the tuned table records it per GPU,
+    ``kernels.tuned.recorded_sms``), an sm_90a part unless said otherwise."""
 
+    sm_count: int
     arch: str = "sm_90a"
-    sm_count: int = 132
     compute_capability: tuple[int, int] = (9, 0)
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.sm_count, bool)
+            or not isinstance(self.sm_count, int)
+            or self.sm_count < 1
+        ):
+            raise ValueError(f"CompileTarget.sm_count={self.sm_count!r}: must be an integer >= 1")
 
 
 def arch_of(device: DeviceSpec | None) -> str | None:
@@ -81,8 +90,9 @@ class Operator(Protocol):
         """A small valid shape, for smoke tests of the family on any device."""
         ...
 
-    def configs(self, shape: Any) -> list[Any]:
-        """The config space searched for ``shape``, every entry valid for it."""
+    def configs(self, shape: Any, device: DeviceSpec) -> list[Any]:
+        """The config space searched for ``shape`` on ``device`` (its SM count sizes
+        split-K and persistent grids), every entry valid for it."""
         ...
 
     def validate(self, shape: Any, config: Any) -> None:

@@ -39,10 +39,10 @@ class Gemm(DenseWork):
     def example_shape(self) -> GemmShape:
         return GemmShape(256, 192, 128, "float16", "NT")
 
-    def configs(self, shape: GemmShape) -> list[GemmConfig]:
+    def configs(self, shape: GemmShape, device: DeviceSpec) -> list[GemmConfig]:
         from kernels.tuned import candidates
 
-        return [c for c in candidates(shape) if _fits(shape, c)]
+        return [c for c in candidates(shape, device.sm_count) if _fits(shape, c)]
 
     def validate(self, shape: GemmShape, config: GemmConfig) -> None:
         check_types(self, shape, config)

@@ -51,7 +51,7 @@ class GroupedGemm(DenseWork):
         # A ragged layout with an empty expert: the cases a grouped kernel gets wrong.
         return GroupedGemmShape((64, 0, 100, 1), 192, 128, "bfloat16")
 
-    def configs(self, shape: GroupedGemmShape) -> list[GemmConfig]:
+    def configs(self, shape: GroupedGemmShape, device: DeviceSpec) -> list[GemmConfig]:
         return candidates()
 
     def validate(self, shape: GroupedGemmShape, config: GemmConfig) -> None:

@@ -13,9 +13,36 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from harness.report import template
-from harness.suite.issue_state import Span, State, hidden_lines
+
+
+class Span(Protocol):
+    """What the text reads of a step's place (``harness.suite.issue_state.Span``)."""
+
+    good: str
+    bad: str
+    subject: str
+    author: str
+
+    @property
+    def between(self) -> int | None: ...
+
+    @property
+    def culprit(self) -> str | None: ...
+
+
+class State(Protocol):
+    """What the text reads of an issue's state (``harness.suite.issue_state.State``),
+    which also writes the hidden lines its parser reads back."""
+
+    benchmark: str
+    span: Span
+    rows: Mapping[str, Mapping]
+
+    def hidden_lines(self) -> list[str]: ...
+
 
 # --- inert text --------------------------------------------------------------------------
 
@@ -108,7 +135,7 @@ def render_body(state: State, repo: str, server: str) -> str:
         else f"{span.between} commit(s) between them were"
     )
     values = {
-        "hidden": "\n".join(hidden_lines(state)),
+        "hidden": "\n".join(state.hidden_lines()),
         "culprit": span.culprit,
         "commands": not span.culprit,
         "name": code(state.benchmark),

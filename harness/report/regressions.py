@@ -5,9 +5,26 @@ the prose is ``templates/regressions.md``, every figure comes from the detector'
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from harness.report import template
-from harness.suite.detector.records import Regression, human
+from harness.report.values import human
+
+
+class Regression(Protocol):
+    """What the report reads of a finding (``harness.suite.detector.records.Regression``)."""
+
+    benchmark: str
+    machine: str
+    before: float
+    after: float
+    unit: str
+    ratio: float
+    threshold: float
+    threshold_source: str
+
+    @property
+    def range(self) -> str: ...
 
 
 def _cell(text: str) -> str:

@@ -91,6 +91,10 @@ class State:
     def key(self) -> str:
         return f"{self.benchmark} {self.span.good}..{self.span.bad}"
 
+    def hidden_lines(self) -> list[str]:
+        """The two lines a body carries for ``parse``: the marker and the state."""
+        return hidden_lines(self)
+
 
 def marker(key: str) -> str:
     return f"<!-- regression: {key} -->"

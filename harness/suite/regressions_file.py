@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.suite.detector.records import human
+from harness.report.values import human
 from harness.suite.issue_state import MACHINE, Span
 
 if TYPE_CHECKING:

@@ -36,8 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.measure.gpu_state import visible_entry
-from harness.revisions.placement import rank
-from harness.suite import discovery
+from harness.revisions.placement import parse_gpus, rank
 
 # Host cores per CPU lane. A CPU lane's compiles use half of its cores
 # (``discovery.CPU_WORKERS_ENV``); the other half serve the GPU lanes (each timing loop

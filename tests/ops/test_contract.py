@@ -11,6 +11,9 @@ from harness.measure.correctness import check_launch
 from harness.ops.contract import CompileTarget, DeviceSpec, Operator, arch_of
 from harness.ops.registry import OPERATORS, build_combination, operator, operator_for
 
+# A compile target of 16 SMs: nothing here depends on the H200's count.
+SM90 = CompileTarget(sm_count=16)
+
 FAMILIES = sorted(OPERATORS)
 
 
@@ -28,7 +31,7 @@ def test_every_family_is_an_operator(op):
 
 def test_shape_and_config_are_frozen_values(op):
     shape = op.example_shape()
-    config = op.configs(shape)[0]
+    config = op.configs(shape, SM90)[0]
     for value in (shape, config):
         assert dataclasses.is_dataclass(value)
         with pytest.raises(dataclasses.FrozenInstanceError):
@@ -39,7 +42,7 @@ def test_shape_and_config_are_frozen_values(op):
 
 def test_config_space_is_valid_for_its_shape(op):
     shape = op.example_shape()
-    configs = op.configs(shape)
+    configs = op.configs(shape, SM90)
     assert configs and len(set(configs)) == len(configs)
     for config in configs:
         assert isinstance(config, op.config_type)
@@ -53,7 +56,7 @@ def test_validator_names_the_field_of_a_bad_config(op):
     ):
         op.validate(shape, "b128x128x32_t128_s3")
     with pytest.raises(ValueError, match=rf"{op.name}: shape=.*must be a {op.shape_type.__name__}"):
-        op.validate(object(), op.configs(shape)[0])
+        op.validate(object(), op.configs(shape, SM90)[0])
 
 
 # A config each family's validator must refuse for its example shape, and the field and
@@ -83,7 +86,7 @@ def test_validator_refuses_a_combination_by_name(op):
     with pytest.raises(ValueError, match=message):
         op.validate(shape, config)
     with pytest.raises(ValueError, match=message):  # the one walk validates first
-        build_combination(op.name, shape, config, CompileTarget())
+        build_combination(op.name, shape, config, SM90)
 
 
 def test_inputs_are_seeded_fresh_and_not_zero(op):
@@ -172,6 +175,13 @@ def test_device_spec_is_read_not_assumed():
         sm_count: int = 132
         compute_capability: tuple = (9, 0)
 
-    assert isinstance(Present(), DeviceSpec) and isinstance(CompileTarget(), DeviceSpec)
+    assert isinstance(Present(), DeviceSpec) and isinstance(SM90, DeviceSpec)
     assert arch_of(Present()) is None and arch_of(None) is None
-    assert arch_of(CompileTarget()) == "sm_90a"
+    assert arch_of(SM90) == "sm_90a"
+
+
+def test_a_compile_target_needs_its_sm_count():
+    with pytest.raises(TypeError):
+        CompileTarget()  # no default device
+    with pytest.raises(ValueError, match="sm_count"):
+        CompileTarget(sm_count=0)

@@ -1,9 +1,11 @@
 """The history detector's findings: a ``Regression`` per benchmark whose latest step is a
-slowdown, and asv's rendering of the values it compares (``human``)."""
+slowdown."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from harness.report.values import human
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +58,3 @@ class Regression:
             "bad_subject": self.bad_subject,
             "bad_author": self.bad_author,
         }
-
-
-def human(value: float, unit: str) -> str:
-    """asv's rendering for seconds (``1.23ms``, ``197μs``); anything else, a ratio, as is."""
-    if unit == "seconds":
-        from asv.util import human_value
-
-        return human_value(value, unit)
-    return f"{value:.4g}"
