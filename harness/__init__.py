@@ -6,7 +6,8 @@ Its sub-packages form layers; a module imports its own sub-package and the layer
 it, never one above nor a neighbour in its own layer (``tests/test_layers.py`` walks
 every import, those inside functions included):
 
-1. ``policy``, ``cli``: the statistical rule and the command-line conventions;
+1. ``policy``, ``cli``: the statistical rule and its verdicts' names, the command-line
+   conventions;
 2. ``ops``: the operator contract and its families (shapes, configs, inputs, reference,
    build);
 3. ``measure``: timing, GPU state, correctness, metrics;

@@ -20,6 +20,10 @@ The rule, once:
   spread can raise a threshold, never lower it;
 - cap: a benchmark that would need more than ``cap`` is too noisy to gate.
 
+What the rule concludes on a benchmark has one name each (``REGRESSION`` ... ``NOISY``):
+the gate decides them (``harness.gate.decide``), its report renders them
+(``harness.report.gate``).
+
 Pure data and arithmetic: imports nothing from the project.
 """
 
@@ -81,3 +85,14 @@ class Policy:
 
 
 POLICY = Policy()
+
+
+# A benchmark's verdict in the gate: slower or faster beyond its threshold, neither, too
+# noisy to gate (above the cap), failed to build or run, or on one revision only.
+REGRESSION = "regression"
+IMPROVEMENT = "improvement"
+UNCHANGED = "unchanged"
+FAILED = "failed"
+NEW = "new"
+REMOVED = "removed"
+NOISY = "too noisy"

@@ -1,5 +1,5 @@
 """Decision logic of the PR performance gate: BASE vs HEAD benchmark samples in, verdicts
-and an exit code out (``harness.gate.render`` turns them into markdown).
+and an exit code out (``harness.report.gate`` turns them into markdown).
 
 Pure: no GPU, no subprocess, no file IO. The samples come from BASE and HEAD measured
 interleaved on the same GPU; the statistics are asv's own (``asv._stats`` for the
@@ -42,26 +42,16 @@ from asv import _stats
 from asv_runner.statistics import compute_stats
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, EXIT_REGRESSION
-from harness.policy import POLICY
-
-REGRESSION = "regression"
-IMPROVEMENT = "improvement"
-UNCHANGED = "unchanged"
-FAILED = "failed"
-NEW = "new"
-REMOVED = "removed"
-NOISY = "too noisy"
-
-# Table order: what needs a human first.
-STATUS_ORDER = {
-    REGRESSION: 0,
-    FAILED: 1,
-    NOISY: 2,
-    REMOVED: 3,
-    IMPROVEMENT: 4,
-    NEW: 5,
-    UNCHANGED: 6,
-}
+from harness.policy import (
+    FAILED,
+    IMPROVEMENT,
+    NEW,
+    NOISY,
+    POLICY,
+    REGRESSION,
+    REMOVED,
+    UNCHANGED,
+)
 
 # The rule's numbers live in harness.policy; these are its names in the gate. The slowdown
 # that counts unless a calibration raises it for a noisy benchmark; the same for paired

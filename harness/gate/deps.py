@@ -39,7 +39,7 @@ from harness.cli import EXIT_FAILURE, fraction, output_dir, positive_int, regex
 from harness.gate import decide as gd
 from harness.gate import run as gate
 from harness.gate import samples as gs
-from harness.gate.render import render_markdown
+from harness.report.gate import render_markdown
 from harness.revisions import fanout, git, launch, records
 from harness.suite import discovery
 
@@ -241,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     report = render_markdown(
         verdicts,
+        passed=not gd.exit_code(verdicts),
         base_label=f"TileLang {versions['base']}",
         head_label=f"TileLang {versions['head']}",
         context=context,

@@ -35,7 +35,7 @@ from pathlib import Path
 from harness.cli import EXIT_FAILURE, fraction, gpu_list, output_dir, positive_int, regex
 from harness.gate import decide as gd
 from harness.gate import samples as gs
-from harness.gate.render import render_markdown
+from harness.report.gate import render_markdown
 from harness.revisions import fanout, git, launch, placement, records
 from harness.revisions.calibration import calibration_path
 from harness.suite import discovery
@@ -236,6 +236,7 @@ def compare(
     }
     report = render_markdown(
         verdicts,
+        passed=not gd.exit_code(verdicts),
         base_label=f"base {shas['base'][:10]}",
         head_label=f"head {shas['head'][:10]}",
         context=context,

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.cli import positive_int
+from harness.report import cost as cost_table
 from harness.suite import discovery, run, shard
 from harness.suite.weights import Calibration, combination_flops, cpu_combinations
 
@@ -285,27 +286,9 @@ def table(m: Mapping, counts: Iterable[int] = GPU_COUNTS) -> list[dict]:
 
 
 def render(m: Mapping) -> str:
-    """Markdown: the fit, then expected wall time per GPU count and grid."""
-    f = m["fit"]
-    rows = m["table"]
-    counts = list(rows[0]["wall_s"])
-    lines = [
-        f"GPU unit seconds = {f['a']:.1f} + {f['b']:.2f} x combinations + {f['c']:.2f} x TFLOP "
-        f"(fitted on {f['points']} unit timings); serial steps "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in m["serial"].items())
-        + "; first in its GPU's lane "
-        + ", ".join(f"{u} {v:.0f} s" for u, v in m["solo"].items())
-        + f"; CPU lane {m['cpu_lane']:.0f} s after it, cut over up to one CPU lane per"
-        + f" {shard.CORES_PER_CPU_LANE} cores ({m['cores_per_gpu']} per GPU).",
-        "",
-        "| grid | " + " | ".join(f"{n} GPU{'s' if n > 1 else ''}" for n in counts) + " |",
-        "|---|" + "---|" * len(counts),
-    ]
-    for row in rows:
-        walls = row["wall_s"]
-        cells = [f"{walls[n]:.0f} s ({walls[counts[0]] / walls[n]:.2f}x)" for n in counts]
-        lines.append(f"| {row['grid']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """Markdown: the fit, then expected wall time per GPU count and grid
+    (``harness.report.cost``), for this suite's CPU lanes."""
+    return cost_table.render(m, shard.CORES_PER_CPU_LANE)
 
 
 def main(argv: list[str] | None = None) -> int:

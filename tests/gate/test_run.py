@@ -11,7 +11,7 @@ import pytest
 from asv_bench import gemm
 from harness.gate import run as gate
 from harness.gate import samples as gs
-from harness.gate.render import render_markdown
+from harness.report.gate import render_markdown
 from harness.revisions import fanout, git, launch, records
 from harness.suite import discovery
 from tests.conftest import NO_GPU
@@ -65,7 +65,8 @@ def test_a_benchmark_added_or_removed_by_the_change_is_reported_not_failed():
     assert verdicts["gemm.X(new)"].status == gd.NEW
     assert verdicts["gemm.X(old)"].status == gd.REMOVED
     assert gd.exit_code(verdicts.values()) == 0
-    text = render_markdown(verdicts.values(), base_label="main", head_label="pr")
+    passed = not gd.exit_code(verdicts.values())
+    text = render_markdown(verdicts.values(), passed=passed, base_label="main", head_label="pr")
     assert "PASS" in text and "1 new, 1 removed" in text
 
 
