@@ -1,5 +1,5 @@
-"""GPU tracks of the TileLang GEMM: kernel latency, latency relative to torch.matmul,
-and (family ``Launch``) host launch overhead.
+"""GPU tracks of the TileLang kernels: kernel latency, latency relative to the operator's
+torch baseline, and (family ``Launch``) host launch overhead.
 
     asv run -E existing:python3 --set-commit-hash $(git rev-parse HEAD) --record-samples
 
@@ -18,8 +18,11 @@ skipped (n/a) with the reason; an invalid combination is skipped with the config
 a combination that fails to build or run fails alone, with its traceback.
 ``static.py`` holds the tracks that need no GPU.
 
-A new family is a subclass of ``_GpuGemm`` with ``params``, ``param_names`` and
-``case``; ``measure`` times one combination outside asv (the gate's worker uses it).
+A family is a subclass of ``_GpuFamily`` with ``params``, ``param_names``, the registry
+name of its ``operator`` (``harness.ops.registry``) and ``case`` (params -> shape and
+config). Its inputs and baseline come from the operator, its kernel from discovery's one
+walk (``discovery.combination`` and ``discovery.build``); ``measure`` times one
+combination outside asv (the gate's worker uses it).
 """
 
 from __future__ import annotations
@@ -29,18 +32,19 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 # asv instantiates every public class in a benchmark module: import under private names.
 # Only light modules here; torch, TileLang and the timing path load where they are used.
 from harness.measure import device as _device
-from harness.suite.discovery import combination_name as _combination_name
-from harness.suite.discovery import selected_combinations as _selected_combinations
+from harness.suite import discovery as _discovery
 from kernels.gemm import SHORT_DTYPES as DTYPES
 from kernels.tuned import CASES as _TUNED_CASES
 
 if TYPE_CHECKING:
-    from harness.measure.cases import Case as _Case
+    from typing import Any
+
     from kernels import GemmConfig as _Config
     from kernels import GemmShape as _Shape
 
@@ -48,15 +52,15 @@ if TYPE_CHECKING:
 # default target), at most 10 batches or 5 s; batches taken while NVML reports throttling
 # are re-taken.
 TIMING = {"warmup": 10, "repeat": 50, "target_rsd": 0.005, "max_rounds": 10, "budget_s": 5.0}
-RATIO_ROUNDS = 10  # kernel and torch.matmul alternate; one ratio of medians per round
+RATIO_ROUNDS = 10  # kernel and its baseline alternate; one ratio of medians per round
 RATIO_TIMING = {"warmup": 5, "repeat": 20}
 # One setup_cache measures a whole family (up to 16 combinations, all its tracks), where
 # asv's timeout would give it as long as one track's process.
 SETUP_CACHE_TIMEOUT = 1200  # seconds
 
-# Inputs per shape for the process's lifetime; compiled kernels are memoised by
-# kernels.compile_gemm (and on disk).
-_CASES: dict[_Shape, _Case] = {}
+# Inputs and baseline per (operator, shape) for the process's lifetime (seed 0); compiled
+# kernels are memoised by the kernels' compile functions (and on disk).
+_INPUTS: dict[tuple[str, Any], tuple[Any, Any]] = {}
 _NVML: list = []  # one reader per process, opened on first use
 
 
@@ -68,13 +72,34 @@ def _nvml():
     return _NVML[0]
 
 
-def _case(shape: _Shape) -> _Case:
-    """The inputs of ``shape``, made once per process."""
-    if shape not in _CASES:
-        from harness.measure.cases import Case
+def _inputs(combo: _discovery.Combination) -> tuple[Any, Any]:
+    """The operator's inputs of ``combo``'s shape (seed 0) and its baseline bound to them,
+    made once per process."""
+    key = (combo.operator, combo.shape)
+    if key not in _INPUTS:
+        op = _discovery.operator_of(combo)
+        inputs = op.inputs(combo.shape, 0)
+        _INPUTS[key] = (inputs, op.baseline(inputs))
+    return _INPUTS[key]
 
-        _CASES[shape] = Case(shape)
-    return _CASES[shape]
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One combination ready to time: its inputs, its baseline (``contract.Baseline``)
+    and its kernel's launch on those inputs (None where the combination has no kernel)."""
+
+    combination: _discovery.Combination
+    inputs: Any
+    baseline: Any
+    launch: Any
+
+    @property
+    def shape(self):
+        return self.combination.shape
+
+    @property
+    def config(self):
+        return self.combination.config
 
 
 def shape_of(size: str, dtype: str, layout: str = "NN") -> _Shape:
@@ -100,13 +125,15 @@ def _summary(samples: dict[str, list[float]]) -> str:
     return ", ".join(parts[t](statistics.median(s)) for t, s in samples.items() if t in parts and s)
 
 
-class _GpuGemm:
+class _GpuFamily:
     """A family of combinations, measured in ``setup_cache`` and read back by the tracks.
 
-    A subclass gives ``params`` (one list per name in ``param_names``) and ``case``.
-    ``track_X`` returns the samples ``_measure_X(data, config)`` took for its combination.
+    A subclass gives ``params`` (one list per name in ``param_names``), its ``operator``
+    and ``case``. ``track_X`` returns the samples ``_measure_X(prepared)`` took for its
+    combination.
     """
 
+    operator = "gemm"  # the registry name of the family's operator
     unit = "seconds"
     timeout = 120  # a track's own process, which only reads the cache
     number = 1
@@ -127,8 +154,18 @@ class _GpuGemm:
         setup_cache.timeout = SETUP_CACHE_TIMEOUT
         cls.setup_cache = setup_cache
 
-    def case(self, *params) -> tuple[_Shape, _Config]:
+    def case(self, *params) -> tuple[Any, Any]:
+        """(shape, config) of one combination; ValueError naming the rule where invalid."""
         raise NotImplementedError
+
+    def combination(self, *params, device=None) -> tuple[str, Any, Any]:
+        """(operator, shape, config) of one combination, what discovery's walk builds;
+        ``device`` matters only to a family whose config depends on it."""
+        return (self.operator, *self.case(*params))
+
+    @classmethod
+    def family(cls) -> _discovery.Family:
+        return _discovery.Family(cls.__module__.rsplit(".", 1)[-1], cls.__name__, cls)
 
     @classmethod
     def tracks(cls) -> list[str]:
@@ -136,27 +173,24 @@ class _GpuGemm:
 
     def combination_name(self, params: tuple) -> str:
         """``gemm.Stage(4096x4096x4096, 128, 3, f16)``, as the gate names combinations."""
-        module = type(self).__module__.rsplit(".", 1)[-1]
-        return _combination_name(f"{module}.{type(self).__name__}", params)
+        return self.family().combination_name(params)
 
     # Measuring, on the GPU, in this process.
 
-    def prepare(self, *params) -> tuple[_Case, _Config]:
-        """Inputs and config of one combination, its kernel compiled; an invalid
-        combination raises NotImplementedError with the config's rule."""
-        try:
-            shape, config = self.case(*params)
-        except ValueError as err:  # an invalid combination, not a failure
-            raise NotImplementedError(str(err)) from None
-        data = _case(shape)
-        data.tilelang_fn(config)  # compile outside the timed region
-        return data, config
+    def prepare(self, *params) -> _Prepared:
+        """One combination's inputs, baseline and kernel, compiled outside the timed
+        region, through discovery's walk: an invalid combination raises ``Skipped`` (a
+        NotImplementedError) with the rule, a failed compile ``BuildFailed`` naming it."""
+        combo = _discovery.combination(self.family(), params)
+        inputs, baseline = _inputs(combo)
+        launch = None if combo.config is None else _discovery.build(combo)(inputs)
+        return _Prepared(combo, inputs, baseline, launch)
 
     def measure(self, *params) -> dict[str, list[float]]:
         """``{track: samples}`` of every track of this family for one combination."""
-        data, config = self.prepare(*params)
+        prepared = self.prepare(*params)
         return {
-            t: getattr(self, f"_measure_{t.removeprefix('track_')}")(data, config)
+            t: getattr(self, f"_measure_{t.removeprefix('track_')}")(prepared)
             for t in self.tracks()
         }
 
@@ -167,7 +201,7 @@ class _GpuGemm:
             return {"no_gpu": f"GPU track skipped: {reason}"}
         # The runner's share for this asv run (a piece of the family on one GPU); the
         # tracks asv runs are the same combinations.
-        only = _selected_combinations()
+        only = _discovery.selected_combinations()
         combos = [
             c
             for c in itertools.product(*self.params)
@@ -194,11 +228,13 @@ class _GpuGemm:
             )
         return {"combinations": results}
 
-    def _measure_latency(self, data: _Case, config: _Config) -> list[float]:
-        timing = data.time_tilelang(config, **TIMING, nvml=_nvml())
+    def _measure_latency(self, p: _Prepared) -> list[float]:
+        from harness.measure.timing import measure
+
+        timing = measure(p.launch, **TIMING, nvml=_nvml())
         if timing.throttled or timing.target_met is False:
             print(
-                f"note: {data.shape.id} {config.id}: throttled={timing.throttled} "
+                f"note: {p.shape.id} {p.config.id}: throttled={timing.throttled} "
                 f"({', '.join(timing.throttle_reasons) or 'none seen'}, "
                 f"{timing.discarded} batch(es) re-taken), "
                 f"median rsd {timing.median_rsd:.2%} (target {timing.target_rsd:.1%})",
@@ -206,11 +242,13 @@ class _GpuGemm:
             )
         return timing.samples_s
 
-    def _measure_vs_torch(self, data: _Case, config: _Config) -> list[float]:
+    def _measure_vs_torch(self, p: _Prepared) -> list[float]:
+        from harness.measure.timing import measure
+
         ratios = []
         for _ in range(RATIO_ROUNDS):
-            kernel = data.time_tilelang(config, **RATIO_TIMING).median_ms
-            ref = data.time_torch(**RATIO_TIMING).median_ms
+            kernel = measure(p.launch, **RATIO_TIMING).median_ms
+            ref = measure(p.baseline.fn, **RATIO_TIMING).median_ms
             ratios.append(kernel / ref)
         return ratios
 
@@ -238,11 +276,11 @@ class _GpuGemm:
     def track_vs_torch(self, cache, *params):
         return self._cached(cache, "track_vs_torch", params)
 
-    # Lower is better, as asv reads every track: kernel latency over torch.matmul's.
+    # Lower is better, as asv reads every track: kernel latency over its torch baseline's.
     track_vs_torch.unit = "kernel/torch"
 
 
-class Stage(_GpuGemm):
+class Stage(_GpuFamily):
     """The training stage's 128x128x32 tile at 4096^3: threads x num_stages, fp16, bf16."""
 
     params = (["4096x4096x4096"], [128, 256], [1, 2, 3, 4], ["f16", "bf16"])
@@ -258,7 +296,7 @@ class Stage128(Stage):
     params = (["128x128x128"], [128, 256], [1, 2, 3, 4], ["f16", "bf16"])
 
 
-class Tiles(_GpuGemm):
+class Tiles(_GpuFamily):
     """Larger tiles (two consumer warpgroups, block_K 64) at 4096^3 and 8192^3."""
 
     params = (
@@ -279,7 +317,7 @@ ATTENTION = {
 }
 
 
-class Attention(_GpuGemm):
+class Attention(_GpuFamily):
     """Attention-shaped products: QK^T (NT, K = head dim) and P@V (NN, N = head dim)."""
 
     params = (list(ATTENTION), ["b128x128x32_t128_s3", "b128x128x64_t256_s3"], ["f16", "bf16"])
@@ -290,7 +328,7 @@ class Attention(_GpuGemm):
         return shape_of(size, dtype, layout), config_of(config)
 
 
-class Tuned(_GpuGemm):
+class Tuned(_GpuFamily):
     """The tuned config of each case in ``kernels.tuned`` on this GPU (the heuristic where
     the table has none): a commit that loses the tuning shows here."""
 
@@ -298,21 +336,27 @@ class Tuned(_GpuGemm):
     param_names = ["case", "dtype"]
 
     def case(self, name, dtype):
+        return self.combination(name, dtype)[1:]
+
+    def combination(self, name, dtype, device=None):
+        """The tuned config of ``device`` (its name's tuned row, else the heuristic for its
+        SM count); ``device`` None: the visible GPU's. No GPU and no device (planning on a
+        CPU host): the shape alone, since which config runs depends on the device."""
         from kernels.tuned import case_shape, pick_config
 
         shape = case_shape(name, DTYPES[dtype])
-        # No GPU (planning, precompile on a CPU host): the shape alone; which config runs
-        # depends on the device (its tuned row, or the heuristic for its SM count).
-        if _device.no_gpu_reason():
-            return shape, None
-        spec = _device.DeviceSpec.read()
-        return shape, pick_config(shape, spec.name, spec.sm_count)
+        if device is None:
+            if _device.no_gpu_reason():
+                return self.operator, shape, None
+            device = _device.DeviceSpec.read()
+        config = pick_config(shape, getattr(device, "name", None), device.sm_count)
+        return self.operator, shape, config
 
 
 TORCH = "torch.matmul"
 
 
-class Launch(_GpuGemm):
+class Launch(_GpuFamily):
     """Host launch overhead: wall time of one call through the Python path, device work
     not waited for, of the TileLang kernel and of torch.matmul. It dominates small
     shapes."""
@@ -330,17 +374,36 @@ class Launch(_GpuGemm):
     def case(self, size, kernel):
         return shape_of(size, "f16"), None if kernel == TORCH else config_of(kernel)
 
-    def prepare(self, size, kernel):
-        if kernel != TORCH:
-            return super().prepare(size, kernel)
-        shape, _ = self.case(size, kernel)
-        return _case(shape), None
-
-    def _measure_launch(self, data: _Case, config: _Config | None) -> list[float]:
+    def _measure_launch(self, p: _Prepared) -> list[float]:
         from harness.measure.timing import measure_launch
 
-        fn = data.torch_fn if config is None else data.tilelang_fn(config)
-        return measure_launch(fn).samples_s
+        return measure_launch(p.baseline.fn if p.launch is None else p.launch).samples_s
 
     def track_launch(self, cache, *params):
         return self._cached(cache, "track_launch", params)
+
+
+# Mixture-of-experts layouts: name -> (rows per expert, N, K). A ragged batch with an empty
+# expert, an even one, and one expert taking nearly every token (most experts empty).
+MOE = {
+    "e8_ragged": ((512, 0, 300, 1024, 77, 640, 128, 256), 4096, 4096),
+    "e16_even": ((256,) * 16, 4096, 2048),
+    "e8_hot": ((3968, 128, 0, 0, 0, 0, 0, 0), 2048, 4096),
+}
+
+
+class GroupedGemm(_GpuFamily):
+    """The grouped GEMM of a mixture-of-experts layer (``harness.ops.grouped_gemm``), one
+    launch over all experts, its config the kernel's heuristic for the layout; compared
+    with ``torch._grouped_mm`` (or a torch.matmul per expert where that cannot run)."""
+
+    operator = "grouped_gemm"
+    params = (list(MOE), ["f16", "bf16"])
+    param_names = ["layout", "dtype"]
+
+    def case(self, layout, dtype):
+        from kernels.grouped_gemm import GroupedGemmShape, heuristic
+
+        m_sizes, n, k = MOE[layout]
+        shape = GroupedGemmShape(m_sizes, n, k, DTYPES[dtype])
+        return shape, heuristic(shape)

@@ -14,6 +14,8 @@ from harness.measure.resources import cold_compile_seconds as _cold_compile_seco
 from harness.measure.resources import sm90a_resources as _sm90a_resources
 
 # asv instantiates every public class in a benchmark module: import under private names.
+from harness.ops.contract import CompileTarget as _CompileTarget
+from harness.suite.discovery import Combination as _Combination
 from harness.suite.discovery import combination_name as _combination_name
 from harness.suite.discovery import cpu_workers as _cpu_workers
 from harness.suite.discovery import selected_combinations as _selected_combinations
@@ -71,7 +73,9 @@ class Sm90aResources:
             if only is None
             or _combination_name(f"{_MODULE}.{type(self).__name__}", (config, dtype)) in only
         }
-        _precompile(pairs.values(), arch="sm_90a", workers=WORKERS, log=lambda line: None)
+        # The SM count sizes no kernel of these fixed configs: any count builds the same.
+        combos = [_Combination("", "gemm", *pair) for pair in pairs.values()]
+        _precompile(combos, _CompileTarget(sm_count=1), workers=WORKERS, log=lambda line: None)
 
         def resources(pair):
             return _sm90a_resources(_compile_gemm(*pair, arch="sm_90a"))

@@ -38,11 +38,13 @@ class DeviceSpec(Protocol):
 class CompileTarget:
     """A device that is not here, to compile for (codegen tests, precompiling on a CPU
     machine): its SM count given (the tuned table records it per GPU,
-    ``kernels.tuned.recorded_sms``), an sm_90a part unless said otherwise."""
+    ``kernels.tuned.recorded_sms``), an sm_90a part unless said otherwise, and the name of
+    the GPU it stands for where one is meant (its tuned configs are that GPU's)."""
 
     sm_count: int
     arch: str = "sm_90a"
     compute_capability: tuple[int, int] = (9, 0)
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if (

@@ -7,6 +7,14 @@ gate's own checkout while the suite it walks comes from an older revision's work
     from harness.suite import discovery
     for family in discovery.families(root):
         print(family.full, family.is_gpu, len(family.combinations()))
+
+It also owns the one walk from a combination to a built kernel: ``combination`` asks the
+family what one parameter combination is (an operator's name, a shape, a config) and
+``build`` compiles it through the operator registry (``harness.ops.registry``) of the tree
+on ``sys.path``, with one error policy: an invalid combination raises ``Skipped`` (a
+``NotImplementedError``, asv's skip) with the rule it breaks, a failed compile raises
+``BuildFailed`` naming the combination. Precompile, the cost model's weights, the gate's
+worker and the asv families all walk through these two.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Set by the runner for each ``asv run``: a JSON list of the combination names
 # (``combination_name``) that run measures, so a family's process measures only its share.
@@ -108,8 +117,11 @@ class Family:
 
     @property
     def is_gpu(self) -> bool:
-        """A GPU family maps its params to a (shape, config) through ``case``."""
-        return callable(getattr(self.cls, "case", None))
+        """A GPU family maps its params to an operator's (shape, config) through
+        ``combination`` (``case`` in a suite from before the operator contract)."""
+        return callable(getattr(self.cls, "combination", None)) or callable(
+            getattr(self.cls, "case", None)
+        )
 
     def has_tracks(self, tracks: tuple[str, ...]) -> bool:
         return all(callable(getattr(self.cls, t, None)) for t in tracks)
@@ -136,6 +148,74 @@ class Family:
     def benchmark_names(self) -> list[str]:
         """asv's names of the family's benchmarks, one per method and combination."""
         return [self.asv_name(m, c) for m in self.methods() for c in self.combinations()]
+
+
+class Skipped(NotImplementedError):
+    """A combination that cannot exist (its config breaks a rule of its shape or of the
+    device): asv skips it (n/a); the message is the rule."""
+
+
+class BuildFailed(RuntimeError):
+    """A valid combination whose kernel failed to compile; the message names it."""
+
+
+@dataclass(frozen=True)
+class Combination:
+    """What one parameter combination of a family builds: the registry name of its
+    operator (``"gemm"``), its shape and its config (None: no kernel of this project, e.g.
+    torch.matmul's own launch), and its name (``gemm.Stage(4096x4096x4096, 128, 3, f16)``)."""
+
+    name: str
+    operator: str
+    shape: Any
+    config: Any
+
+    @property
+    def label(self) -> str:
+        config = "no kernel" if self.config is None else self.config.id
+        return f"{self.name} [{self.operator} {self.shape.id} {config}]"
+
+
+def combination(family: Family, params: tuple, device: Any = None) -> Combination:
+    """The family's ``combination(*params, device=device)``: operator, shape and config.
+    ``device`` (an ``harness.ops.contract.DeviceSpec``, None: the visible GPU where there is
+    one) decides the combinations that depend on it (a tuned config). A combination the
+    family's rules reject raises ``Skipped`` with the rule."""
+    bench = family.cls()
+    try:
+        operator, shape, config = bench.combination(*params, device=device)
+    except (ValueError, NotImplementedError) as err:
+        raise Skipped(str(err)) from None
+    return Combination(family.combination_name(params), operator, shape, config)
+
+
+def build(combo: Combination, device: Any = None):
+    """Compile ``combo`` through ``harness.ops.registry.build_combination`` for ``device``
+    (None: the visible GPU; a ``CompileTarget``: cross-compile): the operator's bind
+    function, inputs -> launch. ``Skipped`` where the operator's validator rejects the
+    pair; ``BuildFailed`` naming the combination where the compile fails."""
+    from harness.ops.registry import build_combination, operator
+
+    if combo.config is None:
+        raise Skipped(f"{combo.name}: no kernel of this project to build")
+    op = operator(combo.operator)
+    try:
+        op.validate(combo.shape, combo.config)
+    except ValueError as err:
+        raise Skipped(str(err)) from None
+    try:
+        return build_combination(op, combo.shape, combo.config, device)
+    except Exception as err:  # any compile error fails this combination alone, named
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "no message"
+        raise BuildFailed(f"{combo.label}: {type(err).__name__}: {first}") from err
+
+
+def operator_of(combo: Combination):
+    """The operator ``combo`` names, from the registry of the tree on ``sys.path``: its
+    ``inputs``, ``baseline``, ``flops`` and ``bytes``."""
+    from harness.ops.registry import operator
+
+    return operator(combo.operator)
 
 
 def families(root: Path, modules: tuple[str, ...] | None = None) -> list[Family]:

@@ -6,6 +6,12 @@ load the kernels from the cache instead of compiling them.
 
     python -m harness.suite.precompile                 # every valid combination of the suite
     python -m harness.suite.precompile --bench Tiles   # the combinations a regex matches
+    python -m harness.suite.precompile --arch sm_90a --gpu "NVIDIA H200"   # on a CPU host
+
+Every kernel is built through discovery's one walk (``discovery.combination`` and
+``discovery.build``), for the visible GPU, or with ``--arch`` for a device that is not
+here (``CompileTarget``): the SM count, which sizes a tuned config, is the visible GPU's,
+else the one the tuned table records for ``--gpu``.
 
 The command keeps a stamp in TileLang's cache folder ($TILELANG_CACHE_DIR) of what it
 compiled there, keyed by the kernel source and the TileLang version: a second run over
@@ -29,42 +35,51 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from harness.cli import positive_int, regex
+from harness.measure.device import DeviceSpec, gpu_name, no_gpu_reason
+from harness.ops.contract import CompileTarget, arch_of
 from harness.suite import discovery
-from kernels import GemmConfig, GemmShape
-from kernels.gemm import _compile_gemm
+from harness.suite.discovery import Combination
+from kernels.tuned import TUNED_FILE, load, recorded_sms
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def _build(shape: GemmShape, config: GemmConfig, arch: str | None) -> str | None:
+def _build(combo: Combination, device) -> str | None:
     try:
-        _compile_gemm(shape, config, arch)
+        discovery.build(combo, device)
     except Exception as err:  # reported, not raised: the caller's own run shows it in context
         return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     return None
 
 
+def _key(combo: Combination) -> tuple:
+    """What makes two combinations one kernel: families share kernels."""
+    return (combo.operator, combo.shape, combo.config)
+
+
 def precompile(
-    pairs: Iterable[tuple[GemmShape, GemmConfig]],
-    arch: str | None = None,
+    combos: Iterable[Combination],
+    device=None,
     workers: int | None = None,
     log=print,
-) -> dict[tuple[GemmShape, GemmConfig], str]:
-    """Compile every distinct pair; returns the pairs that failed and why."""
-    todo = list(dict.fromkeys(pairs))
+) -> dict[tuple, str]:
+    """Compile every distinct kernel of ``combos`` for ``device`` (None: the visible GPU;
+    a ``CompileTarget``: cross-compile); returns the (operator, shape, config) that
+    failed and why."""
+    todo = list({_key(c): c for c in combos}.values())
     workers = workers or max(1, min(len(todo), (os.cpu_count() or 2) - 1))
     failed: dict = {}
     start = time.perf_counter()
     # spawn: children must not inherit a CUDA context from the parent.
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(_build, s, c, arch): (s, c) for s, c in todo}
+        futures = {pool.submit(_build, c, device): c for c in todo}
         for done, fut in enumerate(as_completed(futures), 1):
-            shape, config = futures[fut]
+            combo = futures[fut]
             error = fut.result()
             if error:
-                failed[(shape, config)] = error
+                failed[_key(combo)] = error
             log(
-                f"[{done}/{len(todo)}] {shape.id} {config.id}"
+                f"[{done}/{len(todo)}] {combo.shape.id} {combo.config.id}"
                 + (f" FAILED {error}" if error else "")
             )
     elapsed = time.perf_counter() - start
@@ -95,8 +110,8 @@ def fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def stamp_key(shape: GemmShape, config: GemmConfig, arch: str | None) -> str:
-    return f"{shape.id}/{config.id}/{arch or 'native'}"
+def stamp_key(combo: Combination, device=None) -> str:
+    return f"{combo.shape.id}/{combo.config.id}/{arch_of(device) or 'native'}"
 
 
 def load_stamp(path: Path, current: str) -> set[str]:
@@ -115,26 +130,51 @@ def save_stamp(path: Path, current: str, done: set[str]) -> None:
     os.replace(tmp, path)
 
 
-def suite_pairs(root: Path = ROOT, bench: str | None = None) -> list[tuple[GemmShape, GemmConfig]]:
-    """Every valid (shape, config) of the GPU families of the suite in ``root`` (the
-    benchmark_dir of its asv.conf.json), narrowed to the combinations ``bench`` selects
-    (by asv's or the gate's name)."""
-    pairs = []
+def suite_combinations(
+    root: Path = ROOT, bench: str | None = None, device=None
+) -> list[Combination]:
+    """Every valid combination with a kernel of the GPU families of the suite in ``root``
+    (the benchmark_dir of its asv.conf.json), narrowed to those ``bench`` selects (by
+    asv's or the gate's name), as ``device`` decides them (``discovery.combination``)."""
+    out = []
     for family in discovery.families(root):
         if not family.is_gpu:
             continue
-        for combo in family.combinations():
+        for params in family.combinations():
             if bench is not None and not discovery.selected(
-                discovery.aliases(family, combo), [bench]
+                discovery.aliases(family, params), [bench]
             ):
                 continue
             try:
-                shape, config = family.cls().case(*combo)
-            except (ValueError, NotImplementedError):
+                combo = discovery.combination(family, params, device)
+            except discovery.Skipped:
                 continue
-            if config is not None:  # None: no TileLang kernel (e.g. torch.matmul's launch)
-                pairs.append((shape, config))
-    return pairs
+            if combo.config is not None:  # None: no kernel (e.g. torch.matmul's launch)
+                out.append(combo)
+    return out
+
+
+def target(arch: str | None, gpu: str | None, path: Path = TUNED_FILE):
+    """The device the kernels are built for: None, the visible GPU (``arch`` None), or a
+    ``CompileTarget`` for ``arch`` with the visible GPU's SM count, else the count the
+    tuned table records for ``gpu`` (ValueError naming the option where there is none)."""
+    if arch is None:
+        return None
+    if no_gpu_reason() is None and gpu in (None, gpu_name()):
+        spec = DeviceSpec.read()
+        return CompileTarget(spec.sm_count, arch, spec.compute_capability, spec.name)
+    if gpu is None:
+        raise ValueError(
+            f"--arch {arch}: no GPU is visible, so --gpu must name the GPU whose SM count "
+            f"sizes the configs (the tuned table records {sorted(load(path))})"
+        )
+    sms = recorded_sms(gpu, path)
+    if sms is None:
+        raise ValueError(
+            f"--gpu {gpu!r}: the tuned table ({path.name}) records no SM count for it; "
+            f"must be one of {sorted(load(path))}"
+        )
+    return CompileTarget(sms, arch, name=gpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,23 +195,34 @@ def main(argv: list[str] | None = None) -> int:
         help="cross-compile for this arch (e.g. sm_90a); default: the visible GPU",
     )
     parser.add_argument(
+        "--gpu",
+        default=None,
+        help="with --arch on a host without that GPU: the GPU (torch's name, as the tuned "
+        "table keys it) whose SM count and tuned configs to build",
+    )
+    parser.add_argument(
         "--workers", type=positive_int, default=None, help="processes (default: cores - 1)"
     )
     parser.add_argument(
         "--force", action="store_true", help="compile everything, ignoring the stamp"
     )
     args = parser.parse_args(argv)
-    pairs = list(dict.fromkeys(suite_pairs(ROOT, args.bench)))
+    try:
+        device = target(args.arch, args.gpu)
+    except ValueError as err:
+        parser.error(str(err))
+    combos = suite_combinations(ROOT, args.bench, device)
+    combos = list({_key(c): c for c in combos}.values())
     stamp, current = stamp_path(), fingerprint()
     done = set() if args.force else load_stamp(stamp, current)
-    todo = [(s, c) for s, c in pairs if stamp_key(s, c, args.arch) not in done]
+    todo = [c for c in combos if stamp_key(c, device) not in done]
     if not todo:
-        print(f"all {len(pairs)} kernels already compiled into this TileLang cache ({stamp})")
+        print(f"all {len(combos)} kernels already compiled into this TileLang cache ({stamp})")
         return 0
-    if len(todo) < len(pairs):
-        print(f"{len(pairs) - len(todo)} of {len(pairs)} kernels already compiled ({stamp})")
-    failed = precompile(todo, arch=args.arch, workers=args.workers)
-    done |= {stamp_key(s, c, args.arch) for s, c in todo if (s, c) not in failed}
+    if len(todo) < len(combos):
+        print(f"{len(combos) - len(todo)} of {len(combos)} kernels already compiled ({stamp})")
+    failed = precompile(todo, device, workers=args.workers)
+    done |= {stamp_key(c, device) for c in todo if _key(c) not in failed}
     save_stamp(stamp, current, done)
     return 1 if failed else 0
 

@@ -76,24 +76,23 @@ def suite_units(root: Path = ROOT) -> dict[str, list[discovery.Family]]:
 
 def combination_flops(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
     """``{GPU unit: {combination name: flops}}`` of the suite in ``root``, by the gate's
-    names (``gemm.Stage(4096x4096x4096, 128, 3, f16)``), from the shapes each family's
-    ``case`` maps them to (no GPU needed); None for an invalid combination. The CPU units
-    are left out."""
+    names (``gemm.Stage(4096x4096x4096, 128, 3, f16)``): the operator's ``flops`` of the
+    shape discovery's walk maps each to (``discovery.combination``, no GPU needed); None
+    for an invalid combination. The CPU units are left out."""
     out: dict[str, dict[str, int | None]] = {}
     for unit, families in suite_units(root).items():
         if not all(f.is_gpu for f in families):
             continue
         combos = out.setdefault(unit, {})
         for family in families:
-            bench = family.cls()
-            for combo in family.combinations():
+            for params in family.combinations():
                 try:
-                    shape, _ = bench.case(*combo)
-                except ValueError:
+                    combo = discovery.combination(family, params)
+                except discovery.Skipped:
                     flops = None
                 else:
-                    flops = shape.flops
-                combos[family.combination_name(combo)] = flops
+                    flops = discovery.operator_of(combo).flops(combo.shape)
+                combos[family.combination_name(params)] = flops
     return out
 
 

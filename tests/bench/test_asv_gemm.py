@@ -13,15 +13,25 @@ from asv_runner.benchmarks._base import get_setup_cache_key
 
 from asv_bench import gemm
 from harness.measure.timing import Timing
-from kernels import GemmShape
-from tests.fakes import FakeCase
+from harness.ops.contract import Baseline
+from harness.suite import discovery
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-FAMILIES = [gemm.Stage, gemm.Stage128, gemm.Tiles, gemm.Attention, gemm.Tuned, gemm.Launch]
+FAMILIES = [
+    gemm.Stage,
+    gemm.Stage128,
+    gemm.Tiles,
+    gemm.Attention,
+    gemm.Tuned,
+    gemm.Launch,
+    gemm.GroupedGemm,
+]
+BROKEN = "b256x128x64_t256_s3"  # the fake build fails for this config
 
 
-class Fake(gemm._GpuGemm):
-    """A family of three: one valid, one invalid (the config's rule), one that fails."""
+class Fake(gemm._GpuFamily):
+    """A family of three: one valid, one invalid (the config's rule), one that fails to
+    compile."""
 
     params = (["ok", "invalid", "broken"], ["f16"])
     param_names = ["what", "dtype"]
@@ -29,18 +39,46 @@ class Fake(gemm._GpuGemm):
     def case(self, what, dtype):
         if what == "invalid":
             raise ValueError("block_m=100: must be a multiple of 16")
-        if what == "broken":
+        config = BROKEN if what == "broken" else "b128x128x32_t128_s3"
+        return gemm.shape_of("256x256x256", dtype), gemm.config_of(config)
+
+
+class Compiler:
+    """Stands in for the registry's build behind discovery's walk: records the configs it
+    builds, and the ``BROKEN`` config fails to compile as TileLang would."""
+
+    def __init__(self):
+        self.built = []
+
+    def __call__(self, op, shape, config, device=None):
+        if config.id == BROKEN:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return gemm.shape_of("256x256x256", dtype), gemm.config_of("b128x128x32_t128_s3")
+        self.built.append(config)
+        return lambda inputs: ("kernel", inputs)
 
 
 @pytest.fixture
 def gpu_here(monkeypatch):
-    """A GPU as far as the suite can tell, and a fake case per shape in place of inputs."""
+    """A GPU as far as the suite can tell: fake inputs and baseline per shape, a fake
+    build behind discovery's walk, a fake timer."""
+    import harness.measure.timing
+
     monkeypatch.setattr(gemm._device, "no_gpu_reason", lambda: None)
     monkeypatch.setattr(gemm, "_NVML", [None])
-    shape = GemmShape(256, 256, 256, "float16")
-    monkeypatch.setattr(gemm, "_CASES", {shape: FakeCase(shape)})
+    monkeypatch.setattr(gemm, "_INPUTS", {})
+    baseline = Baseline("torch.matmul", lambda: "torch")
+    monkeypatch.setattr(gemm, "_inputs", lambda combo: ("inputs", baseline))
+    from harness.ops import registry
+
+    built = Compiler()
+    monkeypatch.setattr(registry, "build_combination", built)
+
+    def measure(fn, repeat=1, **timing):
+        ms = 0.4 if fn is baseline.fn else 0.5
+        return Timing((ms,) * repeat, "event", 0)
+
+    monkeypatch.setattr(harness.measure.timing, "measure", measure)
+    return built
 
 
 def test_without_a_gpu_every_combination_is_skipped_with_the_reason(monkeypatch):
@@ -64,24 +102,26 @@ def test_setup_cache_measures_every_combination_once(gpu_here, capsys):
     assert ok["track_latency"] == pytest.approx([0.5e-3] * gemm.TIMING["repeat"])
     assert entries[("invalid", "f16")] == {"skipped": "block_m=100: must be a multiple of 16"}
     assert "illegal memory access" in entries[("broken", "f16")]["error"]
+    assert "test_asv_gemm.Fake(broken, f16)" in entries[("broken", "f16")]["error"]
     assert "Traceback" in entries[("broken", "f16")]["error"]
     # Plain values only: a track's process unpickles it without torch or the kernels.
     assert pickle.loads(pickle.dumps(cache)) == cache
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("[1/3] test_asv_gemm.Fake(ok, f16): 0.500 ms, kernel/torch 1.250 (")
     assert lines[1].startswith("[2/3] test_asv_gemm.Fake(invalid, f16): skipped: block_m=100")
-    assert lines[2].startswith("[3/3] test_asv_gemm.Fake(broken, f16): error: RuntimeError")
+    assert lines[2].startswith(
+        "[3/3] test_asv_gemm.Fake(broken, f16): error: harness.suite.discovery.BuildFailed: "
+        "test_asv_gemm.Fake(broken, f16) [gemm m256_n256_k256_f16"
+    )
     # The track's error starts with its cause: history keeps a failure's first line.
     with pytest.raises(RuntimeError) as failed:
         Fake().track_latency(cache, "broken", "f16")
-    assert str(failed.value).splitlines()[0] == (
-        "test_asv_gemm.Fake(broken, f16) failed: "
-        "RuntimeError: CUDA error: an illegal memory access was encountered"
-    )
+    first = str(failed.value).splitlines()[0]
+    assert first.startswith("test_asv_gemm.Fake(broken, f16) failed: ")
+    assert first.endswith("RuntimeError: CUDA error: an illegal memory access was encountered")
 
 
 def test_setup_cache_measures_only_the_combinations_the_runner_lists(gpu_here, monkeypatch, capsys):
-    from harness.suite import discovery
 
     name = Fake().combination_name(("invalid", "f16"))
     other = "gemm.Stage(4096x4096x4096, 128, 3, f16)"  # another family's: ignored here
@@ -103,7 +143,9 @@ def test_tracks_read_the_cache_and_fail_or_skip_per_combination(gpu_here):
     with pytest.raises(NotImplementedError, match="block_m=100"):
         bench.setup(cache, "invalid", "f16")
     bench.setup(cache, "broken", "f16")  # setup passes; the track fails with the error
-    cause = r"(?s)Fake\(broken, f16\) failed: RuntimeError: CUDA error.*\nTraceback"
+    cause = (
+        r"(?s)Fake\(broken, f16\) failed: .*BuildFailed: .*RuntimeError: CUDA error.*\nTraceback"
+    )
     with pytest.raises(RuntimeError, match=cause):
         bench.track_latency(cache, "broken", "f16")
 
@@ -132,21 +174,19 @@ def test_tracks_with_a_fabricated_cache():
 def test_launch_measures_only_its_launch_track(gpu_here, monkeypatch):
     import harness.measure.timing
 
-    shape = GemmShape(128, 128, 128, "float16")
-    gemm._CASES[shape] = FakeCase(shape)
     launches = Timing((0.008, 0.009), "wall", 10)
-    monkeypatch.setattr(harness.measure.timing, "measure_launch", lambda fn: launches)
+    seen = []
+    monkeypatch.setattr(
+        harness.measure.timing, "measure_launch", lambda fn: seen.append(fn) or launches
+    )
     got = gemm.Launch().measure("128x128x128", "b128x128x32_t128_s3")
     assert got == {"track_launch": pytest.approx([8e-6, 9e-6])}
+    assert seen == [("kernel", "inputs")]  # the kernel the walk built, on the inputs
 
 
 def test_launch_times_torch_matmul_too(gpu_here, monkeypatch):
     import harness.measure.timing
 
-    shape = GemmShape(128, 128, 128, "float16")
-    case = FakeCase(shape)
-    case.torch_fn = object()
-    gemm._CASES[shape] = case
     seen = []
     launches = Timing((0.011,), "wall", 10)
     monkeypatch.setattr(
@@ -154,7 +194,7 @@ def test_launch_times_torch_matmul_too(gpu_here, monkeypatch):
     )
     got = gemm.Launch().measure("128x128x128", gemm.TORCH)
     assert got == {"track_launch": pytest.approx([1.1e-5])}
-    assert seen == [case.torch_fn] and case.compiled == []  # nothing of TileLang built
+    assert [fn() for fn in seen] == ["torch"] and gpu_here.built == []  # nothing built
 
 
 def test_tuned_family_covers_the_tuner_cases_and_picks_the_table(monkeypatch):
@@ -173,7 +213,14 @@ def test_tuned_family_covers_the_tuner_cases_and_picks_the_table(monkeypatch):
 
 def test_family_tracks_and_shapes():
     assert gemm.Launch.tracks() == ["track_launch"]
-    for family in (gemm.Stage, gemm.Stage128, gemm.Tiles, gemm.Attention, gemm.Tuned):
+    for family in (
+        gemm.Stage,
+        gemm.Stage128,
+        gemm.Tiles,
+        gemm.Attention,
+        gemm.Tuned,
+        gemm.GroupedGemm,
+    ):
         assert family.tracks() == ["track_latency", "track_vs_torch"]
     assert gemm.Stage.params[0] == ["4096x4096x4096"] and gemm.Stage128.params[0] == ["128x128x128"]
     for family in (gemm.Stage, gemm.Stage128):

@@ -208,7 +208,7 @@ def test_worker_measures_each_combination_with_the_suite(monkeypatch, worker_ent
             raise RuntimeError("boom")
         return {"track_latency": (1e-3, 1.1e-3), "track_vs_torch": (1.0,)}
 
-    monkeypatch.setattr(gemm._GpuGemm, "measure", fake_measure)
+    monkeypatch.setattr(gemm._GpuFamily, "measure", fake_measure)
     results = worker_entry("process").run(ROOT, r"gemm\.Stage128\(")
     assert len(results) == 16
     ok = results["gemm.Stage128(128x128x128, 128, 3, f16)"]

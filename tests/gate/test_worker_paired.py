@@ -425,3 +425,114 @@ def test_a_bad_inject_cycles_file_is_a_usage_error_naming_the_option(
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+CONTRACT_SUITE = """
+import kernels
+
+
+class Fam:
+    params = ([1, 2],)
+    param_names = ["x"]
+
+    def combination(self, x, device=None):
+        if x == 2 and kernels.REVISION == "head":
+            raise ValueError("GemmConfig.x=2: invalid on head")
+        return "fake", Shape(), Config()
+
+    def track_latency(self, *params):
+        pass
+
+    def track_vs_torch(self, *params):
+        pass
+
+
+class Shape:
+    id = "s1"
+
+
+class Config:
+    id = "c1"
+"""
+
+CONTRACT_REGISTRY = """
+import kernels
+
+
+class Tensor:
+    shape, dtype = (4, 4), "float16"
+
+
+class Inputs:
+    def __init__(self):
+        self.a, self.b, self.out = Tensor(), Tensor(), Tensor()
+        self.made_by = kernels.REVISION
+
+
+class Op:
+    def validate(self, shape, config):
+        pass
+
+    def inputs(self, shape, seed, device="cuda"):
+        return Inputs()
+
+
+def operator(name):
+    assert name == "fake"
+    return Op()
+
+
+def build_combination(op, shape, config, device=None):
+    if kernels.BROKEN:
+        raise RuntimeError("does not compile")
+    revision = kernels.REVISION
+    return lambda inputs: lambda: (revision, inputs.made_by)
+"""
+
+
+def _contract_tree(root: Path, revision: str, broken: bool = False) -> Path:
+    """A revision on the operator contract: its families name (operator, shape, config)
+    and its registry builds them; no ``prepare`` anywhere."""
+    _tree(root, revision, broken)
+    (root / "suite" / "gemm.py").write_text(CONTRACT_SUITE)
+    (root / "harness" / "ops").mkdir()
+    (root / "harness" / "ops" / "__init__.py").write_text("")
+    (root / "harness" / "ops" / "registry.py").write_text(CONTRACT_REGISTRY)
+    return root
+
+
+def test_a_side_on_the_contract_is_built_by_the_walk_through_its_own_registry(
+    worker, monkeypatch, tmp_path
+):
+    """Base before the contract (its suite's prepare), head on it (discovery's walk through
+    head's registry): each launches its own kernel, head's on base's inputs."""
+    base = _tree(tmp_path / "a", "base")
+    head = _contract_tree(tmp_path / "b", "head")
+    launched = []
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer(launched))
+    results = worker.run_paired({"head": head, "base": base}, None, {})
+    assert launched[0] == [("head", "head"), "base"]
+    assert results["gemm.Fam(2)"].sides["head"].skipped == "GemmConfig.x=2: invalid on head"
+
+
+def test_contract_sides_launch_on_the_first_sides_inputs(worker, monkeypatch, tmp_path):
+    head = _contract_tree(tmp_path / "b", "head")
+    two = _contract_tree(tmp_path / "c", "two")
+    launched = []
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer(launched))
+    results = worker.run_paired({"head": head, "two": two}, r"Fam\(1\)", {})
+    assert launched == [[("head", "head"), ("two", "head")]]  # one set of inputs
+    assert results["gemm.Fam(1)"].shared_inputs is True
+
+
+def test_a_contract_sides_failed_compile_names_the_combination(worker, monkeypatch, tmp_path):
+    base = _contract_tree(tmp_path / "a", "base")
+    head = _contract_tree(tmp_path / "b", "head", broken=True)
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
+    results = worker.run_paired({"base": base, "head": head}, r"Fam\(1\)", {})
+    error = results["gemm.Fam(1)"].sides["head"].error
+    assert (
+        "BuildFailed: gemm.Fam(1) [fake s1 c1]: RuntimeError" in error
+        and "does not compile" in error
+    )
+    assert results["gemm.Fam(1)"].sides["base"].latency

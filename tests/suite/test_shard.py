@@ -92,7 +92,7 @@ def test_plan_rejects_bad_input():
 
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-GPU_CLASSES = ["Attention", "Launch", "Stage", "Stage128", "Tiles", "Tuned"]
+GPU_CLASSES = ["Attention", "GroupedGemm", "Launch", "Stage", "Stage128", "Tiles", "Tuned"]
 
 
 def test_weights_of_the_suite_classes_are_seconds_of_the_recorded_model():
@@ -131,7 +131,7 @@ def test_the_cpu_classes_are_one_unit_and_the_plan_covers_the_whole_suite():
     assert set(weights) == {f"gemm.{c}" for c in GPU_CLASSES} | {"static"}
     assert len(weights["static"]) == 12 + 2
     every = [f.full for families in units.values() for f in families]
-    assert len(every) == len(set(every)) == 8
+    assert len(every) == len(set(every)) == 9
 
 
 def _all_names():

@@ -1,6 +1,7 @@
 """What every mode of the gate's worker shares: this checkout's modules loaded by path,
-the revision's own modules found by name, discovery of the suite's GPU combinations, the
-paired timer, the GPU reading of a benchmark, and writing the mode's record.
+the revision's own modules found by name, discovery of the suite's GPU combinations and
+the one walk that builds them (``prepare``), the paired timer, the GPU reading of a
+benchmark, and writing the mode's record.
 
 The worker's entry points (``process.py``, ``paired.py``, ``listing.py``,
 ``resources.py``) run as scripts from the gate's checkout, so this folder comes first on
@@ -39,6 +40,7 @@ discovery = load_by_path("_gate_discovery", HARNESS / "suite" / "discovery.py")
 interleave = load_by_path("_gate_interleave", HARNESS / "measure" / "interleave.py")
 inject = load_by_path("_gate_inject", HARNESS / "gate" / "inject.py")
 records = load_by_path("_gate_records", HARNESS / "revisions" / "records.py")
+device = load_by_path("_gate_device", HARNESS / "measure" / "device.py")
 
 
 def tree_module(*names: str):
@@ -64,7 +66,7 @@ def use_tree(tree: Path) -> None:
 
 
 def discover(tree: Path, pattern: str | None):
-    """(name, class, params) of every GPU combination of the suite in ``tree`` that
+    """(name, family, params) of every GPU combination of the suite in ``tree`` that
     ``pattern`` selects by the suite runner's rule (``discovery.selected``: asv's name of
     any of its benchmarks, or the gate's name of the combination)."""
     found = []
@@ -75,8 +77,33 @@ def discover(tree: Path, pattern: str | None):
         for params in family.combinations():
             name = family.combination_name(params)
             if discovery.selected(discovery.aliases(family, params), regexes):
-                found.append((name, family.cls, params))
+                found.append((name, family, params))
     return found
+
+
+def prepare(family, params) -> dict:
+    """One combination of the revision on ``sys.path``, built by discovery's walk
+    (``discovery.combination``, ``discovery.build`` through that revision's operator
+    registry): ``{"data": inputs (the operator's, seed 0), "config": config, "bind":
+    inputs -> launch, "key": (operator, shape id)}``. A suite from before the operator
+    contract (its families have no ``combination``) builds by its own ``prepare``:
+    ``{"data": its inputs, "config": config}``. An invalid combination raises
+    ``NotImplementedError`` with the rule; a failed build, the error naming it."""
+    bench = family.cls()
+    if not hasattr(bench, "combination"):
+        if not hasattr(bench, "prepare"):
+            raise RuntimeError("paired mode needs a suite with prepare(); use --method process")
+        data, config = bench.prepare(*params)
+        return {"data": data, "config": config}
+    combo = discovery.combination(family, params)
+    bind = discovery.build(combo)
+    data = discovery.operator_of(combo).inputs(combo.shape, 0)
+    return {
+        "data": data,
+        "config": combo.config,
+        "bind": bind,
+        "key": (combo.operator, combo.shape.id),
+    }
 
 
 def tree_median_ms(fn, repeat: int = 5) -> float:

@@ -35,9 +35,10 @@ def delayed_kernel(data, config):
 
 
 def sm_count() -> int:
+    """The visible GPU's SMs, read from the device (``DeviceSpec.read``)."""
     import torch
 
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return common.device.DeviceSpec.read(torch.cuda.current_device()).sm_count
 
 
 def flush_ms() -> float:

@@ -5,10 +5,11 @@ writes a ``records.PairedRun`` (or ``records.Fatal``, naming the side that faile
 
 Each side's suite is imported from its own tree in turn (the modules of one side are
 dropped from ``sys.modules`` before the next is imported, while its compiled kernels and
-inputs stay alive), every combination's kernel is built by that side's own ``prepare``,
-and then the sides' kernels are launched in turn, launch by launch, by
-``harness/measure/interleave.py``. Clock and power drift then reaches every side alike,
-and each trial gives one ratio per side against the first.
+inputs stay alive), every combination's kernel is built by discovery's one walk through
+that side's own operator registry (``common.prepare``; a revision from before the
+operator contract by its suite's ``prepare``), and then the sides' kernels are launched
+in turn, launch by launch, by ``harness/measure/interleave.py``. Clock and power drift
+then reaches every side alike, and each trial gives one ratio per side against the first.
 
 Test-only (the gate self-test): ``--inject SIDE=FRACTION`` launches that side's kernel
 with a delay calibrated to the fraction, measured on the trials themselves, every side
@@ -69,29 +70,37 @@ def prepare_side(
     only: set[str] | None,
     delayed: bool = False,
 ):
-    """``{name: {"data": inputs, "config": config}}`` (or ``{name: records.Side}`` where
-    it was skipped or failed) for every GPU combination of ``tree``'s suite: its inputs and
-    kernel made by that revision's own ``prepare``, compiled (or loaded from TileLang's
-    disk cache) now; with ``delayed`` (test-only) also its delayed build, under
-    ``"delayed"``."""
+    """``{name: common.prepare(...)}`` (or ``{name: records.Side}`` where it was skipped
+    or failed) for every GPU combination of ``tree``'s suite: its inputs and kernel made
+    by that revision's own code, compiled (or loaded from TileLang's disk cache) now; with
+    ``delayed`` (test-only) also its delayed build, under ``"delayed"``."""
     enter_tree(tree, trees)
     out = {}
-    for name, cls, params in common.discover(tree, pattern):
+    for name, family, params in common.discover(tree, pattern):
         if only is not None and name not in only:
             continue
         try:
-            bench = cls()
-            if not hasattr(bench, "prepare"):
-                raise RuntimeError("paired mode needs a suite with prepare(); use --method process")
-            data, config = bench.prepare(*params)
-            out[name] = {"data": data, "config": config}
+            out[name] = common.prepare(family, params)
             if delayed:
-                out[name]["delayed"] = injection.delayed_kernel(data, config)
+                got = out[name]
+                got["delayed"] = injection.delayed_kernel(got["data"], got["config"])
         except NotImplementedError as skip:
             out[name] = records.Side(skipped=str(skip))
         except Exception as err:  # this side of this combination fails alone
             out[name] = records.Side(error=inject.error_text(err))
     return out
+
+
+def same_inputs(data, ref) -> bool:
+    """Whether ``data`` and ``ref`` hold tensors of the same shapes and dtypes."""
+    try:
+        return all(
+            getattr(data, k).shape == getattr(ref, k).shape
+            and getattr(data, k).dtype == getattr(ref, k).dtype
+            for k in INPUTS
+        )
+    except AttributeError:
+        return False
 
 
 def share_inputs(data, ref) -> bool:
@@ -100,18 +109,26 @@ def share_inputs(data, ref) -> bool:
     the buffers landed cannot tell the sides apart. False (each keeps its own) otherwise."""
     if data is ref:
         return True
-    try:
-        same = all(
-            getattr(data, k).shape == getattr(ref, k).shape
-            and getattr(data, k).dtype == getattr(ref, k).dtype
-            for k in INPUTS
-        )
-    except AttributeError:
-        return False
+    same = same_inputs(data, ref)
     if same:
         for k in INPUTS:
             setattr(data, k, getattr(ref, k))
     return same
+
+
+def side_launch(got: dict, ref: dict):
+    """(launch, the inputs it runs on, whether they are ``ref``'s) of one side's prepared
+    combination: a kernel built by the walk is bound to the first side's inputs where
+    those are of the same operator and shape; an older suite's inputs are pointed at them
+    (``share_inputs``)."""
+    data, ref_data = got["data"], ref["data"]
+    if "bind" in got:
+        same = same_inputs(data, ref_data) and got["key"] == ref.get("key", got["key"])
+        shared = data is ref_data or same
+        use = ref_data if shared else data
+        return got["bind"](use), use, shared
+    shared = share_inputs(data, ref_data)
+    return data.tilelang_fn(got["config"]), data, shared
 
 
 def paired_seen(fns, index: int, trials: int, launches: int) -> float:
@@ -134,12 +151,11 @@ def measure_one(name, prepared, runnable, injected, setting, found: dict):
     cycles."""
     nvml, trials, launches, clock, flush, cycles = setting
     fns, delayed = [], {}
-    ref = prepared[runnable[0]][name]["data"]
+    ref = prepared[runnable[0]][name]
     shared = True
     for side in runnable:
-        data, config = prepared[side][name]["data"], prepared[side][name]["config"]
-        shared = share_inputs(data, ref) and shared
-        fn = data.tilelang_fn(config)
+        fn, data, same = side_launch(prepared[side][name], ref)
+        shared = same and shared
         if injected.get(side):
             kernel = prepared[side][name]["delayed"]
             delayed[side] = (kernel, fn)

@@ -15,6 +15,7 @@ a delay calibrated to the fraction on the revision's timing path (``injection.py
 
 import copy
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -49,14 +50,20 @@ def inject_slowdown(
     prepare = bench.prepare
 
     def slowed_prepare(*params):
-        data, config = prepare(*params)
+        got = prepare(*params)
+        # A suite from before the operator contract hands (inputs, config); one on it a
+        # prepared combination with its inputs, config and launch.
+        old = isinstance(got, tuple)
+        data, config = got if old else (got.inputs, got.config)
         kernel = injection.delayed_kernel(data, config)
-        plain = data.tilelang_fn(config)
+        plain = data.tilelang_fn(config) if old else got.launch
         launch = partial(kernel, data.a, data.b, data.out)
         seen_of = partial(tree_seen, plain, launch)
         entry["injection"] = injection.set_delay(
             kernel, plain, fraction, seen_of, clock, name, cycles
         )
+        if not old:
+            return replace(got, launch=launch)
         slowed = copy.copy(data)
         slowed.tilelang_fn = lambda cfg: launch
         return slowed, config
@@ -109,10 +116,10 @@ def run(
     calibrating = slowdown and cycles is None
     clock = injection.injection_clock(common.tree_median_ms) if calibrating else None
     results = {}
-    for name, cls, params in common.discover(tree, pattern):
+    for name, family, params in common.discover(tree, pattern):
         if only is not None and name not in only:
             continue  # another GPU's shard
-        results[name] = measure_one(cls, params, nvml, slowdown, clock, name, cycles)
+        results[name] = measure_one(family.cls, params, nvml, slowdown, clock, name, cycles)
         got = results[name]
         status = "error" if got.error else "skipped" if got.skipped else "ok"
         print(f"  {name}: {status}", file=sys.stderr, flush=True)
