@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kernels.gemm import GemmConfig, GemmShape
+from kernels.gemm import ELEMENT_BYTES, TMA_ALIGN, GemmConfig, GemmShape
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
 # The keys of a GPU's entry in the table.
@@ -178,22 +178,136 @@ def _twin(config: GemmConfig) -> GemmConfig | None:
         return None
 
 
+# --- the heuristic for shapes nobody tuned --------------------------------------------
+#
+# The numbers below are read off the tuning log (reports/tune_h200.jsonl, the H200,
+# quick timings of every candidate); ``tests/test_tuned.py`` recomputes the efficiencies.
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """A tile the heuristic chooses among: its schedule (no split) and its throughput per
+    output element relative to the best tile's, on large shapes (``efficiency``)."""
+
+    config: GemmConfig
+    efficiency: float
+
+
+# The tiles of the tuned winners, best first. Efficiency: the median, over the four large
+# cases (square4096, square8192, mlp_up, mlp_down; fp16, and bf16 where logged), of the
+# fastest config's time over this config's.
+TILES = (
+    # Every large case's winner (or within 1.1% of it).
+    Tile(GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True), 1.0),
+    # 0.85-1.00 of the winner, 0.973 the median of eight.
+    Tile(GemmConfig(256, 128, 64, 256, 3, swizzle=8, smem_epilogue=True), 0.97),
+    # One warpgroup: 0.73-0.80 of the winner (fp16), 0.794 the median.
+    Tile(GemmConfig(128, 128, 64, 128, 4, swizzle=8, smem_epilogue=True), 0.79),
+    # The thin cases' winner (decode64, attn_pv; within 4% on decode16). Not timed on a
+    # large shape: a 64x64 tile feeds half the products per loaded byte that 128x128 does,
+    # so it counts half of 128x128's efficiency, and wins only where the larger tiles
+    # leave most SMs idle even split.
+    Tile(GemmConfig(64, 64, 128, 128, 6, smem_epilogue=True), 0.4),
+)
+# The thin tile: rows of 64 (wgmma's least) against a skinny M, or against a thin N.
+THIN = TILES[-1]
+# Split K only when the output tiles fill fewer than this share of the SMs: decode16's
+# 32 tiles of 64x256 (a quarter of the SMs) gained 24% split in two (0.0614 -> 0.0469 ms),
+# while decode64's 128 tiles of 64x64 lost 7% split in two (0.0449 -> 0.0482 ms).
+SPLIT_BELOW = 0.5
+# Splits the tuning measured; each split reduce-adds its partial tile into C in the input
+# dtype, so fewer splits also round less.
+SPLITS = (2, 4, 8)
+# K each split keeps at least: decode16 split eight ways (1024 each) stayed within 2% of
+# its best split.
+MIN_SPLIT_K = 1024
+# K at or below which a tile sees one or two K steps and a persistent grid won (attn_qk_t:
+# every top-5 config is persistent, 0.0194 ms against 0.0234 ms for the best that is not).
+SMALL_K = 256
+
+
+def output_tiles(shape: GemmShape, block_m: int, block_n: int) -> int:
+    return -(-shape.m // block_m) * -(-shape.n // block_n)
+
+
+def split_for(shape: GemmShape, tiles: int, sms: int) -> int:
+    """How many ways to split K when ``tiles`` output tiles fill the ``sms`` SMs: 1 unless
+    they fill fewer than ``SPLIT_BELOW`` of them; then the largest of ``SPLITS`` that keeps
+    the blocks within one wave and ``MIN_SPLIT_K`` of K per split. Never where C's rows
+    are not 16-byte aligned (the reduce-add is a TMA store)."""
+    if tiles >= SPLIT_BELOW * sms or (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
+        return 1
+    fits = [s for s in SPLITS if tiles * s <= sms and -(-shape.k // s) >= MIN_SPLIT_K]
+    return max(fits, default=1)
+
+
+def fill(blocks: int, sms: int) -> float:
+    """The share of the SMs' block slots that ``blocks`` keep busy over their waves."""
+    return blocks / (-(-blocks // sms) * sms)
+
+
+def waste(shape: GemmShape, block_m: int, block_n: int) -> float:
+    """Padded output area over the real one: what a tile that does not divide M or N
+    computes for nothing (1.0 where it divides both)."""
+    padded = -(-shape.m // block_m) * block_m * -(-shape.n // block_n) * block_n
+    return padded / (shape.m * shape.n)
+
+
+def with_split(config: GemmConfig, split: int) -> GemmConfig:
+    """``config`` with K split ``split`` ways: C is staged in shared memory and reduce-added
+    (no separate epilogue option), and the grid's z dimension carries the splits (no
+    swizzle)."""
+    if split == 1:
+        return config
+    return replace(config, split_k=split, swizzle=0, smem_epilogue=False)
+
+
+def score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmConfig]:
+    """Expected throughput of ``tile`` on ``shape``, relative (higher is better): the
+    tile's efficiency, times the SMs its blocks (split where that pays) keep busy, over the
+    padding it computes; and the config that gets it."""
+    c = tile.config
+    tiles = output_tiles(shape, c.block_m, c.block_n)
+    split = split_for(shape, tiles, sms)
+    value = tile.efficiency * fill(tiles * split, sms) / waste(shape, c.block_m, c.block_n)
+    return value, with_split(c, split)
+
+
 def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
-    """A sound config for an untuned shape on a GPU of ``sms`` SMs, after what won the
-    tuning: enough tiles to fill the SMs, the largest tile that does, a pipeline deep
-    enough to hide the loads, and C written back through shared memory."""
+    """A config for a shape nobody tuned, on a GPU of ``sms`` SMs. The rule, and the
+    tuning log's evidence for it (reports/tune_h200.jsonl, the H200, fp16 quick timings):
+
+    - K <= ``SMALL_K`` (one or two K steps; M > 64 and N > 128): the write-back dominates,
+      and a persistent grid of one block per SM overlaps it with the next tile's loads
+      (attn_qk_t: 0.0194 ms, the best non-persistent config 0.0234 ms).
+    - Thin, M <= 64 or N <= 128 (decode, attention's P@V): 64x64 tiles streaming the wide
+      operand through six stages (decode64 0.0449 ms and attn_pv 0.0194 ms, both the
+      winners; 128x128 tiles took 0.032 ms on attn_pv), K split when they fill fewer than
+      half the SMs.
+    - Otherwise each of ``TILES`` is scored: its efficiency on large shapes (128x256 1.0,
+      256x128 0.97, 128x128 0.79, 64x64 0.4), times the share of SM slots its blocks fill
+      over their waves, over the padding it computes where it does not divide M and N;
+      the best score wins (the first of a tie). So a tile that divides M and N beats one
+      that pads them, 128x256 wins wherever it fills the SMs (every large case's winner),
+      and smaller tiles win where it leaves SMs idle.
+    - Split-K (``split_for``), in every branch but the first: where a tile's output tiles
+      fill fewer than half the SMs (small M and N, long K), K is split 2, 4 or 8 ways, the
+      most that keeps the blocks within one wave and 1024 of K per split (decode16: 32
+      tiles of 64x256 took 0.0614 ms, split in two 0.0469, eight ways 0.0478; decode64's
+      128 tiles of 64x64 lost 7% split in two, so a grid that half-fills is left whole).
+    """
     check_sms(sms)
-    if shape.m <= 64 or shape.n <= 128:
-        # Memory-bound: stream the wide operand through a deep pipeline in narrow tiles,
-        # so that there are enough blocks.
-        return GemmConfig(64, 64, 128, 128, 6, smem_epilogue=True)
-    if shape.k <= 256:
-        # One or two K steps: the write-back dominates; a persistent grid overlaps it.
+    thin = shape.m <= 64 or shape.n <= 128
+    if shape.k <= SMALL_K and not thin:
         return GemmConfig(128, 256, 64, 256, 2, smem_epilogue=True, persistent=sms)
-    tiles_256 = -(-shape.m // 128) * -(-shape.n // 256)
-    if tiles_256 >= 2 * sms:
-        return GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, swizzle=16)
-    return GemmConfig(128, 128, 64, 128, 4, smem_epilogue=True)
+    if thin:
+        return score(shape, THIN, sms)[1]
+    best_value, best = score(shape, TILES[0], sms)
+    for tile in TILES[1:]:
+        value, config = score(shape, tile, sms)
+        if value > best_value:
+            best_value, best = value, config
+    return best
 
 
 # What a row must hold for ``lookup``; the tuner writes more (spread, runner-up, clocks).

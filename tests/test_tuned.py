@@ -3,6 +3,7 @@ against a float64 reference (GPU)."""
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import warnings
@@ -14,6 +15,7 @@ import pytest
 from kernels import GemmConfig, GemmShape, compile_gemm, tuned
 from kernels.tuned import (
     CASES,
+    TILES,
     TunedTableError,
     UntunedGpuWarning,
     candidates,
@@ -23,6 +25,7 @@ from kernels.tuned import (
     pick_config,
     recorded_sms,
 )
+from tests.conftest import requires_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 # An SM count for the search space and the heuristic; any GPU's would do.
@@ -62,9 +65,10 @@ def test_the_space_follows_the_sm_count():
 
 
 def test_the_heuristic_follows_the_sm_count():
-    # 512 tiles of 128x256 at 4096^3: two waves and more of 132 SMs, one of 512.
+    # 512 tiles of 128x256 at 4096^3: four waves of 132 SMs, half a wave of 1024, which
+    # the 1024 tiles of 128x128 fill.
     square = GemmShape(4096, 4096, 4096)
-    assert (heuristic(square, 132).block_n, heuristic(square, 512).block_n) == (256, 128)
+    assert (heuristic(square, 132).block_n, heuristic(square, 1024).block_n) == (256, 128)
     small_k = GemmShape(4096, 4096, 128)
     assert (heuristic(small_k, 132).persistent, heuristic(small_k, 16).persistent) == (132, 16)
     assert pick_config(small_k, None, 16).persistent == 16
@@ -84,6 +88,89 @@ def test_an_sm_count_that_is_not_a_positive_int_is_refused(sms):
 def test_heuristic_gives_a_valid_config(size):
     config = heuristic(GemmShape(*size), SMS)
     assert GemmConfig.from_id(config.id) == config
+
+
+# --- the heuristic for shapes nobody tuned ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "size", [(256, 256, 16384), (512, 512, 32768), (128, 1024, 65536), (32, 4096, 14336)]
+)
+def test_small_output_with_a_long_k_splits_k_to_fill_the_sms(size):
+    shape = GemmShape(*size)
+    config = heuristic(shape, SMS)
+    tiles = -(-shape.m // config.block_m) * -(-shape.n // config.block_n)
+    assert config.split_k > 1
+    assert SMS / 2 <= tiles * config.split_k <= SMS  # within one wave, at least half of it
+    assert shape.k // config.split_k >= tuned.MIN_SPLIT_K
+    assert config.swizzle == 0 and not config.persistent  # what split-K allows
+
+
+@pytest.mark.parametrize(
+    "size", [(4096, 4096, 4096), (8192, 8192, 8192), (64, 8192, 8192), (1024, 1024, 1024)]
+)
+def test_no_split_where_the_tiles_fill_the_sms_or_k_is_short(size):
+    assert heuristic(GemmShape(*size), SMS).split_k == 1
+
+
+def test_split_k_needs_aligned_rows_of_c():
+    # N = 4100 is not a multiple of 8: the TMA reduce-add cannot write C's rows.
+    assert heuristic(GemmShape(256, 4100, 16384), SMS).split_k == 1
+    assert heuristic(GemmShape(256, 4096, 16384), SMS).split_k > 1
+
+
+@pytest.mark.parametrize("size", [(8, 14336, 4096), (32, 4096, 14336), (8192, 64, 8192)])
+def test_skinny_m_or_thin_n_gets_64_row_tiles(size):
+    config = heuristic(GemmShape(*size), SMS)
+    assert (config.block_m, config.block_n) == (64, 64)
+
+
+def test_the_tile_that_pads_least_and_fills_best_wins():
+    # N = 6272 is 49 tiles of 128: 256x128 divides it (392 tiles, 2.97 waves), 128x256
+    # pads it to 6400 (400 tiles, 3.03 waves).
+    assert tuned.waste(GemmShape(2048, 6272, 4096), 128, 256) == pytest.approx(6400 / 6272)
+    config = heuristic(GemmShape(2048, 6272, 4096), SMS)
+    assert (config.block_m, config.block_n) == (256, 128)
+    # Both divide 4096: the faster tile, 128x256, in four full-ish waves.
+    config = heuristic(GemmShape(4096, 4096, 4096), SMS)
+    assert (config.block_m, config.block_n) == (128, 256)
+
+
+def test_tile_efficiencies_are_the_tuning_logs():
+    """Each tile's efficiency is the median, over the large cases in the log, of the
+    fastest config's time over the tile's config's time."""
+    times: dict[str, dict[str, float]] = {}
+    for line in (ROOT / "reports" / "tune_h200.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "quick_ms" in row:
+            times.setdefault(row["shape"], {})[row["config"]] = row["quick_ms"]
+    large = ("square4096", "square8192", "mlp_up", "mlp_down")
+    for tile in TILES[:-1]:  # the thin tile was not timed on a large shape
+        ratios = [
+            min(times[shape.id].values()) / times[shape.id][tile.config.id]
+            for shape in (case_shape(n, d) for n in large for d in ("float16", "bfloat16"))
+            if tile.config.id in times.get(shape.id, {})
+        ]
+        assert len(ratios) >= 4, tile.config.id
+        assert tile.efficiency == pytest.approx(statistics.median(ratios), abs=0.01)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        GemmShape(128, 8192, 8192, "bfloat16"),
+        GemmShape(256, 256, 16384),
+        GemmShape(96, 7168, 2048, "float16", "NT"),
+        GemmShape(2048, 6272, 4096),
+    ],
+    ids=lambda s: s.id,
+)
+@requires_nvcc
+def test_sm90a_codegen_of_the_heuristics_picks(shape):
+    config = heuristic(shape, SMS)
+    src = compile_gemm(shape, config, arch="sm_90a").source
+    assert "tma_load" in src and ("GmmaDescriptor" in src or "wgmma" in src)
+    assert ("tma_store_add" in src) == (config.split_k > 1)
 
 
 def test_unknown_case_is_named():
@@ -317,3 +404,15 @@ def test_async_twins_join_the_space_only_when_asked():
     assert twins and set(plain) <= set(both)
     for c in twins:  # never with the options the async pipeline does not take
         assert c.policy == "square" and c.persistent == 0 and c.split_k == 1
+
+
+def test_every_tuned_case_still_gets_its_table_row():
+    """A tracked benchmark measures the committed table's config: the heuristic never
+    replaces a row."""
+    for gpu, entry in tuned.load().items():
+        for name in CASES:
+            for dtype in ("float16", "bfloat16"):
+                shape = case_shape(name, dtype)
+                row = entry.rows.get(shape.id)
+                if row is not None:
+                    assert pick_config(shape, gpu, entry.sm_count) == row.config

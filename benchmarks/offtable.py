@@ -1,0 +1,364 @@
+"""Measure the GEMM on shapes nobody tuned, with the config the project would pick.
+
+    python3 -m benchmarks.offtable                                  # the committed list
+    python3 -m benchmarks.offtable --rounds 8 --json reports/offtable_h200.json \\
+        --markdown reports/offtable_h200.md
+    python3 -m benchmarks.offtable --list --sms 132                 # the picks, no GPU
+
+For each shape of ``--shapes`` (default: ``benchmarks/offtable_shapes.json``, shapes
+outside ``kernels.tuned.CASES`` in the categories below, both dtypes, NN and NT):
+
+1. the config is ``kernels.tuned.pick_config(shape, gpu, sms)``, with the GPU's name and
+   SM count read from the device (``DeviceSpec.read``): the table's row where the GPU has
+   one for the shape, otherwise the heuristic; the configs are compiled in parallel first;
+2. the kernel is checked once against a float64 reference on fresh inputs, into a
+   NaN-poisoned output (``harness.measure.correctness``); a wrong result is not timed;
+3. the kernel and torch.matmul are launched in turn, launch by launch, the L2 flushed
+   before each (``harness.measure.interleave``, each launch's kernel time from CUPTI, or
+   CUDA events where CUPTI records nothing), ``--rounds`` trials; a trial's speedup is
+   torch's mean latency over the kernel's (strays left out), and the shape's speedup is
+   the median over trials, with their range.
+
+A line per shape as it finishes, then the summary: the median speedup, the worst, and
+the shapes below 0.90 (the goal: median >= 0.95, none below 0.90).
+
+Categories (each entry names its own; a shape that breaks its category's rule is refused):
+mid (M, N, K in 1000..4096), non_multiple (M or N not a multiple of 128), skinny_m
+(M <= 128), thin_n (N <= 128), long_k (M <= 512, N <= 1024, K >= 16 max(M, N)), large
+(M N >= 6144^2).
+
+Exit status: 0 every shape measured and correct (whether or not the goal is met); 2 bad
+input; 3 no GPU; 4 a kernel gave a wrong result; 5 a config failed to build or run (the
+other shapes are measured); 130 interrupted (what finished is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.bench_gemm import EXIT_FAILED, EXIT_INCORRECT, EXIT_INTERRUPTED, EXIT_NO_GPU
+from harness.cli import count, output_file, positive_int
+from harness.measure import device
+from harness.report.offtable import Record, ShapeResult, progress_line, render_markdown, summarise
+from kernels import DTYPES, GemmConfig, GemmShape
+from kernels.tuned import CASES, case_shape, lookup, pick_config
+
+PROG = "python3 -m benchmarks.offtable"
+SHAPES_FILE = Path(__file__).with_name("offtable_shapes.json")
+TIMERS = ("cupti", "event")
+
+# Each category's rule: a test of the shape, and the rule in words for the error.
+CATEGORIES: dict[str, tuple[Callable[[GemmShape], bool], str]] = {
+    "mid": (lambda s: all(1000 <= x <= 4096 for x in (s.m, s.n, s.k)), "M, N, K in 1000..4096"),
+    "non_multiple": (lambda s: bool(s.m % 128 or s.n % 128), "M or N not a multiple of 128"),
+    "skinny_m": (lambda s: s.m <= 128, "M <= 128"),
+    "thin_n": (lambda s: s.n <= 128, "N <= 128"),
+    "long_k": (
+        lambda s: s.m <= 512 and s.n <= 1024 and s.k >= 16 * max(s.m, s.n),
+        "M <= 512, N <= 1024, K >= 16 max(M, N)",
+    ),
+    "large": (lambda s: s.m * s.n >= 6144 * 6144, "M N >= 6144^2"),
+}
+ENTRY_KEYS = ("m", "n", "k", "dtype", "layout", "categories")
+
+
+@dataclass(frozen=True, slots=True)
+class OffTableShape:
+    shape: GemmShape
+    categories: tuple[str, ...]
+
+
+def tuned_shapes() -> set[GemmShape]:
+    """Every shape the tuner covers (``kernels.tuned.CASES`` in each dtype)."""
+    return {case_shape(name, dtype) for name in CASES for dtype in DTYPES}
+
+
+def parse_shapes(data: object, where: str) -> list[OffTableShape]:
+    """The entries of a shapes file, each checked: its fields, its shape (``GemmShape``),
+    its categories' rules, not a tuned case, no repeats. ValueError naming the entry and
+    the field."""
+    if not isinstance(data, dict) or not isinstance(data.get("shapes"), list):
+        raise ValueError(f"{where}: must be an object with a list 'shapes'")
+    if not data["shapes"]:
+        raise ValueError(f"{where}: shapes: must not be empty")
+    tuned, out = tuned_shapes(), []
+    for i, entry in enumerate(data["shapes"]):
+        at = f"{where}: shapes[{i}]"
+        if not isinstance(entry, dict) or sorted(entry) != sorted(ENTRY_KEYS):
+            got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            raise ValueError(f"{at}: must be an object with exactly {list(ENTRY_KEYS)}, got {got}")
+        try:
+            shape = GemmShape(entry["m"], entry["n"], entry["k"], entry["dtype"], entry["layout"])
+        except ValueError as err:
+            raise ValueError(f"{at}: {err}") from None
+        cats = entry["categories"]
+        if not isinstance(cats, list) or not cats:
+            raise ValueError(f"{at}: categories: must be a non-empty list of {list(CATEGORIES)}")
+        for cat in cats:
+            if cat not in CATEGORIES:
+                raise ValueError(f"{at}: categories: {cat!r} must be one of {list(CATEGORIES)}")
+            test, rule = CATEGORIES[cat]
+            if not test(shape):
+                raise ValueError(f"{at}: categories: {shape.id} is not {cat} ({rule})")
+        if shape in tuned:
+            raise ValueError(
+                f"{at}: {shape.id} is a tuned case (kernels.tuned.CASES), not off-table"
+            )
+        if any(s.shape == shape for s in out):
+            raise ValueError(f"{at}: {shape.id} is listed twice")
+        out.append(OffTableShape(shape, tuple(cats)))
+    return out
+
+
+def load_shapes(path: Path) -> list[OffTableShape]:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ValueError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON: {err}") from None
+    return parse_shapes(data, str(path))
+
+
+def _shapes_file(text: str) -> Path:
+    return SHAPES_FILE if text == "default" else Path(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--shapes",
+        type=_shapes_file,
+        default=SHAPES_FILE,
+        metavar="FILE",
+        help="shapes file (JSON, as benchmarks/offtable_shapes.json), or 'default' for that one",
+    )
+    p.add_argument(
+        "--rounds", type=positive_int, default=8, help="trials of alternated launches per shape"
+    )
+    p.add_argument(
+        "--timer",
+        choices=TIMERS,
+        default="cupti",
+        help="cupti: each launch's kernel time (CUDA events where CUPTI records none); event: "
+        "CUDA events around each launch",
+    )
+    p.add_argument("--warmup", type=count, default=3, help="untimed launches of each per shape")
+    p.add_argument("--seed", type=count, default=0, help="seed of the random inputs")
+    p.add_argument("--json", type=output_file, help="write the record (JSON) here")
+    p.add_argument("--markdown", type=output_file, help="write the table and summary here")
+    p.add_argument("--workers", type=positive_int, default=None, help="compile processes")
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="print each shape and the config pick_config chooses, then exit (no GPU needed "
+        "with --sms)",
+    )
+    p.add_argument(
+        "--sms",
+        type=positive_int,
+        help="with --list: the SM count to pick for (default: the visible GPU's)",
+    )
+    p.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help="with --list: the GPU name whose tuned rows to look up (default: the visible "
+        "GPU's; none without one, so the heuristic)",
+    )
+    return p
+
+
+def list_lines(shapes: list[OffTableShape], gpu: str | None, sms: int) -> list[str]:
+    """A line per shape: its id, categories, the picked config, where it came from and
+    how many blocks it launches (waves of ``sms``)."""
+    lines = [f"{len(shapes)} shapes, configs picked for {sms} SMs on {gpu or 'no GPU'}"]
+    for s in shapes:
+        config = pick_config(s.shape, gpu, sms)
+        source = source_of(s.shape, gpu)
+        blocks = blocks_of(s.shape, config)
+        lines.append(
+            f"{s.shape.id:<26} {','.join(s.categories):<22} {config.id:<30} {source:<9} "
+            f"{blocks} blocks ({blocks / sms:.2f} waves)"
+        )
+    return lines
+
+
+def blocks_of(shape: GemmShape, config: GemmConfig) -> int:
+    if config.persistent:
+        return config.persistent
+    tiles = -(-shape.m // config.block_m) * -(-shape.n // config.block_n)
+    return tiles * config.split_k
+
+
+def source_of(shape: GemmShape, gpu: str | None) -> str:
+    return "table" if gpu is not None and lookup(shape, gpu) is not None else "heuristic"
+
+
+def interleaved_trials(fns, rounds: int, warmup: int, timer: str) -> tuple[list, int, str]:
+    """``fns`` launched in turn (``harness.measure.interleave``): the per-function,
+    per-trial latencies, the launches per trial (as many as fit the trial's GPU budget,
+    from one probe trial's wall time) and the timer that recorded them."""
+    import torch
+
+    from harness.measure import interleave
+
+    start = time.perf_counter()
+    interleave.interleaved(fns, trials=1, launches=interleave.LAUNCH_ROUND, warmup=warmup)
+    torch.cuda.synchronize()
+    per_launch = (
+        (time.perf_counter() - start) * 1e3 / (len(fns) * (interleave.LAUNCH_ROUND + warmup))
+    )
+    launches = interleave.launches_for(per_launch, 0.0)
+    try:
+        got = interleave.interleaved(fns, trials=rounds, launches=launches, warmup=0, timer=timer)
+    except interleave.kernel_timer.CuptiUnavailable:
+        timer = "event (CUPTI recorded nothing)"
+        got = interleave.interleaved(fns, trials=rounds, launches=launches, warmup=0)
+    return got, launches, timer
+
+
+def measure_shape(entry: OffTableShape, config: GemmConfig, source: str, args) -> ShapeResult:
+    """Check, then time the kernel alternated with torch.matmul; a build or launch error
+    or a wrong result is a row with the error."""
+    from harness.measure.cases import Case
+    from harness.measure.interleave import trial_center
+
+    shape = entry.shape
+    base = dict(categories=entry.categories, config=config.id, source=source)
+    try:
+        case = Case(shape, seed=args.seed)
+        check = case.check(config, seed=args.seed + 1)
+        base.update(rel_error=check.rel_error, correct=check.ok)
+        if not check.ok:
+            return ShapeResult.of(shape, **base, error=f"wrong result: {check}")
+        fns = [case.tilelang_fn(config), case.torch_fn]
+        got, launches, timer = interleaved_trials(fns, args.rounds, args.warmup, args.timer)
+    except Exception as err:  # a config that fails to build or launch is a row, not the end
+        return ShapeResult.of(shape, **base, error=f"{type(err).__name__}: {err}".splitlines()[0])
+    kernel_ms, torch_ms = ([trial_center(t) for t in per_fn] for per_fn in got)
+    return ShapeResult.of(
+        shape,
+        **base,
+        kernel_ms=tuple(kernel_ms),
+        torch_ms=tuple(torch_ms),
+        launches=launches,
+        timer=timer,
+    )
+
+
+def run_meta(args, spec, argv: list[str]) -> dict:
+    return {
+        "gpu": spec.name,
+        "date": dt.date.today().isoformat(),
+        "command": shlex.join([*PROG.split(), *argv]),
+        "shapes_file": args.shapes.name,
+        "rounds": args.rounds,
+        "timer": args.timer,
+        **spec.record(),
+        **device.versions(),
+    }
+
+
+def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeResult], bool]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from harness.suite.precompile import precompile
+
+    picks = [(s, pick_config(s.shape, spec.name, spec.sm_count)) for s in shapes]
+    rows: list[ShapeResult] = []
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    try:
+        with progress:
+            task = progress.add_task(f"compiling {len(picks)} kernels", total=len(picks))
+            precompile(
+                [(s.shape, c) for s, c in picks],
+                workers=args.workers,
+                log=lambda line: line.startswith("[") and progress.advance(task),
+            )
+            progress.reset(task, total=len(picks))
+            for entry, config in picks:
+                progress.update(task, description=f"{entry.shape.id} {config.id}")
+                row = measure_shape(entry, config, source_of(entry.shape, spec.name), args)
+                rows.append(row)
+                progress.console.print(progress_line(len(rows), len(picks), row), highlight=False)
+                progress.advance(task)
+    except KeyboardInterrupt:
+        console.print(f"[red]interrupted[/]: keeping the {len(rows)} shapes measured so far")
+        return rows, True
+    return rows, False
+
+
+def exit_status(rows: list[ShapeResult], interrupted: bool) -> int:
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if any(r.correct is False for r in rows):
+        return EXIT_INCORRECT
+    if any(r.error for r in rows):
+        return EXIT_FAILED
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        shapes = load_shapes(args.shapes)
+    except ValueError as err:
+        parser.error(f"--shapes: {err}")
+    if not args.list and (args.sms is not None or args.gpu is not None):
+        parser.error("--sms/--gpu: only with --list; a measurement reads the GPU it runs on")
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    reason = device.no_gpu_reason()
+    if args.list:
+        gpu, sms = args.gpu, args.sms
+        if sms is None or gpu is None:
+            if reason and sms is None:
+                parser.error(f"--list: no GPU to read the SM count from ({reason}); give --sms N")
+            if not reason:
+                spec = device.DeviceSpec.read()
+                sms = spec.sm_count if sms is None else sms
+                gpu = spec.name if gpu is None else gpu
+        print("\n".join(list_lines(shapes, gpu, sms)))
+        return 0
+    if reason:
+        print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
+        return EXIT_NO_GPU
+    spec = device.DeviceSpec.read()
+    meta = run_meta(args, spec, argv)
+    console.print(f"{len(shapes)} off-table shapes on {spec.name} ({spec.sm_count} SMs)")
+    rows, interrupted = run(shapes, args, spec, console)
+    record = Record(meta, tuple(rows))
+    console.print(summarise(rows).line(), highlight=False)
+    if args.json:
+        args.json.write_text(json.dumps(record.to_dict(), indent=1) + "\n")
+        console.print(f"record written to {args.json}")
+    if args.markdown:
+        args.markdown.write_text(render_markdown(record))
+        console.print(f"table written to {args.markdown}")
+    return exit_status(rows, interrupted)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

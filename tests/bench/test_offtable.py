@@ -1,0 +1,171 @@
+"""The off-table measurement (``python3 -m benchmarks.offtable``) on the CPU: its
+committed shape list, the checks on a shapes file, ``--list``, the no-GPU path, and the
+per-shape and summary arithmetic from made-up rounds."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import offtable
+from harness.report.offtable import Record, ShapeResult, render_markdown, summarise
+from kernels import GemmShape
+from kernels.tuned import heuristic
+from tests.conftest import NO_GPU
+
+SMS = 132
+
+
+def _run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.offtable", *args], capture_output=True, text=True
+    )
+
+
+def test_the_committed_list_covers_every_category_and_no_tuned_case():
+    shapes = offtable.load_shapes(offtable.SHAPES_FILE)
+    assert len(shapes) >= 12
+    assert {c for s in shapes for c in s.categories} == set(offtable.CATEGORIES)
+    assert {s.shape.dtype for s in shapes} == {"float16", "bfloat16"}
+    assert {s.shape.layout for s in shapes} == {"NN", "NT"}
+    assert not {s.shape for s in shapes} & offtable.tuned_shapes()
+    assert len(offtable.tuned_shapes()) == 16  # every case in both dtypes
+
+
+def _entry(**over):
+    entry = {"m": 2048, "n": 2048, "k": 2048, "dtype": "float16", "layout": "NN"}
+    return {**entry, "categories": ["mid"], **over}
+
+
+@pytest.mark.parametrize(
+    "shapes, message",
+    [
+        ([_entry(m=4096, n=4096, k=4096)], "shapes[0]: m4096_n4096_k4096_f16 is a tuned case"),
+        ([_entry(categories=["long_k"])], "shapes[0]: categories: m2048_n2048_k2048_f16 is not"),
+        ([_entry(categories=["tiny"])], "shapes[0]: categories: 'tiny' must be one of"),
+        ([_entry(categories=[])], "shapes[0]: categories: must be a non-empty list"),
+        ([_entry(m=0)], "shapes[0]: GemmShape.m=0: must be >= 1"),
+        ([_entry(dtype="float32")], "shapes[0]: GemmShape.dtype='float32'"),
+        ([_entry(), _entry()], "shapes[1]: m2048_n2048_k2048_f16 is listed twice"),
+        ([{"m": 1}], "shapes[0]: must be an object with exactly"),
+        ([], "shapes: must not be empty"),
+    ],
+)
+def test_a_bad_shapes_file_names_the_entry_and_the_rule(tmp_path, shapes, message):
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps({"shapes": shapes}))
+    with pytest.raises(ValueError, match="shapes") as err:
+        offtable.load_shapes(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+    out = _run("--shapes", str(path), "--list", "--sms", "132")
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_list_prints_each_shape_with_the_config_pick_config_chooses():
+    out = _run("--list", "--sms", str(SMS))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    shapes = offtable.load_shapes(offtable.SHAPES_FILE)
+    assert len(lines) == len(shapes) + 1 and f"for {SMS} SMs" in lines[0]
+    for line, s in zip(lines[1:], shapes, strict=True):
+        fields = line.split()
+        assert fields[0] == s.shape.id
+        assert fields[2] == heuristic(s.shape, SMS).id and fields[3] == "heuristic"
+    # Another SM count, another pick: the SMs given are the ones used.
+    few = _run("--list", "--sms", "16").stdout
+    assert few != out.stdout
+
+
+# On a GPU machine the command measures instead; its no-GPU path is what is tested here.
+@pytest.mark.skipif(NO_GPU is None, reason="a GPU is visible: the command would measure")
+def test_without_a_gpu_it_says_so_and_exits_3():
+    out = _run("--rounds", "2")
+    assert out.returncode == offtable.EXIT_NO_GPU
+    assert "this command times kernels on a GPU" in out.stderr and "Traceback" not in out.stderr
+    out = _run("--list")  # no --sms: the SM count would come from the GPU
+    assert out.returncode == 2 and "give --sms N" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rounds", "0"], "argument --rounds: 0 must be >= 1"),
+        (["--timer", "wall"], "argument --timer: invalid choice"),
+        (["--sms", "132"], "--sms/--gpu: only with --list"),
+        (["--list", "--sms", "-1"], "argument --sms: -1 must be >= 1"),
+        (["--shapes", "/nonexistent/shapes.json"], "cannot read"),
+    ],
+)
+def test_bad_arguments_name_the_option(args, message):
+    out = _run(*args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_help_explains_itself():
+    out = _run("--help")
+    assert out.returncode == 0
+    for word in ("pick_config", "float64", "--rounds", "--list", "median", "0.90", "long_k"):
+        assert word in out.stdout
+
+
+def _row(name, kernel, torch, **over):
+    fields = dict(rel_error=1e-4, correct=True, launches=6, timer="cupti")
+    return ShapeResult.of(
+        GemmShape(*name),
+        ("mid",),
+        "b128x256x64_t256_s3_w16_e",
+        "heuristic",
+        kernel_ms=tuple(kernel),
+        torch_ms=tuple(torch),
+        **{**fields, **over},
+    )
+
+
+def test_speedup_is_the_median_round_and_the_range_its_extremes():
+    row = _row((2048, 2048, 2048), [1.0, 2.0, 1.0, 0.5], [1.0, 1.0, 1.1, 0.5])
+    assert row.speedups == pytest.approx((1.0, 0.5, 1.1, 1.0))
+    assert row.speedup == pytest.approx(1.0) and row.spread == pytest.approx((0.5, 1.1))
+
+
+def test_summary_counts_the_median_the_worst_and_those_below_the_floor():
+    rows = [
+        _row((1000, 1000, 1000), [1.0] * 3, [0.96, 0.97, 0.95]),  # 0.96
+        _row((1100, 1000, 1000), [1.0] * 3, [0.80, 0.85, 0.82]),  # 0.82
+        _row((1200, 1000, 1000), [1.0] * 3, [1.05, 1.00, 1.10]),  # 1.05
+        _row((1300, 1000, 1000), [1.0] * 3, [0.89, 0.89, 0.95]),  # 0.89
+        _row((1400, 1000, 1000), (), (), error="RuntimeError: no build"),
+    ]
+    s = summarise(rows)
+    assert s.count == 5 and s.failed == 1
+    assert s.median == pytest.approx((0.89 + 0.96) / 2)
+    assert s.worst == pytest.approx(0.82) and s.worst_shape == "m1100_n1000_k1000_f16"
+    assert s.below == ("m1100_n1000_k1000_f16", "m1300_n1000_k1000_f16")
+    assert not s.met and "NOT met" in s.line() and "1 failed" in s.line()
+    good = summarise([rows[0], rows[2]])
+    assert good.met and good.below == () and good.median == pytest.approx((0.96 + 1.05) / 2)
+    assert summarise([rows[4]]).median is None
+
+
+def test_the_record_round_trips_and_renders():
+    rows = (_row((2048, 2048, 2048), [1.0, 1.0], [0.9, 1.0]),)
+    record = Record({"gpu": "NVIDIA H200", "sm_count": SMS, "rounds": 2}, rows)
+    data = json.loads(json.dumps(record.to_dict()))
+    assert data["rows"][0]["speedup"] == pytest.approx(0.95)
+    assert data["rows"][0]["range"] == pytest.approx([0.9, 1.0])
+    assert data["summary"]["median"] == pytest.approx(0.95) and data["summary"]["met"] is True
+    assert Record.from_dict(data).rows == rows
+    text = render_markdown(record)
+    assert "| `m2048_n2048_k2048_f16` | NN | mid |" in text and "0.900-1.000" in text
+    with pytest.raises(ValueError, match="version=7"):
+        Record.from_dict({**data, "version": 7})
+
+
+def test_exit_status_follows_the_rows():
+    ok = _row((2048, 2048, 2048), [1.0], [1.0])
+    wrong = _row((1000, 1000, 1000), (), (), correct=False, error="wrong result")
+    broken = _row((1100, 1000, 1000), (), (), correct=None, error="RuntimeError")
+    assert offtable.exit_status([ok], False) == 0
+    assert offtable.exit_status([ok, broken], False) == offtable.EXIT_FAILED
+    assert offtable.exit_status([ok, broken, wrong], False) == offtable.EXIT_INCORRECT
+    assert offtable.exit_status([ok], True) == offtable.EXIT_INTERRUPTED
