@@ -4,16 +4,21 @@ the per-unit seconds of real runs (the ``timing`` lines ``harness.suite.run`` pr
     python -m harness.suite.cost RUN.log [MORE.log ...] [--json reports/cost_h200.json]
     python -m harness.suite.cost --render reports/cost_h200.json   # the table again
 
-A GPU unit (one family) takes ``a + b * combinations + c * TFLOP`` seconds: ``a`` is
-asv's start-up and the family's process (CUDA context, kernel loads), ``b`` each
-combination's fixed cost (timing loops, track processes), ``c`` the launches themselves,
-which grow with the work. The wall time on N GPUs is the serial steps of the first log
+An ``asv run`` of GPU units (one family, or a batch of whole families: ``gemm.A+gemm.B``)
+takes ``a + b * combinations + c * TFLOP`` seconds: ``a`` is asv's start-up and the
+family's process (CUDA context, kernel loads), ``b`` each combination's fixed cost
+(timing loops, track processes), ``c`` the launches themselves, which grow with the
+work. The model charges ``a`` once per ``asv run``, batch or family: the runs it was
+fitted to held one family each, so whether a batch's second family pays part of it again
+(its own process) is for logs of batched runs to show. The wall time on N GPUs is the
+serial steps of the first log
 (precompile, publish, start-up, the runner's own overhead) plus the longer of the CPU
 lanes and the busiest GPU lane, with the suite cut and placed by the runner's own plan
 (``shard.plan_suite``, weighed in seconds by ``Calibration.of_model`` of this
-model). A piece costs ``a`` plus its combinations' seconds: each family's measured
+model). A batch (the pieces one ``asv run`` measures: what a lane packs within
+``shard.RUN_BUDGET_S``) costs ``a`` plus its combinations' seconds: each timed run's
 seconds less ``a``, shared among its combinations in proportion to their ``b + c x
-TFLOP`` (the runs timed whole families); the CPU lane's seconds less ``a`` likewise,
+TFLOP``; the CPU lane's seconds less ``a`` likewise,
 shared equally among the CPU combinations. The solo family (``gemm.Launch``) runs first
 in its GPU's lane for its measured seconds, and the CPU lanes (as many as
 ``shard.cpu_lanes`` allows a host of ``cores_per_gpu`` cores per GPU) start when it
@@ -159,10 +164,10 @@ def model(
     (``combination_flops`` and the CPU units' combinations); a GPU unit without
     them counts as equal combinations."""
     obs = [
-        (sizes[u], sec)
+        (_batch_size(u, sizes), sec)
         for r in runs
         for u, (lane, sec) in r.units.items()
-        if u in sizes and u not in solo and not _is_cpu(lane)
+        if all(part in sizes and part not in solo for part in u.split("+")) and not _is_cpu(lane)
     ]
     f = fit(obs)
     base = runs[0]
@@ -207,6 +212,12 @@ def _is_cpu(lane: str) -> bool:
     return lane.startswith("cpu")
 
 
+def _batch_size(key: str, sizes: Mapping[str, UnitSize]) -> UnitSize:
+    """What a timed run of whole units (``gemm.A+gemm.B``) measured."""
+    parts = [sizes[u] for u in key.split("+")]
+    return UnitSize(sum(s.combinations for s in parts), sum(s.tflop for s in parts))
+
+
 def per_combination(
     m: Mapping, sizes: Mapping[str, UnitSize], combos: Mapping[str, Mapping]
 ) -> dict[str, dict[str, list[float]]]:
@@ -224,16 +235,18 @@ def per_combination(
     cal = Calibration.of_model(m, sum(len(cs) for cs in cpu.values()))
     measured = {**m["gpu_units"], **m["solo"]}
     out = {}
-    for unit, seconds in measured.items():
-        flops = dict(gpu.get(unit) or {})
-        if not flops:
-            n = sizes[unit].combinations if unit in sizes else 1
-            each = int(sizes[unit].tflop * 1e12 / n) if unit in sizes else 0
-            flops = {f"{unit}({i})": each for i in range(n)}
-        weight = {c: cal.gpu(fl) for c, fl in flops.items()}
-        total = sum(weight.values()) or 1.0
+    for key, seconds in measured.items():  # a unit, or a batch of whole units (A+B)
+        flops = {part: dict(gpu.get(part) or {}) for part in key.split("+")}
+        for part, fl in flops.items():
+            if not fl:
+                n = sizes[part].combinations if part in sizes else 1
+                each = int(sizes[part].tflop * 1e12 / n) if part in sizes else 0
+                fl.update({f"{part}({i})": each for i in range(n)})
+        weight = {part: {c: cal.gpu(f) for c, f in fl.items()} for part, fl in flops.items()}
+        total = sum(w for ws in weight.values() for w in ws.values()) or 1.0
         share = max(0.0, seconds - a)
-        out[unit] = {c: [w, share * w / total] for c, w in weight.items()}
+        for part, ws in weight.items():
+            out[part] = {c: [w, share * w / total] for c, w in ws.items()}
     for unit, cs in cpu.items():
         out[unit] = {c: [cal.cpu_combination, cal.cpu_combination] for c in cs}
     return out
@@ -258,14 +271,14 @@ def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> tuple[dict[int, float
     lanes_cpu = shard.cpu_lanes(m["cores_per_gpu"] * gpus)
     planned = shard.plan_suite(weights, list(range(gpus)), a, solo, cpu_units, lanes_cpu)
 
-    def seconds(p: shard.Piece) -> float:
-        if p.unit in solo:
-            return m["solo"][p.unit]
-        return a + sum(combos[p.unit][c][1] for c in p.combos)
+    def seconds(b: shard.Batch) -> float:
+        if b.alone(solo):
+            return sum(m["solo"][p.unit] for p in b.pieces)
+        return a + sum(combos[p.unit][c][1] for p in b.pieces for c in p.combos)
 
     start = sum(m["solo"].values())
-    gpu = {g: sum(seconds(p) for p in ps) for g, ps in planned.gpu.items()}
-    return gpu, [start + sum(seconds(p) for p in ps) for ps in planned.cpu]
+    gpu = {g: sum(seconds(b) for b in bs) for g, bs in planned.gpu.items()}
+    return gpu, [start + sum(seconds(b) for b in bs) for bs in planned.cpu]
 
 
 def wall(m: Mapping, gpus: int, growth: Growth) -> float:

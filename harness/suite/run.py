@@ -1,6 +1,8 @@
-"""Run the asv suite for one commit, durably: one ``asv run`` per piece (a GPU family, or
-a balanced group of its combinations on one GPU, or a module's CPU families), so each
-piece's results are on disk before the next one starts.
+"""Run the asv suite for one commit, durably: one ``asv run`` per batch of pieces (a
+piece: a GPU family, a balanced group of its combinations on one GPU, or a module's CPU
+families), each batch within ``shard.RUN_BUDGET_S`` predicted seconds, so an interruption
+loses at most one batch per lane: each batch's results are on disk before the next one
+starts.
 
     nox -s bench [-- --gpus all] [-- -b REGEX] [-- <asv run args>]
     python -m harness.suite.run [--gpus all] [--machine NAME] [-b REGEX] [-- <asv args>]
@@ -16,10 +18,16 @@ piece's results are on disk before the next one starts.
 - ``--gpus`` spreads the GPU families' combinations over the host's GPUs
   (``harness.suite.shard``'s plan of the whole suite, then narrowed by ``-b``), one
   machine name per GPU; without it every GPU family runs whole on the visible device.
-  Each ``asv run`` lists its combinations in ``discovery.COMBINATIONS_ENV``, so the
-  family's process measures those only.
-- The host-timing (``solo``) family runs first in its lane, beside the other GPU lanes;
-  the CPU lanes start when it ends, so no compile runs while it times the host.
+  Each ``asv run`` selects its pieces' names with ``-b`` (a family's prefix where the run
+  holds all of it, else each name) and lists their combinations in
+  ``discovery.COMBINATIONS_ENV`` (names carry their family), so each family's process
+  measures its own piece only.
+- The host-timing (``solo``) family runs first in its lane, in an ``asv run`` of its own
+  (asv orders a run's families by name, so it could not be kept first inside a shared
+  one), beside the other GPU lanes; the CPU lanes start when it ends, so no compile runs
+  while it times the host.
+- Every lane keeps its asv machine information in a file of its own
+  (``Target.machine_file``), so the lanes start their runs at once.
 - The CPU-only units (``static``: compile time, registers, shared memory) need nvcc, not a
   GPU: they run in a lane of their own beside the GPU lanes, with no GPU visible, under
   the asv machine ``<machine>-cpu`` (asv rewrites a commit's whole results file at the end
@@ -28,7 +36,8 @@ piece's results are on disk before the next one starts.
   per ``shard.CORES_PER_CPU_LANE`` cores; ``<machine>-cpu1``, ...), whose compile workers
   together keep to half the cores (``discovery.CPU_WORKERS_ENV``).
 - Every step prints a line ``timing <step> [<lane>]: <seconds> s`` (precompile, each
-  piece, publish, total): ``harness.suite.cost`` fits its model to those lines.
+  batch by its pieces' keys joined with ``+``, publish, total): ``harness.suite.cost``
+  fits its model to those lines.
 
 The same runner measures an older commit in its own worktree (``harness.suite.history``):
 ``harness.suite.target.Target`` names the tree whose suite and kernels are measured and
@@ -76,7 +85,7 @@ def read_timings(lines) -> list[tuple[str, str, float]]:
 
 @dataclass
 class UnitRun:
-    unit: str  # the piece's key: a unit, or a group of its combinations (gemm.Tuned[1/2])
+    unit: str  # the batch's key: its pieces' (gemm.Stage+gemm.Tuned[1/2])
     lane: Lane
     code: int = 0
     seconds: float = 0.0
@@ -92,7 +101,7 @@ def run_target(
     none_ok: bool = False,
 ) -> int:
     """Measure every selected combination of ``target`` not stored yet, one ``asv run``
-    per piece, the lanes in parallel; the worst exit status, EXIT_INTERRUPTED on Ctrl-C
+    per batch, the lanes in parallel; the worst exit status, EXIT_INTERRUPTED on Ctrl-C
     (finished pieces stay stored). A solo piece (it times the host) runs first in its
     lane while the other GPU lanes start; the CPU lanes, whose compiles load the cores,
     wait until it ends (no compile runs while it times the host). A selection that
@@ -110,15 +119,19 @@ def run_target(
         log(f"run: no benchmark matches -b {' -b '.join(user)}" if user else "run: empty suite")
         return EXIT_OK if none_ok else EXIT_FAILURE
     if not pending:
-        log(f"run {target.sha[:10]}: all {selected} pieces already stored; nothing to run")
+        log(f"run {target.sha[:10]}: all {selected} asv runs already stored; nothing to run")
         return EXIT_OK
     if pending < selected:
-        log(f"run {target.sha[:10]}: {selected - pending} of {selected} pieces already stored")
+        log(f"run {target.sha[:10]}: {selected - pending} of {selected} asv runs already stored")
     logs = target.tree / ".asv"
     logs.mkdir(parents=True, exist_ok=True)
     for lane in lanes:
+        # Each lane's machine file is its own (``Target.asv``): the lanes start at once.
+        machine = lane.machine(target.machine)
         subprocess.run(
-            target.asv("machine", "--yes", "--machine", lane.machine(target.machine)),
+            target.asv(
+                "machine", "--yes", "--machine", machine, machine_file=target.machine_file(machine)
+            ),
             cwd=target.tree,
             env=environment(target, lane),
             check=True,
@@ -139,18 +152,16 @@ def run_target(
         for job in jobs:
             with guard:
                 count += 1
-                log(f"run {target.sha[:10]} {lane.tag}: [{count}/{pending}] {job.piece.key}")
+                log(f"run {target.sha[:10]} {lane.tag}: [{count}/{pending}] {job.key}")
             try:
-                done = _run_unit(
-                    target, job.piece.key, lane, list(job.bench), asv_args, log, job.combos
-                )
+                done = _run_unit(target, job.key, lane, list(job.bench), asv_args, log, job.combos)
             finally:
                 if job.solo:
                     with guard:
                         solo_left[0] -= 1
                         if not solo_left[0]:
                             host_quiet.set()
-            log(timing_line(job.piece.key, done.seconds, lane.tag))
+            log(timing_line(job.key, done.seconds, lane.tag))
             runs.append(done)
 
     try:
@@ -164,20 +175,13 @@ def run_target(
             while t.is_alive():
                 t.join(timeout=0.5)
     except KeyboardInterrupt:
-        log(f"run {target.sha[:10]}: interrupted; {len(runs)} finished piece(s) are stored")
+        log(f"run {target.sha[:10]}: interrupted; {len(runs)} finished asv run(s) are stored")
         return EXIT_INTERRUPTED
     failed = [r for r in runs if r.code]
     for r in runs:
         status = "ok" if not r.code else f"FAILED (asv exit {r.code})"
         log(f"  {r.unit}: {status}, {r.seconds:.0f} s")
     return EXIT_FAILURE if failed else EXIT_OK
-
-
-# Every `asv run` rewrites ~/.asv-machine.json in place as it starts (Machine.load), and
-# another one reading it half-written fails. Lanes start their runs one at a time: the
-# next waits until this one logs its discovery, which asv does after that write.
-_ASV_START = threading.Lock()
-_DISCOVERING = "Discovering benchmarks"
 
 
 def _run_unit(target, unit, lane, bench, asv_args, log, combos=()) -> UnitRun:
@@ -196,32 +200,24 @@ def _run_unit(target, unit, lane, bench, asv_args, log, combos=()) -> UnitRun:
         "--record-samples",
         *bench,
         *asv_args,
+        machine_file=target.machine_file(machine),
     )
     start = time.perf_counter()
     logfile = target.tree / ".asv" / f"run-{machine}.log"
     with logfile.open("a") as fh:
-        _ASV_START.acquire()
-        starting = True
-        try:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=target.tree,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for line in proc.stdout:
-                fh.write(line)
-                if starting and _DISCOVERING in line:
-                    _ASV_START.release()
-                    starting = False
-                if _PROGRESS.match(line):  # asv's line per benchmark: its progress and result
-                    log(f"    {line.rstrip()}")
-            proc.wait()
-        finally:
-            if starting:
-                _ASV_START.release()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=target.tree,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for line in proc.stdout:
+            fh.write(line)
+            if _PROGRESS.match(line):  # asv's line per benchmark: its progress and result
+                log(f"    {line.rstrip()}")
+        proc.wait()
     if proc.returncode:
         log(f"    asv exited {proc.returncode}; its whole output is in {logfile}")
     return UnitRun(unit, lane, proc.returncode, time.perf_counter() - start)

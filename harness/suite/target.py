@@ -20,6 +20,20 @@ from harness.measure.gpu_state import visible_entry
 from harness.suite import discovery
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+# asv reads and rewrites ``~/.asv-machine.json`` in place (not atomically) as every ``asv
+# machine`` and ``asv run`` starts (``asv.machine.MachineCollection``), so lanes that start
+# at once would read each other's half-written file. Each lane's asv gets a file of its
+# own instead: this program (stdlib and asv only, so it runs under any revision's tree)
+# points asv's machine file at its first argument and runs asv on the rest.
+_ASV_WITH_MACHINE_FILE = """\
+import sys
+from asv.machine import MachineCollection
+path = sys.argv.pop(1)
+MachineCollection.get_machine_file_path = staticmethod(lambda: path)
+sys.argv[0] = "asv"
+from asv.main import main
+main()
+"""
 
 
 @dataclass(frozen=True)
@@ -34,9 +48,16 @@ class Target:
     config: Path | None = None  # asv.conf.json to run with; default tree/asv.conf.json
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment
 
-    def asv(self, *args: str) -> list[str]:
+    def asv(self, *args: str, machine_file: Path | None = None) -> list[str]:
+        """The command of ``asv ARGS`` under this target's configuration; with
+        ``machine_file``, asv keeps its machine information there, not in the home."""
         conf = ["--config", str(self.config)] if self.config else []
-        return [self.python, "-m", "asv", args[0], *conf, *args[1:]]
+        start = ["-c", _ASV_WITH_MACHINE_FILE, str(machine_file)] if machine_file else ["-m", "asv"]
+        return [self.python, *start, args[0], *conf, *args[1:]]
+
+    def machine_file(self, machine: str) -> Path:
+        """The asv machine file of one lane's machine (``asv`` with ``machine_file``)."""
+        return (self.tree / ".asv" / "machines" / f"{machine}.json").resolve()
 
     def results_dir(self) -> Path:
         path = discovery.conf_path(self.config or self.tree)

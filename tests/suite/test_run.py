@@ -101,7 +101,7 @@ def test_a_failed_unit_is_stored_as_failed_and_the_rest_still_run(repo, capsys):
     # A second run skips what is stored and measures only the failed unit again.
     code = suite_run.run_target(repo, log=print)
     out = capsys.readouterr().out
-    assert code == EXIT_FAILURE and "1 of 2 pieces already stored" in out
+    assert code == EXIT_FAILURE and "1 of 2 asv runs already stored" in out
     assert "[1/1] cpu" in out and "[1/1] other.Gpuish" not in out
 
 
@@ -137,7 +137,7 @@ def test_an_interrupted_run_keeps_the_finished_units_and_resumes(repo, monkeypat
     assert "other.Gpuish.track_value('a')" not in done
     lanes, _ = suite_jobs.plan_units(repo, [], None)
     # The interrupted unit is planned again (and the failed one, to retry it).
-    assert sorted(job.piece.key for jobs in lanes.values() for job in jobs) == sorted(seen)
+    assert sorted(job.key for jobs in lanes.values() for job in jobs) == sorted(seen)
 
 
 def test_selection_by_asv_name_or_gate_name(repo):
@@ -193,9 +193,12 @@ def nothing_stored(monkeypatch, tmp_path):
 def test_a_whole_unit_is_selected_by_its_prefix(nothing_stored):
     target = Target(ROOT, "abc", "h200")
     lanes, _ = suite_jobs.plan_units(target, [], None)
-    assert sorted(j.piece.unit for j in _jobs(lanes)) == sorted(suite_listing(target))
+    units = [p.unit for j in _jobs(lanes) for p in j.batch.pieces]
+    assert sorted(units) == sorted(suite_listing(target))
     for job in _jobs(lanes):
-        assert list(job.bench) == ["-b", shard.asv_regex(job.piece.unit)]
+        assert list(job.bench) == [
+            arg for p in job.batch.pieces for arg in ("-b", shard.asv_regex(p.unit))
+        ]
 
 
 def _gpu_combos():
@@ -222,12 +225,13 @@ def test_every_combination_runs_exactly_once_and_no_gpu_carries_the_largest_fami
     assert sorted(c for j in cpu_jobs for c in j.combos) == sorted(every_cpu)
     # Balanced: the busiest GPU within one piece of an even share.
     units = weights.combination_weights(ROOT)
-    loads = [sum(j.piece.weight for j in jobs) for lane, jobs in lanes.items() if not lane.cpu]
-    assert max(loads) <= sum(loads) / gpus + max(j.piece.weight for j in gpu_jobs)
+    pieces = [p for j in gpu_jobs for p in j.batch.pieces]
+    loads = [sum(j.batch.weight for j in jobs) for lane, jobs in lanes.items() if not lane.cpu]
+    assert max(loads) <= sum(loads) / gpus + max(p.weight for p in pieces)
     # The largest GPU family (Tuned, a third of the work) is cut once its share is smaller.
     largest = max((u for u in units if u != "static"), key=lambda u: sum(units[u].values()))
-    cut = {j.piece.key for j in gpu_jobs if j.piece.unit == largest}
-    assert (len(cut) > 1) == (gpus >= 4)
+    cut = {p.key for p in pieces if p.unit == largest}
+    assert (len(cut) > 1) == (gpus >= 2)
 
 
 @pytest.mark.parametrize("user", [[r"Tuned"], [r"bf16"], [r"Stage\(", r"Launch"]])
@@ -239,9 +243,7 @@ def test_a_combination_keeps_its_gpu_whatever_else_is_selected(user, nothing_sto
     assert narrow
     for lane, jobs in narrow.items():
         for job in jobs:
-            assert all(
-                re.search("|".join(user), c) or job.piece.unit == "static" for c in job.combos
-            )
+            assert all(re.search("|".join(user), c) or c.startswith("static.") for c in job.combos)
             assert {where[c] for c in job.combos} == {lane}
 
 
@@ -289,8 +291,7 @@ def test_the_host_timed_family_shares_the_start_and_the_cpu_lanes_wait_for_it(
                 events.append(("start", self.name, self.gpu))
             if "Launch" not in self.name and self.gpu != "":
                 other_started.set()
-            # asv's line after its machine file is written: the next lane may start.
-            self.stdout = iter([f"· {suite_run._DISCOVERING}\n"])
+            self.stdout = iter(["· Discovering benchmarks\n"])
             self.returncode = 0
 
         def wait(self):
@@ -318,12 +319,13 @@ def test_the_host_timed_family_shares_the_start_and_the_cpu_lanes_wait_for_it(
     cpu = [i for i, e in enumerate(events) if e[0] == "start" and e[2] == ""]
     # No compile while Launch times the host: every CPU lane starts after it ends.
     assert cpu and min(cpu) > end_launch
-    # Two GPUs: one CPU lane, whole, with its default workers. Four: the static work cut
-    # over CPU lanes whose workers share half the cores.
-    if gpus == 2:
-        assert len(cpu) == 1 and workers == [None]
+    # One CPU lane, whole, keeps its default workers; the static work cut over CPU lanes
+    # (four GPUs, whose busiest lane is short) shares half the cores.
+    assert len(cpu) > 1 or gpus == 2
+    if len(cpu) == 1:
+        assert workers == [None]
     else:
-        assert len(cpu) > 1 and set(workers) == {str(cores // 2 // len(cpu))}
+        assert set(workers) == {str(cores // 2 // len(cpu))}
 
 
 LISTED = {
@@ -338,13 +340,16 @@ LISTED = {
 @pytest.mark.parametrize("gpus", [None, [0], [0, 1], [0, 1, 2, 3]])
 def test_the_cpu_units_run_in_their_own_lane_and_the_solo_unit_first_in_its_own(gpus):
     weights = {u: {e["names"][n][1]: 1.0 for n in e["names"]} for u, e in LISTED.items()}
-    lanes = suite_jobs.lane_pieces(LISTED, gpus, weights)
-    assert [p.unit for p in lanes[CPU_LANE]] == ["static"]
+    lanes = {
+        lane: [[p.unit for p in b.pieces] for b in bs]
+        for lane, bs in suite_jobs.lane_batches(LISTED, gpus, weights, 1.0).items()
+    }
+    assert lanes[CPU_LANE] == [["static"]]
     gpu_lanes = [lane for lane in lanes if not lane.cpu]
-    placed = sorted(p.unit for lane in gpu_lanes for p in lanes[lane])
+    placed = sorted(u for lane in gpu_lanes for b in lanes[lane] for u in b)
     assert placed == ["gemm.A", "gemm.B", "gemm.C", "gemm.Launch"]
-    (home,) = [lane for lane in gpu_lanes if "gemm.Launch" in [p.unit for p in lanes[lane]]]
-    assert lanes[home][0].unit == "gemm.Launch"
+    (home,) = [lane for lane in gpu_lanes if any("gemm.Launch" in b for b in lanes[lane])]
+    assert lanes[home][0] == ["gemm.Launch"]  # first, and in an asv run of its own
     # Every lane stores under its own asv machine: asv rewrites a commit's results file at
     # the end of each run, so two lanes on one machine would drop each other's results.
     machines = [lane.machine("h200") for lane in lanes]
@@ -353,7 +358,7 @@ def test_the_cpu_units_run_in_their_own_lane_and_the_solo_unit_first_in_its_own(
 
 
 def test_a_cpu_only_selection_runs_in_the_cpu_lane_alone():
-    lanes = suite_jobs.lane_pieces({"static": LISTED["static"]}, None, {})
+    lanes = suite_jobs.lane_batches({"static": LISTED["static"]}, None, {})
     assert list(lanes) == [CPU_LANE]
     with pytest.raises(ValueError, match="a CPU lane has no GPU"):
         Lane(gpu=0, cpu=True)
@@ -381,8 +386,10 @@ def test_each_unit_logs_its_seconds_and_the_log_reads_back(fake_asv, monkeypatch
     target = Target(ROOT, "abc", "h200")
     assert suite_run.run_target(target, log=lines.append) == EXIT_OK
     steps = suite_run.read_timings(["noise", *lines, suite_run.timing_line("publish", 3.25)])
-    assert sorted(step for step, _, _ in steps) == sorted([*listed, "publish"])
-    lanes = {step: lane for step, lane, _ in steps}
+    # A batch's line names its pieces, joined with +.
+    units = [u for step, _, _ in steps for u in step.split("+")]
+    assert sorted(units) == sorted([*listed, "publish"])
+    lanes = {u: lane for step, lane, _ in steps for u in step.split("+")}
     assert lanes["static"] == "cpu" and lanes["gemm.Stage"] == "gpu" and lanes["publish"] == ""
     assert steps[-1] == ("publish", "", 3.2) or steps[-1] == ("publish", "", 3.3)
 
@@ -415,3 +422,107 @@ def test_a_suite_that_does_not_import_is_an_error_not_a_traceback(monkeypatch, c
     assert suite_run.main(["--no-publish", "--machine", "testbox"]) == EXIT_FAILURE
     err = capsys.readouterr().err
     assert "cannot be listed: SyntaxError: '(' was never closed (gemm.py, line 12)" in err
+
+
+def test_a_batched_runs_asv_arguments_select_exactly_its_pieces(monkeypatch, tmp_path):
+    listed = discovery.listing(ROOT)
+    every = {n: u for u, e in listed.items() for n in e["names"]}
+    stored = set(list(listed["gemm.Tuned"]["names"])[::3])
+    monkeypatch.setattr(result_files, "stored", lambda *a: stored)
+    monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
+    target = Target(ROOT, "abc", "h200")
+    for user in ([], [r"bf16"]):
+        lanes, _ = suite_jobs.plan_units(target, user, [0, 1, 2, 3])
+        chosen = {n for names in suite_jobs.select(listed, user).values() for n in names}
+        assert any(len(j.batch.pieces) > 1 for j in _jobs(lanes))  # several families a run
+        for job in _jobs(lanes):
+            # asv runs a benchmark when any -b regex matches its name (re.search).
+            regexes = _patterns(["x", *job.bench])
+            ran = {n for n in every if any(re.search(r, n) for r in regexes)}
+            mine = {
+                n
+                for p in job.batch.pieces
+                for n, aliases in listed[p.unit]["names"].items()
+                if aliases[1] in p.combos
+            }
+            assert ran == (mine & chosen) - stored
+            assert set(job.combos) == {listed[every[n]]["names"][n][1] for n in ran}
+
+
+def test_lanes_start_their_runs_at_once_each_with_its_own_machine_file(monkeypatch, tmp_path):
+    started, machine_files = [], []
+    everyone = threading.Event()
+    lock = threading.Lock()
+
+    class FakePopen:
+        def __init__(self, cmd, **kwargs):
+            with lock:
+                started.append(cmd)
+                machine_files.append(cmd[cmd.index("-c") + 2])
+                if len(started) == 3:
+                    everyone.set()
+            self.returncode = 0
+
+            def lines():
+                # No lane ends its first run before every lane has started one.
+                everyone.wait(10)
+                yield "· Discovering benchmarks\n"
+
+            self.stdout = lines()
+
+        def wait(self):
+            return 0
+
+    setup = []
+    monkeypatch.setattr(suite_run.subprocess, "run", lambda cmd, **k: setup.append(cmd))
+    monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(result_files, "stored", lambda *a: set())
+    monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
+    monkeypatch.setattr(suite_run.os, "cpu_count", lambda: 16)
+    target = Target(ROOT, "abc", "h200")
+    assert suite_run.run_target(target, gpus=[0, 1], log=lambda line: None) == EXIT_OK
+    assert everyone.is_set(), "a lane waited for another's run to start theirs"
+    # Each lane's asv (machine set-up and runs) keeps its own machine file.
+    files = {cmd[cmd.index("-c") + 2] for cmd in setup}
+    assert files == {str(target.machine_file(m)) for m in ("h200-gpu0", "h200-gpu1", "h200-cpu")}
+    assert set(machine_files) <= files
+
+
+def test_a_batch_resumes_with_only_its_missing_pieces(repo, monkeypatch, tmp_path):
+    (repo.tree / "suite" / "more.py").write_text(
+        textwrap.dedent(SUITE["other.py"]).replace("Gpuish", "Twin").replace('"a"', '"b"')
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    listed = suite_listing(repo)
+    weights = {u: {al[1]: 1.0 for al in e["names"].values()} for u, e in listed.items()}
+    monkeypatch.setattr(suite_jobs, "plan_weights", lambda target, gpus: (weights, 1.0))
+    (gpu_batch,) = suite_jobs.lane_batches(listed, None, weights, 1.0)[Lane()]
+    assert gpu_batch.key == "more.Twin+other.Gpuish"  # one asv run, two families
+    real = suite_run._run_unit
+    # Part of the batch gets stored (the batch runs with its first family's selector only,
+    # as a narrower -b run would store it); an interrupted batch stores none of it.
+    monkeypatch.setattr(
+        suite_run,
+        "_run_unit",
+        lambda target, unit, lane, bench, *rest: real(
+            target, unit, lane, bench[:2] if "+" in unit else bench, *rest
+        ),
+    )
+    suite_run.run_target(repo, log=print)
+    assert "more.Twin.track_value('b')" in _stored(repo)
+    assert "other.Gpuish.track_value('a')" not in _stored(repo)
+    lanes, _ = suite_jobs.plan_units(repo, [], None)
+    (job,) = lanes[Lane()]
+    assert job.key == "other.Gpuish"
+    assert job.bench == ("-b", shard.asv_regex("other.Gpuish"))
+    assert job.combos == ("other.Gpuish(a)",)
+    monkeypatch.setattr(suite_run, "_run_unit", real)
+    suite_run.run_target(repo, log=print)
+    assert "other.Gpuish.track_value('a')" in _stored(repo)
+    # asv kept each lane's machine in the lane's own file, none in the home.
+    assert not (home / ".asv-machine.json").exists()
+    for lane in (Lane(), CPU_LANE):
+        machine = lane.machine(repo.machine)
+        assert machine in json.loads(repo.machine_file(machine).read_text())

@@ -258,7 +258,7 @@ def test_a_unit_is_cut_only_where_it_pays_and_a_whole_one_never():
     big = [p for p in four if p.unit == "gemm.Big"]
     assert len(big) > 1 and [p.unit for p in four].count("gemm.Host") == 1
     assert sorted(c for p in big for c in p.combos) == sorted(units["gemm.Big"])
-    assert all(p.weight == 5.0 + sum(units["gemm.Big"][c] for c in p.combos) for p in big)
+    assert all(p.weight == sum(units["gemm.Big"][c] for c in p.combos) for p in big)
     # Where a whole unit bounds the busiest lane anyway, a cut gains nothing: none is made.
     heavy = {**units, "gemm.Host": {f"gemm.Host({i})": 10.0 for i in range(6)}}
     kept = [p for ps in shard.balance(heavy, 4, 5.0, {"gemm.Host"}) for p in ps]
@@ -279,12 +279,13 @@ SUITE = {
 def test_the_suite_plan_places_every_combination_once_and_keeps_its_lane(gpus):
     planned = shard.plan_suite(SUITE, gpus, 3.0, {"gemm.Host"}, {"static"}, len(gpus))
     assert set(planned.gpu) == set(gpus)
-    placed = [c for ps in planned.gpu.values() for p in ps for c in p.combos]
+    placed = [c for bs in planned.gpu.values() for b in bs for c in b.combos]
     assert sorted(placed) == sorted(c for u in SUITE if u != "static" for c in SUITE[u])
-    on_cpu = [c for ps in planned.cpu for p in ps for c in p.combos]
+    on_cpu = [c for bs in planned.cpu for b in bs for c in b.combos]
     assert sorted(on_cpu) == sorted(SUITE["static"])
-    (home,) = [g for g, ps in planned.gpu.items() if any(p.unit == "gemm.Host" for p in ps)]
-    assert planned.gpu[home][0].unit == "gemm.Host"
+    (home,) = [g for g, bs in planned.gpu.items() if any(b.alone({"gemm.Host"}) for b in bs)]
+    # The solo unit first in its lane, in an asv run of its own.
+    assert [p.unit for p in planned.gpu[home][0].pieces] == ["gemm.Host"]
     shuffled = {u: dict(reversed(list(cs.items()))) for u, cs in reversed(list(SUITE.items()))}
     again = shard.plan_suite(shuffled, gpus, 3.0, {"gemm.Host"}, {"static"}, len(gpus))
     assert again == planned
@@ -292,13 +293,14 @@ def test_the_suite_plan_places_every_combination_once_and_keeps_its_lane(gpus):
 
 def test_the_cpu_units_are_cut_over_cpu_lanes_only_where_they_would_bound_the_wall():
     def ends(planned):
-        start = max(p.weight for ps in planned.gpu.values() for p in ps if p.unit == "gemm.Host")
-        gpu = max(sum(p.weight for p in ps) for ps in planned.gpu.values())
-        return gpu, [start + sum(p.weight for p in ps) for ps in planned.cpu]
+        solo = [b for bs in planned.gpu.values() for b in bs if b.alone({"gemm.Host"})]
+        start = 3.0 + solo[0].weight
+        gpu = max(shard.cost(bs, 3.0) for bs in planned.gpu.values())
+        return gpu, [start + shard.cost(bs, 3.0) for bs in planned.cpu]
 
     # Two GPUs: one CPU lane ends before the busiest GPU, so it stays whole.
     two = shard.plan_suite(SUITE, [0, 1], 3.0, {"gemm.Host"}, {"static"}, 2)
-    assert [[p.key for p in ps] for ps in two.cpu] == [["static"]]
+    assert [[b.key for b in bs] for bs in two.cpu] == [["static"]]
     # Four GPUs: whole, it would bound the wall; cut, no CPU lane ends after the GPUs.
     four = shard.plan_suite(SUITE, [0, 1, 2, 3], 3.0, {"gemm.Host"}, {"static"}, 4)
     gpu, cpu = ends(four)
@@ -312,21 +314,39 @@ def test_the_cpu_units_are_cut_over_cpu_lanes_only_where_they_would_bound_the_wa
     assert shard.cpu_lanes(32) == 2 and shard.cpu_lanes(4) == 1
 
 
-def test_the_recorded_model_gets_the_best_whole_family_split_on_two_gpus():
-    """The plan in seconds finds the split no other whole-family split beats."""
-    import itertools
+def test_a_lane_is_packed_into_runs_within_the_budget():
+    p = {
+        k: shard.Piece(k.rstrip("0123456789"), k, (k,), w)
+        for k, w in [("A", 30.0), ("B", 20.0), ("C", 12.0), ("D", 5.0), ("H1", 2.0), ("X", 60.0)]
+    }
+    # By hand, run 5 s, budget 45 s, first fit: H (solo) alone; A opens a run; B does not
+    # fit beside A (5+30+20 > 45) and opens one; C fits beside B (5+20+12 = 37), not A
+    # (47); D fits beside A (5+30+5 = 40); X is larger than the budget alone: its own run.
+    order = [p[k] for k in ("H1", "A", "B", "C", "D", "X")]
+    got = shard.pack(order, 5.0, {"H"}, budget=45.0)
+    assert [b.key for b in got] == ["H1", "A+D", "B+C", "X"]
+    assert all(5.0 + b.weight <= 45.0 or len(b.pieces) == 1 for b in got)
+    assert shard.cost(got, 5.0) == pytest.approx(4 * 5.0 + 129.0)
+    # Without a start-up cost to share, one piece per run costs the same.
+    assert shard.lane_cost(order, 0.0, {"H"}) == pytest.approx(129.0)
 
+
+def test_the_recorded_model_batches_every_lane_within_the_budget():
     from harness.suite import cost
 
     m = cost.upgrade(json.loads(plan_weights.COST_MODEL.read_text()), ROOT)
-    gpu, _ = cost.lane_seconds(m, 2, cost.GROWTHS["as is"])
-    seconds = {**m["gpu_units"], **m["solo"]}
-    names = sorted(seconds)
-    best = min(
-        max(sum(seconds[n] for n, b in zip(names, w, strict=True) if b == i) for i in (0, 1))
-        for w in itertools.product((0, 1), repeat=len(names))
-    )
-    assert max(gpu.values()) == pytest.approx(best)
+    a = m["fit"]["a"]
+    weights = {u: {c: wc[0] for c, wc in cs.items()} for u, cs in m["per_combination"].items()}
+    solo = set(m["solo"])
+    cpu = {u for u in weights if u not in m["gpu_units"] and u not in solo}
+    for gpus in (1, 2, 4, 8):
+        planned = shard.plan_suite(weights, list(range(gpus)), a, solo, cpu, gpus)
+        batches = [b for bs in [*planned.gpu.values(), *planned.cpu] for b in bs]
+        assert all(a + b.weight <= shard.RUN_BUDGET_S + 1e-9 or len(b.pieces) == 1 for b in batches)
+        # Fewer asv runs than pieces where several fit in one: every lane pays one start-up
+        # per batch, not per family.
+        if gpus == 1:
+            assert len(planned.gpu[0]) < len({p.unit for b in planned.gpu[0] for p in b.pieces})
 
 
 def test_the_suite_combination_weights_cover_every_combination():
