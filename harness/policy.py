@@ -22,7 +22,9 @@ The rule, once:
 
 What the rule concludes on a benchmark has one name each (``REGRESSION`` ... ``NOISY``):
 the gate decides them (``harness.gate.decide``), its report renders them
-(``harness.report.gate``).
+(``harness.report.gate``). A bisect step's outcome (``GOOD``, ``BAD``, ``SKIP``) likewise:
+bisect judges it (``harness.gate.bisection``), its report renders it
+(``harness.report.bisection``).
 
 Pure data and arithmetic: imports nothing from the project.
 """
@@ -96,3 +98,9 @@ FAILED = "failed"
 NEW = "new"
 REMOVED = "removed"
 NOISY = "too noisy"
+
+# A bisect step's outcome, as ``git bisect`` names it: the probed commit is as fast as GOOD,
+# slower like BAD, or could not be judged (it failed to build or run).
+GOOD = "good"
+BAD = "bad"
+SKIP = "skip"

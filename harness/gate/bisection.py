@@ -51,8 +51,10 @@ from harness.cli import (
 )
 from harness.gate import decide as gd
 from harness.gate import run as gate
-from harness.gate.bisection_report import Record, render, to_json, verdict_statuses
-from harness.gate.bisection_search import BAD, GOOD, SKIP, first_bad, settle
+from harness.gate.bisection_record import Record, to_json, verdict_statuses
+from harness.gate.bisection_search import first_bad, settle
+from harness.policy import BAD, GOOD, SKIP
+from harness.report.bisection import render, render_stopped
 from harness.revisions import git, launch, placement, records
 from harness.suite import discovery
 
@@ -185,7 +187,7 @@ def _write(out: Path, record: Record, code: int, message: str | None) -> None:
     if record.search is not None:
         report = render(record)
     else:  # stopped after comparing GOOD with BAD: that comparison is the report
-        report = f"bisect: {message}\n\n{record.comparisons[record.bad].report}"
+        report = render_stopped(message, record.comparisons[record.bad].report)
     (out / "report.md").write_text(report)
 
 

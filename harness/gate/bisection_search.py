@@ -8,9 +8,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-GOOD = "good"
-BAD = "bad"
-SKIP = "skip"
+from harness.policy import BAD, GOOD, SKIP
+
 OUTCOMES = (GOOD, BAD, SKIP)
 
 
