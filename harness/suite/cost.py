@@ -29,6 +29,10 @@ combinations and the precompile by what each growth adds to them (``GROWTHS``).
 
 recomputes a recorded model's plan and table for the suite as it is now, from the
 seconds the model holds (no logs needed).
+
+What ``a`` is made of is in the same logs: each run's ``phases`` line
+(``harness.suite.asv_phases``: start-up, discovery, build, import, setup_cache, tracks,
+save), which the model does not read.
 """
 
 from __future__ import annotations

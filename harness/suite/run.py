@@ -37,7 +37,10 @@ starts.
   together keep to half the cores (``discovery.CPU_WORKERS_ENV``).
 - Every step prints a line ``timing <step> [<lane>]: <seconds> s`` (precompile, each
   batch by its pieces' keys joined with ``+``, publish, total): ``harness.suite.cost``
-  fits its model to those lines.
+  fits its model to those lines. Each batch's is followed by the line of its ``asv
+  run``'s phases, ``timing <step> <lane> phases: start-up 1.2 s, discovery ...``
+  (``harness.suite.asv_phases``: where the seconds went, from when each of asv's lines
+  began; ``read_timings`` passes over it).
 
 The same runner measures an older commit in its own worktree (``harness.suite.history``):
 ``harness.suite.target.Target`` names the tree whose suite and kernels are measured and
@@ -48,6 +51,7 @@ a run makes (the selection, the plan, what is stored already) is ``harness.suite
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import re
@@ -55,11 +59,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, gpu_list, regex
-from harness.suite import discovery, shard
+from harness.suite import asv_phases, discovery, shard
 from harness.suite.jobs import Job, plan_units
 from harness.suite.target import ROOT, Lane, SuiteError, Target, environment
 
@@ -90,6 +94,7 @@ class UnitRun:
     code: int = 0
     seconds: float = 0.0
     skipped: bool = False
+    phases: dict[str, float] = field(default_factory=dict)  # asv_phases.phases of the run
 
 
 def run_target(
@@ -162,6 +167,8 @@ def run_target(
                         if not solo_left[0]:
                             host_quiet.set()
             log(timing_line(job.key, done.seconds, lane.tag))
+            if done.phases:
+                log(asv_phases.phases_line(job.key, done.phases, lane.tag))
             runs.append(done)
 
     try:
@@ -204,23 +211,30 @@ def _run_unit(target, unit, lane, bench, asv_args, log, combos=()) -> UnitRun:
     )
     start = time.perf_counter()
     logfile = target.tree / ".asv" / f"run-{machine}.log"
+    stamped = []
     with logfile.open("a") as fh:
         proc = subprocess.Popen(
-            cmd,
-            cwd=target.tree,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            cmd, cwd=target.tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
-        for line in proc.stdout:
-            fh.write(line)
+        for seconds, line in asv_phases.stamp_lines(_chunks(proc.stdout, start)):
+            fh.write(line + "\n")
+            stamped.append((seconds, line))
             if _PROGRESS.match(line):  # asv's line per benchmark: its progress and result
                 log(f"    {line.rstrip()}")
         proc.wait()
+    seconds = time.perf_counter() - start
     if proc.returncode:
         log(f"    asv exited {proc.returncode}; its whole output is in {logfile}")
-    return UnitRun(unit, lane, proc.returncode, time.perf_counter() - start)
+    return UnitRun(unit, lane, proc.returncode, seconds, phases=asv_phases.phases(stamped, seconds))
+
+
+def _chunks(stream, start: float) -> Iterator[tuple[float, str]]:
+    """``(seconds since start, text)`` of a binary stream, piece by piece as it arrives:
+    asv flushes a message before its line ends (``harness.suite.asv_phases``)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := stream.read1(65536):
+        yield time.perf_counter() - start, decoder.decode(chunk)
+    yield time.perf_counter() - start, decoder.decode(b"", final=True)
 
 
 def main(argv: list[str] | None = None) -> int:

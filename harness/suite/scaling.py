@@ -8,9 +8,10 @@ The kernel cache is filled first (``harness.suite.precompile``, not timed), so b
 are warm. Each leg is ``harness.suite.run``'s ``run_target`` (``--gpus`` of that leg)
 under an asv configuration that stores in ``.asv/scaling/<leg>/`` (emptied first, so
 nothing is skipped as stored), timed as a whole. The JSON record holds each leg's wall
-time, exit status and ``timing`` lines (every piece with its lane), and the speedup of
-the last leg over the first. The host-timing family's figures of the two legs are in
-those folders: ``python -m harness.suite.asv_stats .asv/scaling/<leg>/results/<machine>``.
+time, exit status, ``timing`` lines (every piece with its lane) and each ``asv run``'s
+phases (``harness.suite.asv_phases``), and the speedup of the last leg over the first. The
+host-timing family's figures of the two legs are in those folders:
+``python -m harness.suite.asv_stats .asv/scaling/<leg>/results/<machine>``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, gpu_list, regex
-from harness.suite import discovery, run, shard
+from harness.suite import asv_phases, discovery, run, shard
 from harness.suite.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -65,6 +66,7 @@ def measure_leg(target: Target, gpus: list[int], user: list[str], log) -> dict:
         "wall_s": round(wall, 2),
         "code": code,
         "timings": [list(t) for t in run.read_timings(lines)],
+        "phases": [list(p) for p in asv_phases.read_phases(lines)],
     }
 
 

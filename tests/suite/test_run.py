@@ -1,6 +1,7 @@
 """Durable suite runs on the CPU: one asv run per unit, failures stored and survived,
 interrupted runs resumed. A real ``asv run`` on a throwaway repository with a tiny suite."""
 
+import io
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from harness.suite import discovery, result_files, shard, weights
 from harness.suite import jobs as suite_jobs
 from harness.suite import run as suite_run
+from harness.suite.asv_phases import PHASES, read_phases
 from harness.suite.target import CPU_LANE, Lane, Target, suite_listing
 from tests.fakes import tiny_asv_conf
 
@@ -105,6 +107,24 @@ def test_a_failed_unit_is_stored_as_failed_and_the_rest_still_run(repo, capsys):
     assert "[1/1] cpu" in out and "[1/1] other.Gpuish" not in out
 
 
+def test_each_asv_run_logs_its_phases_which_add_up_to_its_seconds(repo):
+    """A real ``asv run``: after each run's timing line, the line of its phases, read from
+    asv's own output; a phase a run went through took time, and together they are the
+    run's seconds (each printed to 0.1 s)."""
+    lines = []
+    suite_run.run_target(repo, log=lines.append)
+    timings = {(step, lane): s for step, lane, s in suite_run.read_timings(lines)}
+    found = read_phases(lines)
+    assert sorted(timings) == [("cpu", "cpu"), ("other.Gpuish", "gpu")]
+    assert sorted((step, lane) for step, lane, _ in found) == sorted(timings)
+    for step, lane, seconds in found:
+        assert list(seconds) == list(PHASES)
+        assert all(seconds[p] > 0 for p in ("start-up", "discovery", "tracks"))
+        assert sum(seconds.values()) == pytest.approx(timings[step, lane], abs=0.05 * 8)
+    log = (repo.tree / ".asv" / "run-testbox-cpu.log").read_text()
+    assert "Discovering benchmarks\n" in log and "cpu.Bad.track_value" in log
+
+
 def test_an_interrupted_run_keeps_the_finished_units_and_resumes(repo, monkeypatch):
     real = suite_run._run_unit
     cpu_done = threading.Event()
@@ -161,7 +181,7 @@ def fake_asv(monkeypatch):
     class FakePopen:
         def __init__(self, cmd, **kwargs):
             runs.append((cmd, kwargs["env"].get("CUDA_VISIBLE_DEVICES")))
-            self.stdout = iter(["[ 50.00%] ··· gemm.X.track_latency  ok\n"])
+            self.stdout = io.BytesIO("[ 50.00%] ··· gemm.X.track_latency  ok\n".encode())
             self.returncode = 0
 
         def wait(self):
@@ -291,7 +311,7 @@ def test_the_host_timed_family_shares_the_start_and_the_cpu_lanes_wait_for_it(
                 events.append(("start", self.name, self.gpu))
             if "Launch" not in self.name and self.gpu != "":
                 other_started.set()
-            self.stdout = iter(["· Discovering benchmarks\n"])
+            self.stdout = io.BytesIO("· Discovering benchmarks\n".encode())
             self.returncode = 0
 
         def wait(self):
@@ -449,6 +469,19 @@ def test_a_batched_runs_asv_arguments_select_exactly_its_pieces(monkeypatch, tmp
             assert set(job.combos) == {listed[every[n]]["names"][n][1] for n in ran}
 
 
+class _Waits(io.BytesIO):
+    """asv's output that comes only once ``event`` is set."""
+
+    def __init__(self, event: threading.Event, text: str):
+        super().__init__(text.encode())
+        self.event = event
+
+    def read1(self, size: int = -1) -> bytes:
+        # No lane ends its first run before every lane has started one.
+        self.event.wait(10)
+        return super().read1(size)
+
+
 def test_lanes_start_their_runs_at_once_each_with_its_own_machine_file(monkeypatch, tmp_path):
     started, machine_files = [], []
     everyone = threading.Event()
@@ -462,13 +495,7 @@ def test_lanes_start_their_runs_at_once_each_with_its_own_machine_file(monkeypat
                 if len(started) == 3:
                     everyone.set()
             self.returncode = 0
-
-            def lines():
-                # No lane ends its first run before every lane has started one.
-                everyone.wait(10)
-                yield "· Discovering benchmarks\n"
-
-            self.stdout = lines()
+            self.stdout = _Waits(everyone, "· Discovering benchmarks\n")
 
         def wait(self):
             return 0

@@ -1,5 +1,6 @@
 """The one-GPU-against-all comparison, on the CPU with a fake runner: both legs run warm,
-each storing apart, and the record holds walls, speedup and every piece's timing line."""
+each storing apart, and the record holds walls, speedup, every piece's timing line and
+its asv run's phases."""
 
 import json
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import EXIT_OK
-from harness.suite import discovery, run, scaling
+from harness.suite import asv_phases, discovery, run, scaling
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -42,6 +43,7 @@ def test_the_record_holds_both_legs_and_the_speedup(two_gpus, monkeypatch, tmp_p
         legs.append((gpus, target.results_dir()))
         for g in gpus:
             log(run.timing_line("gemm.Tuned[1/2]", 10.0 / len(gpus), f"gpu{g}"))
+            log(asv_phases.phases_line("gemm.Tuned[1/2]", {"setup_cache": 4.0}, f"gpu{g}"))
         return EXIT_OK
 
     monkeypatch.setattr(scaling.run, "run_target", fake_run_target)
@@ -57,6 +59,7 @@ def test_the_record_holds_both_legs_and_the_speedup(two_gpus, monkeypatch, tmp_p
         ["gemm.Tuned[1/2]", "gpu0", 5.0],
         ["gemm.Tuned[1/2]", "gpu1", 5.0],
     ]
+    assert record["legs"][0]["phases"] == [["gemm.Tuned[1/2]", "gpu0", {"setup_cache": 4.0}]]
     first, last = (leg["wall_s"] for leg in record["legs"])
     assert record["speedup"] == (round(first / last, 3) if last else None)
 
