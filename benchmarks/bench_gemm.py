@@ -17,6 +17,12 @@ a tile over the shared-memory budget...): it is a failed row with the validator'
 and no GPU time is spent on it. A config named with ``--config`` is checked as it is
 parsed instead, and a sweep in which no combination is valid is refused (status 2).
 
+``--tune-first-use`` runs each shape with one config instead of the swept ones: the
+committed table's (``kernels/tuned_configs.json``), else the one this GPU tuned for the
+shape earlier (the local first-use cache, ``harness.measure.first_use_cache``), else one
+tuned now within ``--tune-budget`` seconds and recorded there; each shape's line says
+which. The local cache never reaches asv or the gate: they run the table's configs.
+
 ``--replay FILE`` re-renders a recorded sweep without a GPU. A file that holds several
 runs needs ``--run ID`` (the error lists them); rows from before run ids are one legacy
 run per meta line. A torn line is skipped with a note; a row that does not match the
@@ -60,6 +66,7 @@ EXIT_FAILED = 5
 EXIT_INTERRUPTED = 130
 # The GemmConfig fields the list options sweep, in the order of their product.
 SWEPT = ("block_m", "block_n", "block_k", "threads", "num_stages", "swizzle")
+DEFAULTS = {f: getattr(GemmConfig(), f) for f in SWEPT}
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -132,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra configs by id, e.g. b128x256x64_t256_s3 (swept alongside the product)",
     )
     add_timing_options(p)
+    add_first_use_options(p, "--tune-first-use")
     o = p.add_argument_group("what to run and write")
     o.add_argument(
         "--run-tilelang",
@@ -194,6 +202,55 @@ def add_timing_options(p: argparse.ArgumentParser, description: str | None = Non
         help="event: CUDA events per launch; cupti: each launch's kernel time from CUPTI",
     )
     t.add_argument("--seed", type=count, default=0, help="seed of the random inputs")
+
+
+def add_first_use_options(p: argparse.ArgumentParser, flag: str) -> None:
+    """``flag`` (opt in to tuning on first use) and the budget of one shape's tuning."""
+    from harness.measure.first_use import Budget
+
+    f = p.add_argument_group(
+        "first-use tuning",
+        "a shape the committed table lacks is tuned on this GPU once, within a budget, and "
+        "its winner kept in the local first-use cache ($TILELANG_GEMM_PERF_CACHE, default "
+        "~/.cache/tilelang-gemm-perf); asv and the gate never read it",
+    )
+    f.add_argument(
+        flag,
+        action="store_true",
+        help="one config per shape: the table's, else the first-use cache's, else tuned now",
+    )
+    f.add_argument(
+        "--tune-budget",
+        type=float,
+        default=Budget().seconds,
+        metavar="SECONDS",
+        help="wall-clock seconds one shape's tuning may take (compiling included); it ends "
+        "at most one candidate past them",
+    )
+    f.add_argument(
+        "--tune-candidates",
+        type=positive_int,
+        default=Budget().candidates,
+        metavar="N",
+        help="configs one shape's tuning tries at most (the heuristic's pick first)",
+    )
+
+
+def first_use_budget(args, flag: str):
+    """The ``Budget`` of ``args``; ValueError naming the option where it is invalid or
+    given without ``flag``."""
+    from harness.measure.first_use import Budget
+
+    if not getattr(args, flag.lstrip("-").replace("-", "_")):
+        default = Budget()
+        given = (args.tune_budget, args.tune_candidates) != (default.seconds, default.candidates)
+        if given:
+            raise ValueError(f"--tune-budget/--tune-candidates: only with {flag}")
+        return None
+    try:
+        return Budget(args.tune_budget, args.tune_candidates)
+    except ValueError as err:
+        raise ValueError(f"--tune-budget: {err}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,9 +353,20 @@ def run_meta(args, argv: list[str]) -> dict:
         "warmup": args.warmup,
         "repeat": args.repeat,
         "backend": args.backend,
+        **first_use_meta(getattr(args, "budget", None)),
         **spec.record(),
         **device.versions(),
     }
+
+
+def first_use_meta(budget) -> dict:
+    """The run's first-use tuning settings for its meta record; nothing without it."""
+    if budget is None:
+        return {}
+    from harness.measure.first_use_cache import cache_dir
+
+    settings = {"budget_s": budget.seconds, "candidates": budget.candidates}
+    return {"first_use": {**settings, "cache": str(cache_dir())}}
 
 
 def load_run(path: Path, run: str | None = None):
@@ -430,6 +498,11 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
         with progress:
             task = progress.add_task("sweep", total=len(shapes) * len(todo))
             for shape in shapes:
+                source = None
+                if args.budget is not None:
+                    progress.update(task, description=f"{shape.id}: config")
+                    pick = first_use_pick(shape, args, progress.console)
+                    todo, source = [pick.config], pick.source
                 progress.update(task, description=f"{shape.id}: torch.matmul")
                 case = Case(shape, seed=args.seed)
                 torch_timing = case.time_torch(**timing)
@@ -446,7 +519,7 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
                         progress.update(task, description=f"{shape.id} {cfg.id}")
                         row = _measure(case, cfg, torch_timing, timing, args, console, write)
                     results.append(row)
-                    write(row.to_dict())
+                    write({**row.to_dict(), **({"config_source": source} if source else {})})
                     progress.advance(task)
     except KeyboardInterrupt:
         console.print(f"[red]interrupted[/]: keeping the {len(results)} rows measured so far")
@@ -455,6 +528,19 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
         if jsonl:
             jsonl.close()
     return results, False
+
+
+def first_use_pick(shape: GemmShape, args, console):
+    """``shape``'s config under ``--tune-first-use`` (``first_use.tuned_config`` on the
+    visible GPU), its tuning's progress and its source printed."""
+    from harness.measure.first_use import tuned_config
+
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False)
+
+    pick = tuned_config(shape, device.DeviceSpec.read(), budget=args.budget, say=say)
+    say(f"config {pick.line(shape)}")
+    return pick
 
 
 def _measure(case, cfg: GemmConfig, torch_timing, timing: dict, args, console, write):
@@ -503,6 +589,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tune-log: feeds the Tuned Configs section, so it needs --tuned")
     if args.run and not args.replay:
         parser.error("--run: picks a recorded run, so it needs --replay")
+    try:
+        args.budget = first_use_budget(args, "--tune-first-use")
+    except ValueError as err:
+        parser.error(str(err))
+    if args.tune_first_use:
+        swept = [f"--{f.replace('_', '-')}" for f in SWEPT if getattr(args, f) != [DEFAULTS[f]]]
+        swept += ["--config"] if args.config else []
+        if swept:
+            parser.error(
+                f"--tune-first-use: picks each shape's config, so it takes no {'/'.join(swept)}"
+            )
+        if args.replay:
+            parser.error("--tune-first-use: measures; --replay renders a recorded run")
+        args.run_tilelang = True
     for name, path in (("--tuned", args.tuned), ("--tune-log", args.tune_log)):
         if path is not None and not path.is_file():
             parser.error(f"{name}={path}: no such file")

@@ -4,6 +4,7 @@
     python3 -m benchmarks.offtable --rounds 8 --json reports/offtable_h200.json \\
         --markdown reports/offtable_h200.md
     python3 -m benchmarks.offtable --list --sms 132                 # the picks, no GPU
+    python3 -m benchmarks.offtable --first-use --tune-budget 30     # tune what the table lacks
 
 For each shape of ``--shapes`` (default: ``benchmarks/offtable_shapes.json``, shapes
 outside ``kernels.tuned.CASES`` in the categories below, both dtypes, NN and NT):
@@ -11,6 +12,10 @@ outside ``kernels.tuned.CASES`` in the categories below, both dtypes, NN and NT)
 1. the config is ``kernels.tuned.pick_config(shape, gpu, sms)``, with the GPU's name and
    SM count read from the device (``DeviceSpec.read``): the table's row where the GPU has
    one for the shape, otherwise the heuristic; the configs are compiled in parallel first;
+   with ``--first-use``, a shape the table lacks takes this GPU's first-use tuning instead
+   (``harness.measure.first_use``: the local cache's winner, else tuned now within
+   ``--tune-budget`` seconds, the candidates compiled in parallel first, and recorded);
+   each row names its config's source (table, first-use cache, tuned now, heuristic);
 2. the kernel is checked once against a float64 reference on fresh inputs, into a
    NaN-poisoned output (``harness.measure.correctness``); a wrong result is not timed;
 3. the kernel and torch.matmul are launched in turn, launch by launch, the L2 flushed
@@ -44,9 +49,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.bench_gemm import EXIT_FAILED, EXIT_INCORRECT, EXIT_INTERRUPTED, EXIT_NO_GPU
+from benchmarks.bench_gemm import (
+    EXIT_FAILED,
+    EXIT_INCORRECT,
+    EXIT_INTERRUPTED,
+    EXIT_NO_GPU,
+    add_first_use_options,
+    first_use_budget,
+    first_use_meta,
+)
 from harness.cli import count, output_file, positive_int
-from harness.measure import device
+from harness.measure import device, first_use
 from harness.report.offtable import Record, ShapeResult, progress_line, render_markdown, summarise
 from kernels import DTYPES, GemmConfig, GemmShape
 from kernels.tuned import CASES, case_shape, lookup, pick_config
@@ -177,19 +190,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --list: the GPU name whose tuned rows to look up (default: the visible "
         "GPU's; none without one, so the heuristic)",
     )
+    add_first_use_options(p, "--first-use")
     return p
 
 
-def list_lines(shapes: list[OffTableShape], gpu: str | None, sms: int) -> list[str]:
+def list_lines(
+    shapes: list[OffTableShape], gpu: str | None, sms: int, first: bool = False
+) -> list[str]:
     """A line per shape: its id, categories, the picked config, where it came from and
-    how many blocks it launches (waves of ``sms``)."""
+    how many blocks it launches (waves of ``sms``). With ``first`` (``--first-use``), a
+    shape this GPU tuned on first use shows the cached config (nothing is tuned here)."""
     lines = [f"{len(shapes)} shapes, configs picked for {sms} SMs on {gpu or 'no GPU'}"]
     for s in shapes:
-        config = pick_config(s.shape, gpu, sms)
-        source = source_of(s.shape, gpu)
+        if first and gpu is not None:
+            pick = first_use.peek(s.shape, gpu, sms)
+            config, source = pick.config, pick.source
+        else:
+            config, source = pick_config(s.shape, gpu, sms), source_of(s.shape, gpu)
         blocks = blocks_of(s.shape, config)
         lines.append(
-            f"{s.shape.id:<26} {','.join(s.categories):<22} {config.id:<30} {source:<9} "
+            f"{s.shape.id:<26} {','.join(s.categories):<22} {config.id:<30} {source:<15} "
             f"{blocks} blocks ({blocks / sms:.2f} waves)"
         )
     return lines
@@ -203,7 +223,8 @@ def blocks_of(shape: GemmShape, config: GemmConfig) -> int:
 
 
 def source_of(shape: GemmShape, gpu: str | None) -> str:
-    return "table" if gpu is not None and lookup(shape, gpu) is not None else "heuristic"
+    found = gpu is not None and lookup(shape, gpu) is not None
+    return first_use.TABLE if found else first_use.HEURISTIC
 
 
 def interleaved_trials(fns, rounds: int, warmup: int, timer: str) -> tuple[list, int, str]:
@@ -266,6 +287,7 @@ def run_meta(args, spec, argv: list[str]) -> dict:
         "shapes_file": args.shapes.name,
         "rounds": args.rounds,
         "timer": args.timer,
+        **first_use_meta(args.budget),
         **spec.record(),
         **device.versions(),
     }
@@ -274,9 +296,22 @@ def run_meta(args, spec, argv: list[str]) -> dict:
 def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeResult], bool]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from harness.suite.discovery import Combination
     from harness.suite.precompile import precompile
 
-    picks = [(s, pick_config(s.shape, spec.name, spec.sm_count)) for s in shapes]
+    picks, to_tune = [], {}
+    for s in shapes:
+        if args.budget is None:
+            picks.append((s, pick_config(s.shape, spec.name, spec.sm_count)))
+            continue
+        pick = first_use.peek(s.shape, spec.name, spec.sm_count)
+        picks.append((s, pick.config))
+        if pick.source == first_use.HEURISTIC:  # to tune: compile its candidates up front
+            to_tune[s.shape] = first_use.plan(s.shape, spec.sm_count, args.budget.candidates)
+    pairs = [(s.shape, c) for s, c in picks]
+    pairs += [(shape, c) for shape, plan in to_tune.items() for c in plan]
+    # precompile walks the suite's combinations (operator, shape, config).
+    combos = list(dict.fromkeys(Combination(shape.id, "gemm", shape, c) for shape, c in pairs))
     rows: list[ShapeResult] = []
     progress = Progress(
         TextColumn("{task.description}"),
@@ -288,16 +323,23 @@ def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeRes
     )
     try:
         with progress:
-            task = progress.add_task(f"compiling {len(picks)} kernels", total=len(picks))
+            task = progress.add_task(f"compiling {len(combos)} kernels", total=len(combos))
             precompile(
-                [(s.shape, c) for s, c in picks],
+                combos,
                 workers=args.workers,
                 log=lambda line: line.startswith("[") and progress.advance(task),
             )
             progress.reset(task, total=len(picks))
+            say = _printer(progress.console)
             for entry, config in picks:
+                source = source_of(entry.shape, spec.name)
+                if args.budget is not None:
+                    progress.update(task, description=f"{entry.shape.id}: first-use config")
+                    pick = first_use.tuned_config(entry.shape, spec, budget=args.budget, say=say)
+                    config, source = pick.config, pick.source
+                    say(f"config {pick.line(entry.shape)}")
                 progress.update(task, description=f"{entry.shape.id} {config.id}")
-                row = measure_shape(entry, config, source_of(entry.shape, spec.name), args)
+                row = measure_shape(entry, config, source, args)
                 rows.append(row)
                 progress.console.print(progress_line(len(rows), len(picks), row), highlight=False)
                 progress.advance(task)
@@ -305,6 +347,10 @@ def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeRes
         console.print(f"[red]interrupted[/]: keeping the {len(rows)} shapes measured so far")
         return rows, True
     return rows, False
+
+
+def _printer(console) -> Callable[[str], None]:
+    return lambda line: console.print(line, markup=False, highlight=False)
 
 
 def exit_status(rows: list[ShapeResult], interrupted: bool) -> int:
@@ -329,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--shapes: {err}")
     if not args.list and (args.sms is not None or args.gpu is not None):
         parser.error("--sms/--gpu: only with --list; a measurement reads the GPU it runs on")
+    try:
+        args.budget = first_use_budget(args, "--first-use")
+    except ValueError as err:
+        parser.error(str(err))
     console = Console(width=None if sys.stdout.isatty() else 200)
     reason = device.no_gpu_reason()
     if args.list:
@@ -340,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                 spec = device.DeviceSpec.read()
                 sms = spec.sm_count if sms is None else sms
                 gpu = spec.name if gpu is None else gpu
-        print("\n".join(list_lines(shapes, gpu, sms)))
+        print("\n".join(list_lines(shapes, gpu, sms, args.first_use)))
         return 0
     if reason:
         print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)

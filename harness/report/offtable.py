@@ -21,7 +21,8 @@ FLOOR = 0.90
 
 @dataclass(frozen=True, slots=True)
 class ShapeResult:
-    """One shape: the config picked, where it came from (``table`` or ``heuristic``), the
+    """One shape: the config picked, where it came from (``table`` or ``heuristic``; with
+    ``--first-use`` also ``first-use cache`` or ``tuned now``), the
     check against float64, and per round the kernel's and torch's latency and the speedup.
     ``error`` holds why a shape has no timing (a failed build or launch, a wrong result)."""
 

@@ -1,0 +1,293 @@
+"""Tuning on first use: a config for a GEMM shape the committed table lacks, found by
+timing a few candidates on this GPU within a wall-clock budget, and kept in the local
+first-use cache (``first_use_cache``) so the next run reuses it.
+
+``tuned_config(shape, device)`` answers, in this order:
+
+1. ``table``: the committed table's row (``kernels.tuned.lookup``), as ``pick_config``;
+2. ``first-use cache``: this GPU's cached winner for the shape (same TileLang version);
+3. ``tuned now``: the winner of a tuning run, recorded in the cache;
+4. ``heuristic``: ``kernels.tuned.heuristic`` where every candidate failed.
+
+A tuning run times the heuristic's pick first, then the other candidates of
+``kernels.tuned.candidates`` in the order of the heuristic's own score (``expected``), up
+to ``Budget.candidates`` of them. Each is checked against a float64 reference and timed
+through the project's one timing path (``harness.measure.timing.measure``, L2 flushed,
+CUDA events); a config that fails to build, gives a wrong result or fails to launch is
+recorded with its error and skipped. A candidate starts only while the budget has time
+left, so a run ends at most one candidate past it, and it keeps the best so far. One line
+per candidate shows its id, its latency, the best so far and the time left.
+
+Why not ``tilelang.autotune``'s cache: its key is a hash of the TileLang version, the tuned
+function's source and arguments, the whole candidate list and the compile and profile
+arguments, not the GPU (the target is ``auto``), so it cannot answer "what did this GPU
+pick for this shape"; it is switched off whenever a reference or input supplier is
+given (the check against float64 needs both); it compiles every candidate before timing
+any, with no wall-clock budget; and it times with its own settings, not this project's
+timing path. The compiled kernels still land in TileLang's disk cache, so a shape tuned
+once compiles nothing the next time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from harness.measure.first_use_cache import CacheFile, Entry, Tried
+from kernels import GemmConfig, GemmShape
+from kernels.tuned import (
+    TILES,
+    TUNED_FILE,
+    candidates,
+    check_sms,
+    fill,
+    heuristic,
+    lookup,
+    output_tiles,
+    waste,
+)
+
+# Where a config came from, as the commands print it.
+TABLE = "table"
+CACHE = "first-use cache"
+TUNED = "tuned now"
+HEURISTIC = "heuristic"
+SOURCES = (TABLE, CACHE, TUNED, HEURISTIC)
+# A brief timing per candidate, enough to rank them (the tuner ranks with 10 launches).
+QUICK = {"warmup": 5, "repeat": 20}
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """How much a first-use tuning may spend: wall-clock seconds (compiling, checking and
+    timing) and candidates at most."""
+
+    seconds: float = 60.0
+    candidates: int = 8
+
+    def __post_init__(self) -> None:
+        s = self.seconds
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0:
+            raise ValueError(f"Budget.seconds={s!r}: must be a finite number of seconds > 0")
+        n = self.candidates
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"Budget.candidates={n!r}: must be an int >= 1")
+
+
+def efficiency(config: GemmConfig) -> float:
+    """The heuristic's efficiency of ``config``'s tile (``kernels.tuned.TILES``). A tile
+    the heuristic does not list is scaled from 128x128's by the products it feeds per
+    loaded element, bm bn / (bm + bn): the rule that gave the 64x64 tile its 0.4."""
+    ref = None
+    for tile in TILES:
+        size = (tile.config.block_m, tile.config.block_n)
+        if size == (config.block_m, config.block_n):
+            return tile.efficiency
+        if size == (128, 128):
+            ref = tile
+    bm, bn = config.block_m, config.block_n
+    return ref.efficiency * (bm * bn / (bm + bn)) / (128 * 128 / 256)
+
+
+def expected(shape: GemmShape, config: GemmConfig, sms: int) -> float:
+    """The heuristic's score of any config (``kernels.tuned.score`` for its tile): the
+    tile's efficiency, times the share of SM slots its blocks (split K included) fill,
+    over the padding it computes."""
+    tiles = output_tiles(shape, config.block_m, config.block_n)
+    value = efficiency(config) * fill(tiles * config.split_k, sms)
+    return value / waste(shape, config.block_m, config.block_n)
+
+
+def _distance(a: GemmConfig, b: GemmConfig) -> int:
+    return sum(getattr(a, f.name) != getattr(b, f.name) for f in fields(GemmConfig))
+
+
+def plan(shape: GemmShape, sms: int, limit: int) -> list[GemmConfig]:
+    """The configs a first-use tuning tries, in order: the heuristic's pick, then the
+    search space best score first (ties: the fewest fields away from the pick), ``limit``
+    in all."""
+    check_sms(sms)
+    pick = heuristic(shape, sms)
+    ranked = sorted(
+        (c for c in candidates(shape, sms) if c != pick),
+        key=lambda c: (-expected(shape, c, sms), _distance(c, pick)),
+    )
+    return [pick, *ranked][:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Progress after one candidate."""
+
+    index: int
+    total: int
+    tried: Tried
+    best: Tried | None
+    left_s: float
+
+
+def progress_line(step: Step) -> str:
+    """``[i/n] config  latency  best so far  time left``, as each candidate finishes."""
+    t = step.tried
+    got = f"{t.latency_ms:.4f} ms" if t.error is None else f"FAILED {t.error}"
+    best = "none yet" if step.best is None else f"{step.best.config} {step.best.latency_ms:.4f} ms"
+    return (
+        f"[{step.index}/{step.total}] {t.config:<28} {got}; best {best}; "
+        f"{max(step.left_s, 0.0):.0f} s left"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a budgeted run tried, its best (None where every candidate failed) and the
+    seconds it spent."""
+
+    tried: tuple[Tried, ...]
+    best: Tried | None
+    spent_s: float
+
+
+def run_budgeted(
+    configs: list[GemmConfig],
+    time_config: Callable[[GemmConfig], float],
+    seconds: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    report: Callable[[Step], None] = lambda step: None,
+) -> Outcome:
+    """Time ``configs`` in order with ``time_config`` (latency in ms; an exception is the
+    candidate's error) while ``seconds`` have not passed since the start: the last one
+    starts before the budget is spent, so a run ends at most one candidate past it."""
+    start = clock()
+    tried: list[Tried] = []
+    best: Tried | None = None
+    for index, config in enumerate(configs, 1):
+        if clock() - start >= seconds:
+            break
+        try:
+            ms = float(time_config(config))
+        except Exception as err:  # a candidate that fails to build, check or run is skipped
+            tried.append(Tried(config.id, error=f"{type(err).__name__}: {err}".splitlines()[0]))
+        else:
+            tried.append(Tried(config.id, ms))
+            if best is None or ms < best.latency_ms:
+                best = tried[-1]
+        report(Step(index, len(configs), tried[-1], best, seconds - (clock() - start)))
+    return Outcome(tuple(tried), best, clock() - start)
+
+
+class WrongResult(RuntimeError):
+    """A candidate's output does not match the float64 reference."""
+
+
+def gpu_timer(shape: GemmShape, seed: int = 0) -> Callable[[GemmConfig], float]:
+    """Check, then briefly time, a config of ``shape`` on the visible GPU: the median
+    latency in ms (``QUICK`` launches, L2 flushed). The inputs are made on first call."""
+    cases = []
+
+    def time_config(config: GemmConfig) -> float:
+        from harness.measure.cases import Case
+
+        if not cases:
+            cases.append(Case(shape, seed=seed))
+        case = cases[0]
+        check = case.check(config, seed=seed + 1)
+        if not check.ok:
+            raise WrongResult(f"wrong result: {check}")
+        return case.time_tilelang(config, **QUICK).median_ms
+
+    return time_config
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """The config for a shape, where it came from (one of ``SOURCES``) and, for the cache
+    and a fresh tuning, its measured latency and the cache file."""
+
+    config: GemmConfig
+    source: str
+    latency_ms: float | None = None
+    path: Path | None = None
+
+    def line(self, shape: GemmShape) -> str:
+        ms = "" if self.latency_ms is None else f", {self.latency_ms:.4f} ms when tuned"
+        where = "" if self.path is None else f", {self.path}"
+        return f"{shape.id}: {self.config.id} ({self.source}{ms}{where})"
+
+
+def _tilelang_version() -> str:
+    from harness.measure.device import versions
+
+    return versions()["tilelang"]
+
+
+def peek(shape: GemmShape, gpu: str, sms: int, cache: CacheFile | None = None) -> Pick:
+    """What ``tuned_config`` would answer without tuning: the table, the cache, else the
+    heuristic (which a tuning would start from)."""
+    check_sms(sms)
+    row = lookup(shape, gpu, TUNED_FILE)
+    if row is not None:
+        return Pick(row.config, TABLE)
+    cache = cache or CacheFile.for_gpu(gpu, sms)
+    entry = cache.get(shape, _tilelang_version())
+    if entry is not None:
+        return Pick(entry.config, CACHE, entry.latency_ms, cache.path)
+    return Pick(heuristic(shape, sms), HEURISTIC)
+
+
+def tuned_config(
+    shape: GemmShape,
+    device,
+    *,
+    budget: Budget = Budget(),
+    cache: CacheFile | None = None,
+    say: Callable[[str], None] = print,
+    time_config: Callable[[GemmConfig], float] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Pick:
+    """The config to run ``shape`` with on ``device`` (anything with the GPU's ``name``
+    and ``sm_count``, as ``DeviceSpec``): the table's, the cached one, or tuned now within
+    ``budget`` and recorded in ``cache`` (default: the device's file in ``cache_dir()``).
+    ``say`` gets the progress lines; ``time_config`` times one config (default: on the
+    visible GPU, ``gpu_timer``)."""
+    gpu, sms = device.name, check_sms(device.sm_count)
+    cache = cache or CacheFile.for_gpu(gpu, sms)
+    found = peek(shape, gpu, sms, cache)
+    if found.source != HEURISTIC:
+        return found
+    configs = plan(shape, sms, budget.candidates)
+    say(
+        f"{shape.id}: not in the table for {gpu}; tuning {len(configs)} candidates within "
+        f"{budget.seconds:.0f} s (heuristic's pick first)"
+    )
+    outcome = run_budgeted(
+        configs,
+        time_config or gpu_timer(shape),
+        budget.seconds,
+        clock=clock,
+        report=lambda step: say(progress_line(step)),
+    )
+    if outcome.best is None:
+        say(f"{shape.id}: every candidate failed; using the heuristic's pick, nothing recorded")
+        return Pick(configs[0], HEURISTIC)
+    best = outcome.best
+    entry = Entry(
+        shape,
+        GemmConfig.from_id(best.config),
+        best.latency_ms,
+        outcome.tried,
+        float(budget.seconds),
+        outcome.spent_s,
+        dt.date.today().isoformat(),
+        _tilelang_version(),
+    )
+    cache.put(entry)
+    say(
+        f"{shape.id}: {best.config} ({best.latency_ms:.4f} ms), best of {len(outcome.tried)} "
+        f"in {outcome.spent_s:.0f} s; recorded in {cache.path}"
+    )
+    return Pick(entry.config, TUNED, best.latency_ms, cache.path)
