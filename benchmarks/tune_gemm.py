@@ -245,6 +245,7 @@ class Tuner:
         )
 
         from harness.measure.cases import Case
+        from harness.suite.discovery import Combination
         from harness.suite.precompile import precompile
 
         args = self.args
@@ -270,16 +271,20 @@ class Tuner:
                             spaces[shape] = candidates(
                                 shape, self.spec.sm_count, async_mma=args.async_mma
                             )
-                    pairs = [(shape, c) for shape, space in spaces.items() for c in space]
+                    combos = [
+                        Combination(shape.id, "gemm", shape, c)
+                        for shape, space in spaces.items()
+                        for c in space
+                    ]
                     task = progress.add_task(
-                        f"compiling {len(pairs)} {dtype} kernels", total=len(pairs)
+                        f"compiling {len(combos)} {dtype} kernels", total=len(combos)
                     )
                     failed = precompile(
-                        pairs, workers=args.workers, log=lambda line, t=task: progress.advance(t)
+                        combos, workers=args.workers, log=lambda line, t=task: progress.advance(t)
                     )
                     progress.remove_task(task)
                     for name, (shape, space) in zip(args.case, spaces.items(), strict=True):
-                        space = [c for c in space if (shape, c) not in failed]
+                        space = [c for c in space if ("gemm", shape, c) not in failed]
                         task = progress.add_task(f"{shape.id}: ranking", total=len(space))
                         case = Case(shape)
                         ranked = self.rank(case, space, progress, task)

@@ -36,21 +36,25 @@ def pytest_collection_finish(session):
     # nox -s gpu_tests compiles in a collect-only pass first; its workers skip this.
     if NO_GPU is not None or os.environ.get("GEMM_TESTS_PRECOMPILED"):
         return
+    from harness.ops.registry import operator_for
+    from harness.suite.discovery import Combination
     from harness.suite.precompile import precompile
-    from kernels import GemmConfig, GemmShape
+    from kernels import GemmShape
 
-    pairs = []
+    combos = []
     for item in session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
+        shape, config = params.get("shape"), params.get("config")
         if {"size", "dtype", "layout", "config"} <= params.keys():
             shape = GemmShape(*params["size"], params["dtype"], params["layout"])
-            pairs.append((shape, params["config"]))
-        elif isinstance(params.get("shape"), GemmShape) and isinstance(
-            params.get("config"), GemmConfig
-        ):
-            pairs.append((params["shape"], params["config"]))
-    if len(pairs) > 2:
-        precompile(pairs, log=lambda line: None)
+        try:
+            family = operator_for(shape)
+        except ValueError:  # not a kernel test's parameters
+            continue
+        if isinstance(config, family.config_type):
+            combos.append(Combination(item.nodeid, family.name, shape, config))
+    if len(combos) > 2:
+        precompile(combos, log=lambda line: None)
 
 
 @pytest.fixture
