@@ -36,6 +36,8 @@ def pytest_collection_finish(session):
     # nox -s gpu_tests compiles in a collect-only pass first; its workers skip this.
     if NO_GPU is not None or os.environ.get("GEMM_TESTS_PRECOMPILED"):
         return
+    from harness.ops.registry import operator_for
+    from harness.suite.discovery import Combination
     from harness.suite.precompile import precompile
     from kernels import GemmConfig, GemmShape
 
@@ -45,12 +47,11 @@ def pytest_collection_finish(session):
         if {"size", "dtype", "layout", "config"} <= params.keys():
             shape = GemmShape(*params["size"], params["dtype"], params["layout"])
             pairs.append((shape, params["config"]))
-        elif isinstance(params.get("shape"), GemmShape) and isinstance(
-            params.get("config"), GemmConfig
-        ):
+        elif isinstance(params.get("config"), GemmConfig) and params.get("shape") is not None:
             pairs.append((params["shape"], params["config"]))
-    if len(pairs) > 2:
-        precompile(pairs, log=lambda line: None)
+    combos = [Combination(str(i), operator_for(s).name, s, c) for i, (s, c) in enumerate(pairs)]
+    if len(combos) > 2:
+        precompile(combos, log=lambda line: None)
 
 
 @pytest.fixture
