@@ -1,5 +1,6 @@
-"""GPU tracks of the TileLang kernels: kernel latency, latency relative to the operator's
-torch baseline, and (family ``Launch``) host launch overhead.
+"""GPU tracks of the TileLang GEMM: kernel latency, latency relative to the operator's
+torch baseline, and (family ``Launch``) host launch overhead. ``_GpuFamily`` is the base of
+every GPU family, the kernel families' too (``families.py`` binds theirs onto it).
 
     asv run -E existing:python3 --set-commit-hash $(git rev-parse HEAD) --record-samples
 
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING
 
 # asv instantiates every public class in a benchmark module: import under private names.
 # Only light modules here; torch, TileLang and the timing path load where they are used.
+from asv_bench._setup_cache import own_setup_cache as _own_setup_cache
 from harness.measure import device as _device
 from harness.suite import discovery as _discovery
 from kernels.gemm import SHORT_DTYPES as DTYPES
@@ -140,19 +142,7 @@ class _GpuFamily:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-
-        def setup_cache(self):
-            return self.measure_all()
-
-        # asv keys a setup_cache by its function's module and first source line, so one
-        # inherited from here would be shared: the first family's cache handed to all.
-        # Each family gets its own, whose source (for that key and for asv's version
-        # hash) is the family's class.
-        setup_cache.__wrapped__ = cls
-        setup_cache.__module__ = cls.__module__
-        setup_cache.__qualname__ = f"{cls.__qualname__}.setup_cache"
-        setup_cache.timeout = SETUP_CACHE_TIMEOUT
-        cls.setup_cache = setup_cache
+        _own_setup_cache(cls, lambda self: self.measure_all(), SETUP_CACHE_TIMEOUT)
 
     def case(self, *params) -> tuple[Any, Any]:
         """(shape, config) of one combination; ValueError naming the rule where invalid."""
@@ -165,7 +155,10 @@ class _GpuFamily:
 
     @classmethod
     def family(cls) -> _discovery.Family:
-        return _discovery.Family(cls.__module__.rsplit(".", 1)[-1], cls.__name__, cls)
+        """This class as discovery names it: by the suite module asv finds it in (a family
+        package's class bound into ``families`` says so in ``_suite_module``)."""
+        module = getattr(cls, "_suite_module", None) or cls.__module__.rsplit(".", 1)[-1]
+        return _discovery.Family(module, cls.__name__, cls)
 
     @classmethod
     def tracks(cls) -> list[str]:
@@ -381,29 +374,3 @@ class Launch(_GpuFamily):
 
     def track_launch(self, cache, *params):
         return self._cached(cache, "track_launch", params)
-
-
-# Mixture-of-experts layouts: name -> (rows per expert, N, K). A ragged batch with an empty
-# expert, an even one, and one expert taking nearly every token (most experts empty).
-MOE = {
-    "e8_ragged": ((512, 0, 300, 1024, 77, 640, 128, 256), 4096, 4096),
-    "e16_even": ((256,) * 16, 4096, 2048),
-    "e8_hot": ((3968, 128, 0, 0, 0, 0, 0, 0), 2048, 4096),
-}
-
-
-class GroupedGemm(_GpuFamily):
-    """The grouped GEMM of a mixture-of-experts layer (``harness.ops.grouped_gemm``), one
-    launch over all experts, its config the kernel's heuristic for the layout; compared
-    with ``torch._grouped_mm`` (or a torch.matmul per expert where that cannot run)."""
-
-    operator = "grouped_gemm"
-    params = (list(MOE), ["f16", "bf16"])
-    param_names = ["layout", "dtype"]
-
-    def case(self, layout, dtype):
-        from kernels.grouped_gemm import GroupedGemmShape, heuristic
-
-        m_sizes, n, k = MOE[layout]
-        shape = GroupedGemmShape(m_sizes, n, k, DTYPES[dtype])
-        return shape, heuristic(shape)

@@ -1,19 +1,27 @@
 """Tracks that need no GPU: cold compile time and the static resources of the kernel
-built for sm_90a (registers, shared memory, spills, Hopper instructions).
+built for sm_90a (registers, shared memory, spills, Hopper instructions). The GEMM's
+classes are defined here; ``_Resources`` and ``_CompileTime`` are the same tracks for any
+operator, and the kernel families' CPU classes are bound onto them here too
+(``static.<Class>``, see ``_bind``), so every CPU track runs in one unit.
 
 They are deterministic for a given TileLang and nvcc, so a change that adds spills or
 loses wgmma/TMA shows on any machine with the CUDA compiler. Without nvcc they are
 skipped (n/a) with the reason.
 """
 
+import itertools
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor as _ThreadPool
 
+from asv_bench._bind import bound as _bound
+from asv_bench._setup_cache import own_setup_cache as _own_setup_cache
+from harness.measure.resources import cold_compile_program_seconds as _cold_compile_program
 from harness.measure.resources import cold_compile_seconds as _cold_compile_seconds
 from harness.measure.resources import sm90a_resources as _sm90a_resources
 
 # asv instantiates every public class in a benchmark module: import under private names.
+from harness.ops import registry as _registry
 from harness.ops.contract import CompileTarget as _CompileTarget
 from harness.suite.discovery import Combination as _Combination
 from harness.suite.discovery import combination_name as _combination_name
@@ -122,3 +130,60 @@ class CompileTime:
 
     def track_compile_seconds(self, config):
         return _cold_compile_seconds(SHAPE, _Config.from_id(config))
+
+
+# The kernel families' static tracks: a class gives ``params``, ``param_names``, its
+# ``operator`` (the registry's name) and ``kernel_case`` (params -> shape and config), and
+# ``_bind`` names the suite module asv finds it in (``_suite_module``).
+_ANY_SM = _CompileTarget(sm_count=1)  # these tracks build fixed configs: no SM count sizes them
+
+
+class _Resources(Sm90aResources):
+    """``Sm90aResources``'s tracks for any operator's kernels, built through its
+    ``Operator.kernel`` for sm_90a."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _own_setup_cache(cls, cls.build_all, Sm90aResources.timeout)
+
+    def build_all(self):
+        """``{params: Resources}`` of this run's combinations, built over all cores."""
+        if shutil.which("nvcc") is None:
+            return None
+        only = _selected_combinations()
+        name = f"{self._suite_module}.{type(self).__name__}"
+        pairs = {
+            params: self.kernel_case(*params)
+            for params in itertools.product(*self.params)
+            if only is None or _combination_name(name, params) in only
+        }
+        combos = [_Combination("", self.operator, *pair) for pair in pairs.values()]
+        _precompile(combos, _ANY_SM, workers=WORKERS, log=lambda line: None)
+        op = _registry.operator(self.operator)
+
+        def resources(pair):
+            return _sm90a_resources(op.kernel(*pair, _ANY_SM))
+
+        with _ThreadPool(WORKERS) as pool:
+            return dict(zip(pairs, pool.map(resources, pairs.values()), strict=True))
+
+    def setup(self, cache, *params):
+        _need_nvcc()
+        self.res = cache[params]
+
+
+class _CompileTime:
+    """Cold compile (TileLang lowering + nvcc, caches off) of an operator's program."""
+
+    timeout = CompileTime.timeout
+    unit = "seconds"
+
+    def setup(self, *params):
+        _need_nvcc()
+
+    def track_compile_seconds(self, *params):
+        shape, config = self.kernel_case(*params)
+        return _cold_compile_program(_registry.operator(self.operator).program(shape, config))
+
+
+globals().update(_bound({"resources": _Resources, "compile_time": _CompileTime}, _MODULE))

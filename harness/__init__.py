@@ -16,6 +16,11 @@ every import, those inside functions included):
    markdown and plots, from templates and the records they are handed;
 5. ``suite``: discovery, sharding, running and storing the asv suite, its history;
 6. ``gate``: the PR gate (which reads the suite's public seams).
+
+A kernel family's package (``families/<name>/``) stands beside ``kernels`` and ``ops``: its
+kernel, operator and asv classes import ``kernels`` and ``harness.ops.contract`` only
+(``tests/test_layers.py`` checks them too); ``ops.registry`` loads the packages
+pyproject.toml registers.
 """
 
 LAYERS = (

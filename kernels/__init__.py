@@ -1,4 +1,6 @@
-"""TileLang kernel definitions. No timing, printing or argument parsing lives here."""
+"""TileLang kernel definitions: the dense GEMM and the helpers every family's kernel shares
+(shapes' and configs' checks, compile targets). No timing, printing or argument parsing
+lives here; the other families' kernels live in their own packages (``families/``)."""
 
 from kernels.gemm import (
     ACCUM_DTYPES,
@@ -10,7 +12,6 @@ from kernels.gemm import (
     compile_gemm,
     make_gemm,
 )
-from kernels.grouped_gemm import GroupedGemmKernel, GroupedGemmShape, compile_grouped_gemm
 
 __all__ = [
     "ACCUM_DTYPES",
@@ -19,9 +20,6 @@ __all__ = [
     "GemmConfig",
     "GemmKernel",
     "GemmShape",
-    "GroupedGemmKernel",
-    "GroupedGemmShape",
     "compile_gemm",
-    "compile_grouped_gemm",
     "make_gemm",
 ]

@@ -135,3 +135,53 @@ def test_a_module_named_like_the_standard_library_is_found(tmp_path, name):
     (tmp_path / "harness" / "gate").mkdir(parents=True)
     (tmp_path / "harness" / "gate" / name).write_text("")
     assert _stdlib_named(tmp_path / "harness") == [f"harness/gate/{name}"]
+
+
+# A kernel family's package (families/<name>/) sits beside kernels/ and harness.ops: its
+# kernel, operator and asv classes import the shared kernel helpers, the operator contract
+# and their own package, never the measuring, suite or gate layers (its command, cli.py,
+# is a command like benchmarks/ and may).
+FAMILIES = HARNESS.parent / "families"
+FAMILY_MAY_IMPORT = ("kernels", "harness.ops.contract", "families")
+FAMILY_COMMAND = "cli.py"
+
+
+def family_violations(root: Path = FAMILIES) -> list[str]:
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == FAMILY_COMMAND:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                ours = name.split(".")[0] in ("kernels", "harness", "families", "asv_bench")
+                if ours and not name.startswith(FAMILY_MAY_IMPORT):
+                    where = path.relative_to(root.parent)
+                    bad.append(f"{where}:{node.lineno}: imports {name}")
+    return bad
+
+
+def test_family_packages_import_only_kernels_and_the_contract():
+    assert FAMILIES.is_dir()
+    assert family_violations() == []
+
+
+def test_the_family_check_catches_a_measuring_import(tmp_path):
+    root = tmp_path / "families"
+    (root / "conv").mkdir(parents=True)
+    (root / "conv" / "op.py").write_text(
+        "from harness.ops.contract import Baseline\nfrom harness.measure import timing\n"
+    )
+    (root / "conv" / "cli.py").write_text("from harness.measure import timing\n")
+    assert family_violations(root) == ["families/conv/op.py:2: imports harness.measure"]
+
+
+def test_no_family_module_shadows_the_standard_library():
+    # Hence a family's operator lives in op.py: operator.py would stand in for the
+    # standard library's ``operator`` in a script run from inside the folder.
+    assert _stdlib_named(FAMILIES) == []

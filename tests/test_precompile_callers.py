@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
+from families.grouped_gemm.kernel import GroupedGemmShape
 from harness.suite import precompile as precompile_module
 from harness.suite.discovery import Combination
 from kernels import GemmConfig, GemmShape
-from kernels.grouped_gemm import GroupedGemmShape
 
 
 def _item(nodeid, **params):

@@ -17,7 +17,7 @@ __all__ = ["TOLERANCE", "Check", "check_kernel", "check_launch", "random_inputs"
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    shape: Any  # the family's shape (GemmShape, GroupedGemmShape, ...)
+    shape: Any  # the family's shape (``Operator.shape_type``)
     rel_error: float
     unwritten: int  # output elements still holding the poison value
     tolerance: float
@@ -34,9 +34,9 @@ class Check:
 
 def check_launch(op: Operator, shape, bind, seed: int = 0, device="cuda") -> Check:
     """Bind fresh inputs from ``seed`` to ``bind`` (a build's result), launch once into a
-    NaN-poisoned output and compare each part of it (a GEMM's C, a grouped GEMM's rows of
-    each expert) with the float64 reference: the error is the largest relative Frobenius
-    error of a part, NaN when any written element is NaN."""
+    NaN-poisoned output and compare each part of it (a GEMM's C; each expert's rows of
+    a mixture-of-experts layer) with the float64 reference: the error is the largest
+    relative Frobenius error of a part, NaN when any written element is NaN."""
     import torch
 
     inputs = op.inputs(shape, seed, device)

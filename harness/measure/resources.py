@@ -62,7 +62,9 @@ def parse_ptxas(text: str) -> dict[str, int]:
 
 def sm90a_resources(kernel: GemmKernel) -> Resources:
     """Rebuild the kernel's generated CUDA source with ``ptxas --verbose`` and read the
-    register, spill and shared-memory figures; TileLang reports them only for HIP."""
+    register, spill and shared-memory figures; TileLang reports them only for HIP. Any
+    family's compiled kernel serves (``Operator.kernel``: ``source``, ``jit_kernel``,
+    ``config``)."""
     from tilelang.contrib import nvcc
 
     src = kernel.source
@@ -99,13 +101,19 @@ def sm90a_resources(kernel: GemmKernel) -> Resources:
 
 
 def cold_compile_seconds(shape: GemmShape, config: GemmConfig, arch: str = ARCH) -> float:
-    """Wall time of TileLang lowering plus nvcc for one config, with TileLang's caches off."""
+    """Wall time of TileLang lowering plus nvcc for one GEMM config, caches off."""
+    return cold_compile_program_seconds(make_gemm(shape, config), arch)
+
+
+def cold_compile_program_seconds(program, arch: str = ARCH) -> float:
+    """Wall time of TileLang lowering plus nvcc for one program (any family's
+    ``Operator.program``), with TileLang's caches off."""
     import tilelang
 
     tilelang.disable_cache()
     try:
         start = time.perf_counter()
-        tilelang.compile(make_gemm(shape, config), target={"kind": "cuda", "arch": arch})
+        tilelang.compile(program, target={"kind": "cuda", "arch": arch})
         return time.perf_counter() - start
     finally:
         tilelang.enable_cache()

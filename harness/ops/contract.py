@@ -1,11 +1,12 @@
 """The contract every operator family implements, and what the families share.
 
 A family is one object satisfying ``Operator``: its shape and config types (frozen,
-validated dataclasses from ``kernels/``), its config space and the validator of a
-(shape, config) pair, inputs from a seed on a device, a float64 reference, ``build``
-(a compiled kernel bound to inputs, ready to launch), the baseline it is compared with,
-flops, bytes, the correctness tolerance and the asv tracks it offers. Whatever walks the
-suite depends on this protocol only.
+validated dataclasses), its config space and the validator of a (shape, config) pair,
+inputs from a seed on a device, a float64 reference, ``build`` (a compiled kernel bound
+to inputs, ready to launch; ``program`` and ``kernel`` are the steps before it), the
+baseline it is compared with, flops, bytes, the correctness tolerance and the asv tracks
+it offers. Whatever walks the suite depends on this protocol only. ``docs/add_a_family.md``
+walks a new family through it.
 """
 
 from __future__ import annotations
@@ -109,6 +110,16 @@ class Operator(Protocol):
 
     def reference(self, inputs: Inputs) -> tuple[Any, ...]:
         """The exact result in float64, one tensor per ``inputs.parts()``."""
+        ...
+
+    def program(self, shape: Any, config: Any) -> Any:
+        """The TileLang program (a ``T.prim_func``) of ``shape`` under ``config``; compiles
+        nothing (the compile-time track compiles it with TileLang's caches off)."""
+        ...
+
+    def kernel(self, shape: Any, config: Any, device: DeviceSpec | None) -> Any:
+        """The compiled kernel ``build`` binds, memoised: its generated CUDA ``source``,
+        TileLang's ``jit_kernel`` and its ``config`` (the static resource tracks read them)."""
         ...
 
     def build(

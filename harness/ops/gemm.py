@@ -14,7 +14,7 @@ from harness.ops.contract import (
     check_types,
     random_tensors,
 )
-from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm
+from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm, make_gemm
 from kernels.gemm import check_combination
 
 
@@ -58,8 +58,14 @@ class Gemm(DenseWork):
         b64 = inputs.b.double()
         return (inputs.a.double() @ (b64 if inputs.shape.layout == "NN" else b64.t()),)
 
+    def program(self, shape: GemmShape, config: GemmConfig):
+        return make_gemm(shape, config)
+
+    def kernel(self, shape: GemmShape, config: GemmConfig, device: DeviceSpec | None) -> GemmKernel:
+        return compile_gemm(shape, config, arch_of(device))
+
     def build(self, shape: GemmShape, config: GemmConfig, device: DeviceSpec | None):
-        return launcher(compile_gemm(shape, config, arch_of(device)))
+        return launcher(self.kernel(shape, config, device))
 
     def baseline(self, inputs: GemmInputs) -> Baseline:
         """torch.matmul (cuBLAS) in the same layout."""

@@ -220,8 +220,9 @@ def operator_of(combo: Combination):
 
 def families(root: Path, modules: tuple[str, ...] | None = None) -> list[Family]:
     """Every public class with ``params`` in the suite of ``root`` (or in the named
-    modules of it, by short name), in file and definition order. The suite is imported
-    as a package named after its folder, from ``root``."""
+    modules of it, by short name), in file and definition (or binding) order: what asv
+    finds, a class bound into a module's namespace (``families``) as well as one defined
+    there. The suite is imported as a package named after its folder, from ``root``."""
     folder = benchmark_dir(root)
     parent = str(folder.parent)
     if parent not in sys.path:
@@ -234,7 +235,7 @@ def families(root: Path, modules: tuple[str, ...] | None = None) -> list[Family]
         for cls_name, cls in vars(module).items():
             if cls_name.startswith("_") or not inspect.isclass(cls):
                 continue
-            if cls.__module__ != module.__name__ or not hasattr(cls, "params"):
+            if not hasattr(cls, "params"):
                 continue
             out.append(Family(path.stem, cls_name, cls))
     return out

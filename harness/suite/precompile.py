@@ -97,16 +97,19 @@ def stamp_path() -> Path:
 
 def fingerprint() -> str:
     """What a compiled kernel depends on besides its shape and config: the source of the
-    kernel package (every module that builds a program) and the TileLang version."""
+    kernel package and of every registered family package (every module that builds a
+    program) and the TileLang version."""
     import kernels
+    from harness.ops.registry import family_folders
 
     try:
         version = importlib.metadata.version("tilelang")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     digest = hashlib.sha256(version.encode())
-    for path in sorted(Path(kernels.__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
+    for folder in [Path(kernels.__file__).resolve().parent, *family_folders()]:
+        for path in sorted(folder.glob("*.py")):
+            digest.update(f"{folder.name}/{path.name}".encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
 

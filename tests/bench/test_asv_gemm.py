@@ -24,7 +24,6 @@ FAMILIES = [
     gemm.Attention,
     gemm.Tuned,
     gemm.Launch,
-    gemm.GroupedGemm,
 ]
 BROKEN = "b256x128x64_t256_s3"  # the fake build fails for this config
 
@@ -219,7 +218,6 @@ def test_family_tracks_and_shapes():
         gemm.Tiles,
         gemm.Attention,
         gemm.Tuned,
-        gemm.GroupedGemm,
     ):
         assert family.tracks() == ["track_latency", "track_vs_torch"]
     assert gemm.Stage.params[0] == ["4096x4096x4096"] and gemm.Stage128.params[0] == ["128x128x128"]

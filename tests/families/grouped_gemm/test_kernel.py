@@ -1,16 +1,12 @@
 """The grouped GEMM: shape and config rules, the tile table and sm_90a codegen on the
 CPU; correctness against float64 per expert, with a poisoned output, on a GPU.
 
-pytest tests/test_grouped_gemm.py              # CPU part; GPU part skips
+pytest tests/families/grouped_gemm/   # CPU part; GPU part skips
 """
 
 import pytest
 
-from harness.measure.correctness import check_built
-from harness.ops.contract import CompileTarget
-from harness.ops.grouped_gemm import GROUPED_GEMM, MATMUL_LOOP, matmul_loop
-from kernels import GemmConfig
-from kernels.grouped_gemm import (
+from families.grouped_gemm.kernel import (
     GroupedGemmShape,
     candidates,
     check_config,
@@ -18,6 +14,11 @@ from kernels.grouped_gemm import (
     heuristic,
     tile_table,
 )
+from families.grouped_gemm.op import MATMUL_LOOP, matmul_loop
+from families.grouped_gemm.op import OPERATOR as GROUPED_GEMM
+from harness.measure.correctness import check_built
+from harness.ops.contract import CompileTarget
+from kernels import GemmConfig
 from tests.conftest import requires_gpu, requires_nvcc
 
 

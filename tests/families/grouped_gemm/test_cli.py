@@ -3,10 +3,10 @@ rule, the shape it builds, and the table from fixed timings."""
 
 import pytest
 
-from benchmarks import bench_grouped_gemm as bench
 from benchmarks.bench_gemm import EXIT_NO_GPU
+from families.grouped_gemm import cli as bench
+from families.grouped_gemm.kernel import GroupedGemmShape
 from harness.measure.device import no_gpu_reason
-from kernels.grouped_gemm import GroupedGemmShape
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,20 @@
-"""The grouped GEMM of a mixture-of-experts layer (``kernels/grouped_gemm.py``) as an
-operator: C[rows of g] = A[rows of g] @ B[g] for every expert g, compared with
-``torch._grouped_mm`` where the installed torch runs it for the inputs, else with one
-``torch.matmul`` per expert."""
+"""The grouped GEMM of a mixture-of-experts layer (``kernel.py`` beside this file) as an
+operator (``harness.ops.contract.Operator``): C[rows of g] = A[rows of g] @ B[g] for every
+expert g, compared with ``torch._grouped_mm`` where the installed torch runs it for the
+inputs, else with one ``torch.matmul`` per expert."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from families.grouped_gemm.kernel import (
+    GroupedGemmShape,
+    candidates,
+    check_config,
+    compile_grouped_gemm,
+    make_grouped_gemm,
+)
 from harness.ops.contract import (
     Baseline,
     DenseWork,
@@ -17,12 +24,6 @@ from harness.ops.contract import (
     random_tensors,
 )
 from kernels import GemmConfig
-from kernels.grouped_gemm import (
-    GroupedGemmShape,
-    candidates,
-    check_config,
-    compile_grouped_gemm,
-)
 
 GROUPED_MM = "torch._grouped_mm"
 MATMUL_LOOP = "torch.matmul per expert"
@@ -70,8 +71,14 @@ class GroupedGemm(DenseWork):
         a64, b64 = inputs.a.double(), inputs.b.double()
         return tuple(a64[starts[g] : starts[g + 1]] @ b64[g] for g in range(inputs.shape.groups))
 
+    def program(self, shape: GroupedGemmShape, config: GemmConfig):
+        return make_grouped_gemm(shape, config)
+
+    def kernel(self, shape: GroupedGemmShape, config: GemmConfig, device: DeviceSpec | None):
+        return compile_grouped_gemm(shape, config, arch_of(device))
+
     def build(self, shape: GroupedGemmShape, config: GemmConfig, device: DeviceSpec | None):
-        kernel = compile_grouped_gemm(shape, config, arch_of(device))
+        kernel = self.kernel(shape, config, device)
 
         def bind(inputs: GroupedGemmInputs):
             a, b, out = inputs.a, inputs.b, inputs.out
@@ -121,4 +128,5 @@ def matmul_loop(inputs: GroupedGemmInputs):
     return run
 
 
-GROUPED_GEMM = GroupedGemm()
+# What the registry loads (``harness.ops.registry``, from pyproject's family list).
+OPERATOR = GroupedGemm()

@@ -1,6 +1,6 @@
 """Time the TileLang grouped GEMM of a mixture-of-experts layer against its baseline.
 
-    python3 -m benchmarks.bench_grouped_gemm --experts 8 --m-sizes 512 0 300 1024 77 640 128 256 \\
+    python3 -m families.grouped_gemm.cli --experts 8 --m-sizes 512 0 300 1024 77 640 128 256 \\
         --n 4096 --k 4096 --dtype bf16 --warmup 10 --repeat 50
 
 A is [sum M_g, K], B is [G, K, N]; expert g multiplies its M_g rows of A by B[g]. The
@@ -20,14 +20,14 @@ import sys
 from dataclasses import dataclass
 
 from benchmarks.bench_gemm import EXIT_FAILED, EXIT_INCORRECT, EXIT_NO_GPU, add_timing_options
+from families.grouped_gemm.kernel import GroupedGemmShape, check_config, heuristic
 from harness.cli import count, positive_int
 from harness.measure import device, metrics
 from harness.measure.timing import check_counts
 from kernels import GemmConfig
 from kernels.gemm import SHORT_DTYPES
-from kernels.grouped_gemm import GroupedGemmShape, check_config, heuristic
 
-PROG = "python3 -m benchmarks.bench_grouped_gemm"
+PROG = "python3 -m families.grouped_gemm.cli"
 
 
 def _config_id(text: str) -> GemmConfig:
@@ -139,9 +139,9 @@ def table(shape: GroupedGemmShape, baseline: Row, why: str, kernels: list[Row]) 
 
 def run(args, shape: GroupedGemmShape, configs: list[GemmConfig]) -> tuple[list[str], int]:
     """Check and time every config and the baseline on one set of inputs."""
+    from families.grouped_gemm.op import OPERATOR as GROUPED_GEMM
     from harness.measure.correctness import check_built
     from harness.measure.timing import measure
-    from harness.ops.grouped_gemm import GROUPED_GEMM
     from harness.ops.registry import build_combination
 
     timing = {"warmup": args.warmup, "repeat": args.repeat, "backend": args.backend}

@@ -16,7 +16,7 @@ tile's last rows may lie in the next expert, or past the end of A.
 The config is a ``GemmConfig`` (block sizes, threads, stages, warp policy); the options
 that reshape the grid or the epilogue of the dense GEMM are refused by name.
 
-    from kernels.grouped_gemm import GroupedGemmShape, compile_grouped_gemm
+    from families.grouped_gemm.kernel import GroupedGemmShape, compile_grouped_gemm
     kernel = compile_grouped_gemm(GroupedGemmShape((128, 0, 300), 4096, 4096), GemmConfig())
     kernel(a, b, out)
 """
