@@ -4,6 +4,7 @@ names it is its registration in pyproject.toml. The rule counts source, not test
 family's tests live in ``tests/families/<name>/``."""
 
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,12 +17,24 @@ FAMILIES = {"grouped_gemm": re.compile(r"grouped[ _-]?gemm", re.IGNORECASE)}
 
 
 def project_files(root: Path):
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
+    """The project's files: what git tracks or would (``.gitignore`` leaves out build
+    output such as the egg-info an editable install writes, whose PKG-INFO copies the
+    README); outside a git checkout, every file but hidden folders and caches."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    if listed.returncode == 0 and (root / ".git").exists():
+        paths = [Path(line) for line in listed.stdout.splitlines()]
+    else:
+        paths = [p.relative_to(root) for p in root.rglob("*")]
+    for rel in sorted(paths):
         hidden = any(
             (p.startswith(".") and p not in PROJECT_HIDDEN) or p == "__pycache__" for p in rel.parts
         )
-        if path.is_file() and not hidden and rel.parts[0] not in EXEMPT:
+        if (root / rel).is_file() and not hidden and rel.parts[0] not in EXEMPT:
             yield rel
 
 
