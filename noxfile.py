@@ -139,7 +139,7 @@ def _exit_with(session: nox.Session, *args: str) -> None:
 
 @nox.session(default=False, tags=["bench"])
 def bench(session: nox.Session) -> None:
-    """The benchmark suite for the current commit, one asv run per piece, then publish."""
+    """The benchmark suite for the current commit, asv runs of batched pieces, then publish."""
     _install(session, "bench")
     _exit_with(session, "harness.suite.run", *session.posargs)
 

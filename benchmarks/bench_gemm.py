@@ -46,7 +46,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cli import count, output_file, positive_int
+from harness.cli import (
+    EXIT_FAILED,
+    EXIT_INCORRECT,
+    EXIT_NO_GPU,
+    count,
+    output_file,
+    positive_int,
+    sweep_status,
+)
 from harness.measure import device, metrics
 from harness.measure.timing import BACKENDS, check_counts
 from harness.report.stage04 import (
@@ -60,10 +68,6 @@ from harness.report.stage04 import (
 from kernels import DTYPES, LAYOUTS, GemmConfig, GemmShape
 
 PROG = "python3 -m benchmarks.bench_gemm"
-EXIT_NO_GPU = 3
-EXIT_INCORRECT = 4
-EXIT_FAILED = 5
-EXIT_INTERRUPTED = 130
 # The GemmConfig fields the list options sweep, in the order of their product.
 SWEPT = ("block_m", "block_n", "block_k", "threads", "num_stages", "swizzle")
 DEFAULTS = {f: getattr(GemmConfig(), f) for f in SWEPT}
@@ -563,13 +567,8 @@ def _measure(case, cfg: GemmConfig, torch_timing, timing: dict, args, console, w
 
 
 def exit_status(results, interrupted: bool) -> int:
-    if interrupted:
-        return EXIT_INTERRUPTED
-    if any(r.check is not None and not r.check.ok for r in results):
-        return EXIT_INCORRECT
-    if any(r.failed for r in results):
-        return EXIT_FAILED
-    return 0
+    incorrect = any(r.check is not None and not r.check.ok for r in results)
+    return sweep_status(interrupted, incorrect, any(r.failed for r in results))
 
 
 def main(argv: list[str] | None = None) -> int:

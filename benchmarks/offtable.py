@@ -50,15 +50,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.bench_gemm import (
-    EXIT_FAILED,
-    EXIT_INCORRECT,
-    EXIT_INTERRUPTED,
-    EXIT_NO_GPU,
     add_first_use_options,
     first_use_budget,
     first_use_meta,
 )
-from harness.cli import count, output_file, positive_int
+from harness.cli import (
+    EXIT_NO_GPU,
+    count,
+    output_file,
+    positive_int,
+    sweep_status,
+)
 from harness.measure import device, first_use
 from harness.report.offtable import Record, ShapeResult, progress_line, render_markdown, summarise
 from kernels import DTYPES, GemmConfig, GemmShape
@@ -354,13 +356,9 @@ def _printer(console) -> Callable[[str], None]:
 
 
 def exit_status(rows: list[ShapeResult], interrupted: bool) -> int:
-    if interrupted:
-        return EXIT_INTERRUPTED
-    if any(r.correct is False for r in rows):
-        return EXIT_INCORRECT
-    if any(r.error for r in rows):
-        return EXIT_FAILED
-    return 0
+    return sweep_status(
+        interrupted, any(r.correct is False for r in rows), any(r.error for r in rows)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

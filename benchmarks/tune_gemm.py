@@ -36,7 +36,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.cli import count, output_file, positive_int
+from harness.cli import (
+    EXIT_INCORRECT,
+    EXIT_INTERRUPTED,
+    EXIT_NO_GPU,
+    count,
+    output_file,
+    positive_int,
+)
 from harness.measure import device, metrics
 from kernels import GemmConfig, GemmShape
 from kernels.tuned import (
@@ -50,9 +57,6 @@ from kernels.tuned import (
 )
 
 PROG = "python3 -m benchmarks.tune_gemm"
-EXIT_NO_GPU = 3
-EXIT_INCORRECT = 4
-EXIT_INTERRUPTED = 130
 QUICK = {"warmup": 3}
 # Confirmation: this many alternating kernel/torch batches, each of these launches.
 ROUNDS = 6

@@ -13,6 +13,20 @@ EXIT_OK = 0  # nothing regressed; bisect: a culprit was found
 EXIT_REGRESSION = 1  # a confirmed regression; bisect: no regression between GOOD and BAD
 EXIT_FAILURE = 2  # a benchmark failed to build or run, bad input, or the tool failed
 EXIT_INTERRUPTED = 130  # Ctrl-C: what finished is kept
+# Exit codes of the measuring commands (bench_gemm, tune_gemm, offtable, a family's CLI).
+EXIT_NO_GPU = 3  # GPU work asked for where no CUDA device is visible
+EXIT_INCORRECT = 4  # a kernel's result disagreed with the reference
+EXIT_FAILED = 5  # a config failed to build or run (its row says why); the rest ran
+
+
+def sweep_status(interrupted: bool, incorrect: bool, failed: bool) -> int:
+    """A measuring command's exit status: an interruption first, then a wrong result,
+    then a failed row."""
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if incorrect:
+        return EXIT_INCORRECT
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def _int(text: str) -> int:

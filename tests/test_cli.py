@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from benchmarks import bench_gemm
+from harness import cli
 from tests.conftest import NO_GPU
 from tests.fakes import FakeCase
 
@@ -84,7 +85,7 @@ def test_explicit_shapes_replace_the_product():
 @pytest.mark.skipif(NO_GPU is None, reason="checks the no-GPU message; a GPU is present")
 def test_without_gpu_one_line_and_nonzero():
     out = _run("--m", "128", "--n", "128", "--k", "128", "--run-tilelang")
-    assert out.returncode == bench_gemm.EXIT_NO_GPU
+    assert out.returncode == cli.EXIT_NO_GPU
     assert out.stderr.strip().count("\n") == 0
     assert "no CUDA device" in out.stderr and "Traceback" not in out.stderr
 
@@ -180,7 +181,7 @@ def test_a_config_that_fails_to_build_is_a_failed_row_and_the_sweep_goes_on(
     report, rows = tmp_path / "r.md", tmp_path / "rows.jsonl"
     argv = [*SWEEP, "--threads", "128", "256", "512", "--run-tilelang"]
     code = bench_gemm.main([*argv, "--report", str(report), "--jsonl", str(rows)])
-    assert code == bench_gemm.EXIT_FAILED
+    assert code == cli.EXIT_FAILED
     out = capsys.readouterr().out
     assert "FAILED b128x128x32_t512_s3 at m128_n128_k128_f16: RuntimeError: fake compile" in out
     meta, *recorded = _records(rows)
@@ -202,7 +203,7 @@ def test_a_combination_the_validator_rejects_is_a_failed_row_without_gpu_work(
     report, rows = tmp_path / "r.md", tmp_path / "rows.jsonl"
     argv = [*SWEEP, "--block-m", "100", "128", "--run-tilelang"]
     code = bench_gemm.main([*argv, "--report", str(report), "--jsonl", str(rows)])
-    assert code == bench_gemm.EXIT_FAILED
+    assert code == cli.EXIT_FAILED
     assert [c.block_m for c in fake_gpu[0].compiled] == [128, 128]  # check, then time
     _, bad, good = _records(rows)
     assert bad["config"] is None and bad["requested"]["block_m"] == 100
@@ -225,9 +226,9 @@ def test_exit_status_ranks_interrupted_then_wrong_then_failed():
     wrong = CaseResult(shape, GemmConfig(), t, t, Check(shape, 0.5, 0, 2e-3))
     failed = CaseResult(shape, GemmConfig(), t, error="RuntimeError: boom")
     assert bench_gemm.exit_status([ok], False) == 0
-    assert bench_gemm.exit_status([ok, failed], False) == bench_gemm.EXIT_FAILED
-    assert bench_gemm.exit_status([failed, wrong], False) == bench_gemm.EXIT_INCORRECT
-    assert bench_gemm.exit_status([failed, wrong], True) == bench_gemm.EXIT_INTERRUPTED
+    assert bench_gemm.exit_status([ok, failed], False) == cli.EXIT_FAILED
+    assert bench_gemm.exit_status([failed, wrong], False) == cli.EXIT_INCORRECT
+    assert bench_gemm.exit_status([failed, wrong], True) == cli.EXIT_INTERRUPTED
 
 
 def test_rows_carry_the_run_id_of_their_meta_line(fake_gpu, tmp_path):

@@ -131,7 +131,9 @@ def test_config_rejects_what_tilelang_cannot_build(kwargs, field, rule):
     ],
 )
 def test_config_accepts_neighbours_of_the_refused(kwargs):
-    GemmConfig(**kwargs)
+    config = GemmConfig(**kwargs)
+    assert {name: getattr(config, name) for name in kwargs} == kwargs
+    assert GemmConfig.from_id(config.id) == config
 
 
 def test_config_checks_smem_against_given_limit():

@@ -19,9 +19,9 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from benchmarks.bench_gemm import EXIT_FAILED, EXIT_INCORRECT, EXIT_NO_GPU, add_timing_options
+from benchmarks.bench_gemm import add_timing_options
 from families.grouped_gemm.kernel import GroupedGemmShape, check_config, heuristic
-from harness.cli import count, positive_int
+from harness.cli import EXIT_FAILED, EXIT_INCORRECT, EXIT_NO_GPU, count, positive_int
 from harness.measure import device, metrics
 from harness.measure.timing import check_counts
 from kernels import GemmConfig

@@ -59,6 +59,19 @@ def thresholds(
     return {name: one(b) for name, b in found.benchmarks.items()}
 
 
+def _absence(absent: dict[str, int], total: int, unit: str) -> tuple[str | None, list[str]]:
+    """The side a benchmark is absent from in all ``total`` records (added or removed by
+    the change), and an error for each side it is absent from in some only (that side's
+    runs disagree, which is a failure)."""
+    missing = next((side for side, count in absent.items() if count == total), None)
+    errors = [
+        f"{side}: benchmark missing from {count} of {total} {unit}"
+        for side, count in absent.items()
+        if 0 < count < total
+    ]
+    return missing, errors
+
+
 def pool(rounds: list[dict[str, records.Record]]) -> list[gd.BenchSamples]:
     """Pool per-round process-mode records ``{"base": run, "head": run}`` into samples."""
     names: dict[str, None] = {}
@@ -89,12 +102,8 @@ def pool(rounds: list[dict[str, records.Record]]) -> list[gd.BenchSamples]:
                     acc[f"{side}_rel"] += entry.track_vs_torch
         if skipped and not errors and not acc["base"] and not acc["head"]:
             continue  # invalid on both sides: not a benchmark
-        # Absent from every round of one side: added or removed by the change. Absent from
-        # some rounds only: that side's runs disagree, which is a failure.
-        missing = next((side for side in absent if absent[side] == len(rounds)), None)
-        for side, count in absent.items():
-            if 0 < count < len(rounds):
-                errors.append(f"{side}: benchmark missing from {count} of {len(rounds)} rounds")
+        missing, partly = _absence(absent, len(rounds), "rounds")
+        errors += partly
         error = "; ".join(dict.fromkeys(errors)) or None
         out.append(
             gd.BenchSamples(
@@ -137,11 +146,9 @@ def pool_paired(
             ratios += entry.ratios.get(other, ())
         if skipped and not errors and not acc[ref] and not acc[other]:
             continue  # invalid on both sides: not a benchmark
-        missing = next((side for side in absent if absent[side] == len(runs)), None)
+        missing, partly = _absence(absent, len(runs), "runs")
+        errors += partly
         label = {ref: "base", other: "head"}
-        for side, count in absent.items():
-            if 0 < count < len(runs):
-                errors.append(f"{side}: benchmark missing from {count} of {len(runs)} runs")
         out.append(
             gd.BenchSamples(
                 name=name,

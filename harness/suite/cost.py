@@ -251,6 +251,9 @@ def per_combination(
         share = max(0.0, seconds - a)
         for part, ws in weight.items():
             out[part] = {c: [w, share * w / total] for c, w in ws.items()}
+    for unit, fl in gpu.items():  # no run timed it (added since): the fit's seconds
+        if unit not in out:
+            out[unit] = {c: [cal.gpu(f), cal.gpu(f)] for c, f in fl.items()}
     for unit, cs in cpu.items():
         out[unit] = {c: [cal.cpu_combination, cal.cpu_combination] for c in cs}
     return out
@@ -261,7 +264,8 @@ def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> tuple[dict[int, float
     grown by ``growth`` (``shard.plan_suite`` weighed by the model's plan weights)."""
     copies = max(1, round(growth.combinations))
     solo = set(m["solo"])
-    cpu_units = {u for u in m["per_combination"] if u not in m["gpu_units"] and u not in solo}
+    # GPU units by their sizes: a timed run's key may be a batch of them (``A+B``).
+    cpu_units = {u for u in m["per_combination"] if u not in m["sizes"] and u not in solo}
     combos = {}
     for unit, cs in m["per_combination"].items():
         if unit in cpu_units:
@@ -354,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def upgrade(m: dict, root: Path, cores_per_gpu: int | None = None) -> dict:
     """A recorded model (its fit, serial steps, CPU lane and per-family seconds) with the
-    per-combination figures of the suite in ``root`` and its table recomputed. A model
+    sizes and per-combination figures of the suite in ``root`` (a GPU family no recorded
+    run timed at the fit's seconds) and its table recomputed. A model
     written before the solo family shared the start holds it among the serial steps; one
     written before the CPU lanes were counted gets ``cores_per_gpu`` (given, else
     ``CORES_PER_GPU``)."""
@@ -365,7 +370,9 @@ def upgrade(m: dict, root: Path, cores_per_gpu: int | None = None) -> dict:
         seconds = serial.pop("solo")
         m["solo"] = {u: seconds / len(solo_units) for u in solo_units}
     m["serial"] = serial
-    sizes = {u: UnitSize(**s) for u, s in m["sizes"].items()}
+    now = {u: s for u, s in unit_sizes(root).items() if u not in m.get("solo", {})}
+    sizes = {**{u: UnitSize(**s) for u, s in m["sizes"].items()}, **now}
+    m["sizes"] = {u: asdict(s) for u, s in sizes.items()}
     if cores_per_gpu or "cores_per_gpu" not in m:
         m["cores_per_gpu"] = cores_per_gpu or CORES_PER_GPU
     m["per_combination"] = per_combination(m, sizes, suite_combinations(root))

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from benchmarks import offtable
+from harness import cli
 from harness.report.offtable import Record, ShapeResult, render_markdown, summarise
 from kernels import GemmShape
 from kernels.tuned import heuristic
@@ -81,7 +82,7 @@ def test_list_prints_each_shape_with_the_config_pick_config_chooses():
 @pytest.mark.skipif(NO_GPU is None, reason="a GPU is visible: the command would measure")
 def test_without_a_gpu_it_says_so_and_exits_3():
     out = _run("--rounds", "2")
-    assert out.returncode == offtable.EXIT_NO_GPU
+    assert out.returncode == cli.EXIT_NO_GPU
     assert "this command times kernels on a GPU" in out.stderr and "Traceback" not in out.stderr
     out = _run("--list")  # no --sms: the SM count would come from the GPU
     assert out.returncode == 2 and "give --sms N" in out.stderr
@@ -166,6 +167,6 @@ def test_exit_status_follows_the_rows():
     wrong = _row((1000, 1000, 1000), (), (), correct=False, error="wrong result")
     broken = _row((1100, 1000, 1000), (), (), correct=None, error="RuntimeError")
     assert offtable.exit_status([ok], False) == 0
-    assert offtable.exit_status([ok, broken], False) == offtable.EXIT_FAILED
-    assert offtable.exit_status([ok, broken, wrong], False) == offtable.EXIT_INCORRECT
-    assert offtable.exit_status([ok], True) == offtable.EXIT_INTERRUPTED
+    assert offtable.exit_status([ok, broken], False) == cli.EXIT_FAILED
+    assert offtable.exit_status([ok, broken, wrong], False) == cli.EXIT_INCORRECT
+    assert offtable.exit_status([ok], True) == cli.EXIT_INTERRUPTED

@@ -139,3 +139,45 @@ def test_the_recorded_model_predicts_the_two_gpu_target_and_no_compile_beside_la
     # Where the CPU lanes end after the GPUs (they wait for Launch), they are as many as
     # the host allows.
     assert max(cpu) <= max(gpu.values()) or len(cpu) == shard.cpu_lanes(4 * m["cores_per_gpu"])
+
+
+def _flops():
+    return {
+        u: {f"{u}({i})": int(s.tflop * 1e12 / s.combinations) for i in range(s.combinations)}
+        for u, s in SIZES.items()
+    }
+
+
+def _cpu_ends(m, gpus):
+    return cost.lane_seconds(m, gpus, cost.GROWTHS["as is"])[1]
+
+
+def test_a_gpu_family_no_run_timed_is_planned_on_a_gpu_at_the_fits_seconds():
+    # A family added after the recorded runs (no timing line of its own) is GPU work at
+    # what the fit predicts for it, never CPU work at the CPU lane's rate.
+    every = cost.model(
+        [cost.Run.read(_log(_seconds(), dict.fromkeys(SIZES, "gpu")))],
+        SIZES,
+        {"gemm.Launch"},
+        _flops(),
+    )
+    timed = {u: s for u, s in _seconds().items() if u != "gemm.E"}
+    m = cost.model(
+        [cost.Run.read(_log(timed, dict.fromkeys(timed, "gpu")))], SIZES, {"gemm.Launch"}, _flops()
+    )
+    assert sorted(m["per_combination"]["gemm.E"]) == sorted(_flops()["gemm.E"])
+    for gpus in (1, 2):
+        assert _cpu_ends(m, gpus) == pytest.approx(_cpu_ends(every, gpus))
+        assert cost.wall(m, gpus, cost.GROWTHS["as is"]) == pytest.approx(
+            cost.wall(every, gpus, cost.GROWTHS["as is"]), abs=0.5
+        )
+
+
+def test_the_families_of_a_batched_run_stay_gpu_work():
+    seconds = _seconds()
+    batch = {"gemm.A+gemm.B": seconds["gemm.A"] + seconds["gemm.B"] - TRUE.a}
+    rest = {u: s for u, s in seconds.items() if u not in ("gemm.A", "gemm.B")}
+    lines = _log({**batch, **rest}, dict.fromkeys([*batch, *rest], "gpu"))
+    m = cost.model([cost.Run.read(lines)], SIZES, {"gemm.Launch"}, _flops())
+    solo_and_cpu = 9.0 + m["cpu_lane"]
+    assert _cpu_ends(m, 1) == pytest.approx([solo_and_cpu])

@@ -3,9 +3,9 @@ rule, the shape it builds, and the table from fixed timings."""
 
 import pytest
 
-from benchmarks.bench_gemm import EXIT_NO_GPU
 from families.grouped_gemm import cli as bench
 from families.grouped_gemm.kernel import GroupedGemmShape
+from harness.cli import EXIT_NO_GPU
 from harness.measure.device import no_gpu_reason
 
 
