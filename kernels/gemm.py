@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernels.schedules import Ops, StreamK, added_rows, grid_blocks, tile_coords
+
 # torch dtype names keyed by the TileLang dtype string; short names make the ids.
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 # The same, keyed by the short name (benchmark ids, command lines).
@@ -77,7 +79,7 @@ __device__ __forceinline__ void {DELAY_FUNCTION}(long long cycles) {{
 # Warp partition of the tile among the consumer warps (T.GemmWarpPolicy).
 POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(_a)?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?"
 )
 
 
@@ -209,6 +211,11 @@ class GemmConfig:
     # batch in flight across K steps, instead of TileLang's automatic warp specialisation
     # of the T.Pipelined loop, which waits for every batch.
     async_mma: bool = False
+    # Stream-K: this many persistent blocks (the GPU's SM count, passed by the caller)
+    # compute the whole waves of output tiles data-parallel and share the K steps of the
+    # last, partial wave evenly (kernels/schedules.py); a tile split between blocks is
+    # summed by atomic adds into C, zeroed first over the rows those tiles cover. 0: off.
+    stream_k: int = 0
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -244,6 +251,7 @@ class GemmConfig:
             raise ValueError(f"GemmConfig.smem_epilogue={self.smem_epilogue!r}: must be a bool")
         check_int("GemmConfig", "persistent", self.persistent, low=0, high=4096)
         check_int("GemmConfig", "split_k", self.split_k, low=1, high=64)
+        check_int("GemmConfig", "stream_k", self.stream_k, low=0, high=4096)
         if not isinstance(self.async_mma, bool):
             raise ValueError(f"GemmConfig.async_mma={self.async_mma!r}: must be a bool")
         if self.async_mma and self.num_stages < 2:
@@ -252,10 +260,23 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig.num_stages={self.num_stages}: must be >= 2 with async_mma=True"
             )
-        if self.async_mma and (self.persistent or self.split_k > 1 or self.policy != "square"):
+        if self.async_mma and (
+            self.persistent or self.split_k > 1 or self.stream_k or self.policy != "square"
+        ):
             raise ValueError(
-                f"GemmConfig.async_mma={self.async_mma}: needs persistent=0, split_k=1 and "
-                f"policy='square' (got {self.persistent}, {self.split_k}, {self.policy!r})"
+                f"GemmConfig.async_mma={self.async_mma}: needs persistent=0, split_k=1, "
+                f"stream_k=0 and policy='square' (got {self.persistent}, {self.split_k}, "
+                f"{self.stream_k}, {self.policy!r})"
+            )
+        if self.stream_k and self.split_k > 1:
+            raise ValueError(
+                f"GemmConfig.split_k={self.split_k}: must be 1 with stream_k={self.stream_k} "
+                "(stream-K splits the K steps of the last wave's tiles itself)"
+            )
+        if self.stream_k and self.persistent:
+            raise ValueError(
+                f"GemmConfig.persistent={self.persistent}: must be 0 with stream_k="
+                f"{self.stream_k} (the stream-K grid is persistent already: stream_k blocks)"
             )
         if self.split_k > 1 and self.swizzle:
             raise ValueError(
@@ -324,12 +345,14 @@ class GemmConfig:
         """Readable id, e.g. ``b128x256x64_t256_s3``. Options append, in this order:
         ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
         epilogue, ``_p16`` persistent grid of 16 blocks, ``_k4`` K split over 4 blocks,
-        ``_a`` the hand-written asynchronous pipeline."""
+        ``_sk16`` stream-K over 16 blocks, ``_a`` the hand-written asynchronous
+        pipeline."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]
         tail += "_e" if self.smem_epilogue else ""
         tail += f"_p{self.persistent}" if self.persistent else ""
         tail += f"_k{self.split_k}" if self.split_k > 1 else ""
+        tail += f"_sk{self.stream_k}" if self.stream_k else ""
         tail += "_a" if self.async_mma else ""
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
@@ -343,9 +366,10 @@ class GemmConfig:
         if found is None:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
-                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _a in that order"
+                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks>, _a "
+                "in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers, split, asy = found.groups()
+        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy = found.groups()
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
         return cls(
             int(bm),
@@ -358,6 +382,7 @@ class GemmConfig:
             smem_epilogue=bool(ep),
             persistent=int(pers or 0),
             split_k=int(split or 1),
+            stream_k=int(sk or 0),
             async_mma=bool(asy),
         )
 
@@ -379,16 +404,30 @@ def check_combination(shape: GemmShape, config: GemmConfig) -> None:
             f"GemmConfig.split_k={config.split_k}: needs N * 2 bytes to be a multiple of 16 "
             f"(N a multiple of 8), got N={shape.n}"
         )
-    if config.async_mma:
+    if config.stream_k and config.smem_epilogue and (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
+        # Through shared memory, stream-K's partial tiles are reduce-added by TMA too.
+        raise ValueError(
+            f"GemmConfig.stream_k={config.stream_k}: with smem_epilogue=True needs N * 2 bytes "
+            f"to be a multiple of 16 (N a multiple of 8), got N={shape.n}; smem_epilogue=False "
+            "adds the partial tiles from registers"
+        )
+    rows = {"A": shape.k, "B": shape.k if shape.layout == "NT" else shape.n}
+    unaligned = {name: n for name, n in rows.items() if (n * ELEMENT_BYTES) % TMA_ALIGN}
+    got = ", ".join(f"{name} rows of {n} elements" for name, n in unaligned.items())
+    if config.async_mma and unaligned:
         # Every load of the asynchronous pipeline is an explicit TMA copy.
-        rows = {"A": shape.k, "B": shape.k if shape.layout == "NT" else shape.n}
-        unaligned = {name: n for name, n in rows.items() if (n * ELEMENT_BYTES) % TMA_ALIGN}
-        if unaligned:
-            raise ValueError(
-                "GemmConfig.async_mma=True: needs the rows of A and B 16-byte aligned (a "
-                "multiple of 8 elements), got "
-                + ", ".join(f"{name} rows of {n} elements" for name, n in unaligned.items())
-            )
+        raise ValueError(
+            "GemmConfig.async_mma=True: needs the rows of A and B 16-byte aligned (a "
+            f"multiple of 8 elements), got {got}"
+        )
+    if config.stream_k and len(unaligned) == len(rows):
+        # Without a TMA load TileLang 0.1.15 pipelines the K loop with cp.async alone,
+        # whose waits need a loop of fixed length (codegen: "Downcast from tirx.Sub to
+        # ir.IntImm failed"); a stream-K segment's length is the block's.
+        raise ValueError(
+            f"GemmConfig.stream_k={config.stream_k}: needs the rows of A or of B 16-byte "
+            f"aligned (a multiple of 8 elements), got {got}"
+        )
 
 
 def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
@@ -431,14 +470,15 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     k_steps = T.ceildiv(K, block_K * config.split_k)
 
     @T.macro
-    def tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, kz):
-        """One output tile: global -> shared (pipelined) -> tensor cores -> fragment -> C."""
+    def tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, k_first, k_count, partial):
+        """K steps [k_first, k_first + k_count) of one output tile: global -> shared
+        (pipelined) -> tensor cores -> fragment -> C, added into C where ``partial``."""
         # The fragment lives in registers that hold garbage at launch (and the previous
         # tile's sums in a persistent block); every K step accumulates into it, so it
         # must start at zero.
         T.clear(C_local)
-        for ko in T.Pipelined(k_steps, num_stages=config.num_stages):
-            kk = kz * k_steps + ko
+        for ko in T.Pipelined(k_count, num_stages=config.num_stages):
+            kk = k_first + ko
             T.copy(A[tm * block_M, kk * block_K], A_shared)
             if trans_B:
                 T.copy(B[tn * block_N, kk * block_K], B_shared)
@@ -448,12 +488,26 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
         if config.split_k > 1:
             T.copy(C_local, C_shared)
             TC.atomic_add(C[tm * block_M, tn * block_N], C_shared, use_tma=True)
+        elif config.stream_k and config.smem_epilogue:
+            T.copy(C_local, C_shared)
+            if partial:
+                TC.atomic_add(C[tm * block_M, tn * block_N], C_shared, use_tma=True)
+            else:
+                T.copy(C_shared, C[tm * block_M, tn * block_N])
+        elif config.stream_k:
+            if partial:
+                T.atomic_add(C[tm * block_M, tn * block_N], C_local)
+            else:
+                T.copy(C_local, C[tm * block_M, tn * block_N])
         elif config.smem_epilogue:
             T.copy(C_local, C_shared)
             T.copy(C_shared, C[tm * block_M, tn * block_N])
         else:
             T.copy(C_local, C[tm * block_M, tn * block_N])
 
+    plan = StreamK.plan(shape, config) if config.stream_k else None
+    blocks = config.persistent or config.stream_k  # a persistent grid's size, else 0
+    ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
     # The epilogue buffer is only allocated when used; a 1-element stand-in otherwise.
     staged_c = config.smem_epilogue or config.split_k > 1
     c_tile = (block_M, block_N) if staged_c else (1, 1)
@@ -462,8 +516,8 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     def launch(A, B, C, delay):
         """The grid, its buffers and its tiles; ``delay`` (None: none) is the test-only
         spin every thread of a block runs once its barriers are set up."""
-        if config.persistent:
-            with T.Kernel(config.persistent, threads=config.threads) as block_id:
+        if blocks:
+            with T.Kernel(blocks, threads=config.threads) as block_id:
                 A_shared = T.alloc_shared((block_M, block_K), dtype)
                 B_shared = T.alloc_shared(b_tile, dtype)
                 C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
@@ -471,8 +525,18 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 if delay is not None:
                     T.import_source(DELAY_SOURCE)
                     T.call_extern("handle", DELAY_FUNCTION, delay)
-                for tm, tn in T.Persistent([tiles_m, tiles_n], config.persistent, block_id):
-                    tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, 0)
+                buffers = (A_shared, B_shared, C_local, C_shared)
+                if config.persistent:
+                    for tm, tn in T.Persistent([tiles_m, tiles_n], blocks, block_id):
+                        tile(A, B, C, *buffers, tm, tn, 0, k_steps, False)
+                else:
+                    # The block's whole tiles, then its stream-K segments (kernels/schedules.py).
+                    for u in T.serial(plan.units):
+                        t, k_first, k_count = plan.unit(block_id, u, ops)
+                        tm, tn = tile_coords(t, plan.tiles_m, plan.tiles_n, plan.panel, ops)
+                        if k_count > 0:
+                            partial = k_count < plan.k_steps
+                            tile(A, B, C, *buffers, tm, tn, k_first, k_count, partial)
         else:
             with T.Kernel(tiles_n, tiles_m, config.split_k, threads=config.threads) as (bx, by, bz):
                 A_shared = T.alloc_shared((block_M, block_K), dtype)
@@ -484,7 +548,9 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 if delay is not None:
                     T.import_source(DELAY_SOURCE)
                     T.call_extern("handle", DELAY_FUNCTION, delay)
-                tile(A, B, C, A_shared, B_shared, C_local, C_shared, by, bx, bz)
+                buffers = (A_shared, B_shared, C_local, C_shared)
+                split = config.split_k > 1
+                tile(A, B, C, *buffers, by, bx, bz * k_steps, k_steps, split)
 
     if delay:
 
@@ -558,7 +624,7 @@ class GemmKernel:
     built with the test-only delay spins ``delay_cycles`` per block (0: no spin).
     """
 
-    __slots__ = ("shape", "config", "jit_kernel", "delay", "delay_cycles")
+    __slots__ = ("shape", "config", "jit_kernel", "delay", "delay_cycles", "added_from")
 
     def __init__(
         self, shape: GemmShape, config: GemmConfig, jit_kernel: Any, delay: bool = False
@@ -568,15 +634,12 @@ class GemmKernel:
         self.jit_kernel = jit_kernel
         self.delay = delay
         self.delay_cycles = 0
+        self.added_from = added_rows(shape, config)
 
     @property
     def blocks(self) -> int:
         """Blocks in one launch's grid."""
-        if self.config.persistent:
-            return self.config.persistent
-        tiles_m = -(-self.shape.m // self.config.block_m)
-        tiles_n = -(-self.shape.n // self.config.block_n)
-        return tiles_m * tiles_n * self.config.split_k
+        return grid_blocks(self.shape, self.config)
 
     @property
     def source(self) -> str:
@@ -640,8 +703,8 @@ class GemmKernel:
                 raise TypeError(f"a: expected a torch.Tensor, got {type(a).__name__}")
             out = torch.empty(self.shape.c_shape, dtype=a.dtype, device=a.device)
         self.check_args(a, b, out)
-        if self.config.split_k > 1:
-            out.zero_()  # the splits add their partial tiles into C
+        if self.added_from is not None:
+            out[self.added_from :].zero_()  # partial tiles are added into these rows
         if self.delay:
             self.jit_kernel(a, b, out, self.delay_cycles)
         else:

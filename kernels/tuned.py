@@ -92,7 +92,10 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       where a tile sees one or two K steps), warp policy square/col/row on the
       two-warpgroup tiles, the epilogue direct or through shared memory, and the block
       order plain, swizzled (panels 4, 8, 16) or persistent (one block per SM); plus
-      block_K 128 with 2 stages on the two-warpgroup tiles.
+      block_K 128 with 2 stages on the two-warpgroup tiles; plus, where a two-warpgroup
+      tile's output tiles leave more than ``STREAM_K_IDLE`` of the SMs' block slots idle
+      over their waves (K > 256), its stream-K twins (one block per SM; block_K 64, 3 or 4
+      stages, epilogue direct or shared, tile order plain or in panels of 8 or 16).
     - With ``async_mma``: also each supported config on the hand-written asynchronous
       pipeline (``_a``, kernels/gemm_async.py). 256x256 tiles are
       left out: four consumer warpgroups plus the producer leave ~100 registers a thread
@@ -159,15 +162,43 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
                             block_m=bm, block_n=bn, block_k=128, threads=256, num_stages=2, **order
                         )
                     )
+            out += stream_k_candidates(shape, sms)
     if async_mma:
         # The hand-written asynchronous pipeline (kernels/gemm_async.py) as a twin of every
         # config it supports.
         out += [
             _twin(c)
             for c in out
-            if c is not None and c.policy == "square" and not c.persistent and c.split_k == 1
+            if c is not None
+            and c.policy == "square"
+            and not c.persistent
+            and c.split_k == 1
+            and not c.stream_k
         ]
     return list(dict.fromkeys(c for c in out if c is not None))
+
+
+# Stream-K (kernels/schedules.py) can win back at most the block slots that the last,
+# partial wave of output tiles leaves idle; searched where that is over this share
+# (square4096 in 128x256 tiles: 512 tiles; over 4 waves of an H200's SMs, 3.0% idle).
+STREAM_K_IDLE = 0.01
+
+
+def stream_k_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
+    """Stream-K twins of the two-warpgroup tiles (128x256, 256x128) whose output tiles
+    leave more than ``STREAM_K_IDLE`` of the SMs' slots idle: block_K 64, 3 or 4 stages,
+    the epilogue direct or through shared memory (3 stages only: 4 leave no room for the
+    C tile), tiles taken in row-major order or in panels of 8 or 16 tile rows."""
+    out = []
+    for bm, bn in ((128, 256), (256, 128)):
+        if 1 - fill(output_tiles(shape, bm, bn), sms) <= STREAM_K_IDLE:
+            continue
+        for st, ep, panel in itertools.product((3, 4), (False, True), (0, 8, 16)):
+            fields = dict(swizzle=panel, smem_epilogue=ep, stream_k=sms)
+            out.append(
+                _valid(block_m=bm, block_n=bn, block_k=64, threads=256, num_stages=st, **fields)
+            )
+    return [c for c in out if c is not None]
 
 
 def _twin(config: GemmConfig) -> GemmConfig | None:

@@ -12,6 +12,7 @@ import torch
 from harness.measure.correctness import check_kernel
 from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm, make_gemm
 from kernels.gemm import DELAY_FUNCTION, _compile_gemm
+from kernels.schedules import StreamK
 from tests.conftest import requires_gpu, requires_nvcc
 
 # --- values -------------------------------------------------------------------------
@@ -61,6 +62,11 @@ def test_shape_rejects(kwargs, field, rule):
         ({"async_mma": True, "persistent": 132}, "async_mma=True", "persistent=0"),
         ({"async_mma": True, "policy": "row"}, "async_mma=True", "policy='square'"),
         ({"async_mma": True, "num_stages": 1}, "num_stages=1", ">= 2 with async_mma"),
+        ({"stream_k": -1}, "stream_k=-1", ">= 0"),
+        ({"stream_k": 132.0}, "stream_k=132.0", "integer"),
+        ({"stream_k": 132, "split_k": 2}, "split_k=2", "must be 1 with stream_k=132"),
+        ({"stream_k": 132, "persistent": 132}, "persistent=132", "must be 0 with stream_k"),
+        ({"stream_k": 132, "async_mma": True}, "async_mma=True", "stream_k=0"),
         # 128x256x64 in 4 stages fits (192 KiB), but not with the 64 KiB C tile staged.
         (
             {"block_n": 256, "block_k": 64, "threads": 256, "num_stages": 4, "smem_epilogue": True},
@@ -144,6 +150,8 @@ def test_config_checks_smem_against_given_limit():
 
 def test_ids_are_readable_and_distinct():
     assert GemmShape(4096, 4096, 4096).id == "m4096_n4096_k4096_f16"
+    stream_k = GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, stream_k=132)
+    assert stream_k.id == "b128x256x64_t256_s3_w8_e_sk132"
     assert GemmShape(1024, 512, 128, "bfloat16", "NT").id == "m1024_n512_k128_bf16_nt"
     assert GemmConfig().id == "b128x128x32_t128_s3"
     assert GemmConfig(128, 256, 64, 256, 3, swizzle=10).id == "b128x256x64_t256_s3_w10"
@@ -160,6 +168,8 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
         GemmConfig(64, 256, 64, 128, 4, split_k=8),
         GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True, async_mma=True),
+        GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, stream_k=132),
+        GemmConfig(256, 128, 64, 256, 4, policy="col", stream_k=7),
     ],
     ids=lambda c: c.id,
 )
@@ -168,7 +178,15 @@ def test_config_id_round_trips(config):
 
 
 @pytest.mark.parametrize(
-    "text", ["b128x256x64_t256_s3_e_w8", "b128x256x64_t256_s3_pq", "b128x256x64_t256", "x"]
+    "text",
+    [
+        "b128x256x64_t256_s3_e_w8",
+        "b128x256x64_t256_s3_pq",
+        "b128x256x64_t256",
+        "x",
+        "b128x256x64_t256_s3_sk132_e",  # options out of order
+        "b128x256x64_t256_s3_sk",
+    ],
 )
 def test_config_id_rejects_malformed(text):
     with pytest.raises(ValueError, match="must look like"):
@@ -285,6 +303,13 @@ def test_sm90a_codegen_uses_hopper_path(shape, config):
             GemmConfig(128, 256, 64, 256, 3, persistent=132),
             "blockIdx.x",
         ),
+        # Stream-K through shared memory: whole tiles by TMA store, partial ones by TMA
+        # reduce-add.
+        (
+            GemmShape(4096, 4096, 4096, "bfloat16"),
+            GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, stream_k=132),
+            "tma_store_add",
+        ),
     ],
     ids=lambda v: v.id if hasattr(v, "id") else v,
 )
@@ -293,8 +318,37 @@ def test_sm90a_codegen_of_options(shape, config, expect):
     assert expect in src
     if config.split_k > 1:
         assert "blockIdx.z" in src
-    if config.persistent:
+    if config.persistent or config.stream_k:
         assert "blockIdx.y" not in src  # one grid dimension; tiles come from the loop
+
+
+STREAM_K_CODEGEN = [
+    (GemmShape(4096, 4096, 4096, dtype), GemmConfig.from_id(config))
+    for dtype in ("float16", "bfloat16")
+    for config in ("b128x256x64_t256_s3_w8_e_sk132", "b128x256x64_t256_s4_sk132")
+] + [
+    (GemmShape(3000, 5000, 7000, "bfloat16"), GemmConfig.from_id("b128x256x64_t256_s3_w8_e_sk132")),
+    (GemmShape(3000, 5000, 7000, "float16"), GemmConfig.from_id("b256x128x64_t256_s4_sk132")),
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("shape, config", STREAM_K_CODEGEN, ids=lambda v: v.id)
+def test_sm90a_codegen_of_stream_k(shape, config):
+    """One grid dimension of ``stream_k`` blocks; TMA loads and wgmma in the K loop, which
+    runs a trip-dependent number of steps; whole tiles written, partial ones added: by a
+    TMA reduce-add from shared memory, or by vectorised atomic adds from registers."""
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    assert "tma_load" in src and "wgmma_ss" in src
+    assert "blockIdx.y" not in src and "blockIdx.z" not in src
+    assert f"u < {StreamK.plan(shape, config).units}; ++u" in src  # whole tiles, segments
+    if config.smem_epilogue:
+        assert "tma_store_add" in src and "tl::tma_store(" in src
+        assert "AtomicAdd" not in src
+    else:
+        assert "AtomicAddx2" in src and "tma_store" not in src
+    assert kernel.blocks == config.stream_k
 
 
 def test_async_pipeline_needs_aligned_rows_of_a_and_b():
@@ -331,6 +385,41 @@ def test_async_consumers_share_one_register_file():
         assert consumers * consumer_registers(consumers) + 128 * 24 <= 65536
 
 
+def test_stream_k_through_shared_memory_needs_aligned_rows_of_c():
+    config = GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, stream_k=132)
+    with pytest.raises(ValueError, match=r"stream_k=132: with smem_epilogue=True.*N=1031"):
+        make_gemm(GemmShape(4097, 1031, 512), config)
+    # From registers, the partial tiles are added element by element: any N.
+    make_gemm(GemmShape(4097, 1031, 512), GemmConfig(128, 256, 64, 256, 3, stream_k=132))
+
+
+def test_stream_k_needs_one_operand_loaded_by_tma():
+    config = GemmConfig(128, 256, 64, 256, 4, stream_k=132)
+    with pytest.raises(ValueError, match="stream_k=132: needs the rows of A or of B 16-byte"):
+        make_gemm(GemmShape(4097, 1031, 515), config)
+    make_gemm(GemmShape(4097, 1031, 512), config)  # B's rows unaligned, A's not
+    make_gemm(GemmShape(4096, 1032, 515), config)  # A's rows unaligned, B's not
+
+
+def test_stream_k_kernel_zeroes_the_rows_it_adds_into(monkeypatch):
+    """Stream-K adds partial tiles into C: the wrapper zeroes the stream-K tiles' rows
+    (from tile row 24 at 4096^3 in 128x256 tiles on 132 blocks) before each launch and
+    leaves the rows the data-parallel tiles write alone."""
+    monkeypatch.setattr(GemmKernel, "check_args", lambda *a: None)  # another test's rule
+    shape = GemmShape(4096, 4096, 4096)
+    seen = []
+    kernel = GemmKernel(
+        shape,
+        GemmConfig(128, 256, 64, 256, 3, stream_k=132),
+        lambda a, b, out: seen.append(out.clone()),
+    )
+    out = torch.full((4096, 4096), float("nan"), dtype=torch.float16)
+    kernel(None, None, out)
+    assert torch.isnan(seen[0][: 24 * 128]).all()
+    assert (seen[0][24 * 128 :] == 0).all()
+    assert kernel.blocks == 132
+
+
 def test_split_k_needs_aligned_rows_of_c():
     with pytest.raises(ValueError, match=r"split_k=4: needs N \* 2 bytes.*N=1031"):
         make_gemm(GemmShape(4097, 1031, 515), GemmConfig(64, 128, 64, 128, 4, split_k=4))
@@ -347,6 +436,7 @@ def test_compile_is_memoised():
 
 DELAY_CASES = [
     (GemmShape(128, 128, 128), GemmConfig(128, 128, 32, 128, 4)),
+    (GemmShape(4096, 4096, 4096), GemmConfig.from_id("b128x256x64_t256_s3_e_sk132")),
     (GemmShape(8192, 8192, 8192), GemmConfig.from_id("b128x256x64_t256_s2_e_p132")),
     (GemmShape(16, 8192, 8192, "bfloat16"), GemmConfig.from_id("b64x256x64_t128_s4_k4")),
 ]
@@ -429,10 +519,15 @@ OPTION_SIZES = [(4097, 1031, 515), (16, 1024, 2048), (2048, 2304, 256)]
 
 def _supported(shape: GemmShape, config: GemmConfig) -> bool:
     """Split-K reduces, and the async pipeline loads, through TMA, which needs 16-byte
-    aligned rows: of C for split-K; of A and B for the async pipeline."""
+    aligned rows: of C for split-K (and stream-K through shared memory); of A and B for
+    the async pipeline, of A or B for stream-K."""
     if config.split_k > 1 and shape.n % 8:
         return False
     b_row = shape.k if shape.layout == "NT" else shape.n
+    if config.stream_k and shape.k % 8 and b_row % 8:
+        return False  # stream-K: one of them at least
+    if config.stream_k and config.smem_epilogue and shape.n % 8:
+        return False  # stream-K's reduce-add through shared memory
     return not (config.async_mma and (shape.k % 8 or b_row % 8))
 
 
@@ -458,9 +553,90 @@ def test_matches_float64_reference(shape, config):
         assert result.ok, str(result)
 
 
+# Stream-K (kernels/schedules.py): uneven shares of the last wave (4096^3: 7424 K steps
+# over 132 blocks), two-tile stream-K (1000^3 on 7 blocks: a full wave joins the one
+# leftover tile), fewer tiles than blocks (blocks with no K step), the panel order, odd
+# sizes with partial edge tiles, both partial-tile paths (TMA reduce-add through shared
+# memory, atomic adds from registers).
+STREAM_K_SIZES = {
+    "b128x256x64_t256_s3_e_sk132": [(4096, 4096, 4096), (3000, 5000, 7000)],
+    "b128x256x64_t256_s4_sk132": [
+        (4096, 4096, 4096),
+        (3000, 5000, 7000),
+        (4097, 1031, 512),  # C's rows unaligned: the atomic adds from registers
+        (1000, 1032, 515),  # A's rows unaligned: loaded without TMA
+    ],
+    "b256x128x64_t256_s3_w8_e_sk132": [(8192, 8192, 8192)],
+    "b128x128x64_t128_s4_sk7": [(1000, 1000, 1000)],
+    "b128x128x64_t128_s3_w4_e_sk7": [(1000, 1000, 1000)],
+    "b128x128x64_t128_s3_sk132": [(256, 512, 128)],
+    "b64x128x64_t128_s4_e_sk132": [(16, 1024, 2048)],
+}
+STREAM_K_CASES = [
+    (GemmShape(*size, dtype, layout), GemmConfig.from_id(config))
+    for config, sizes in STREAM_K_SIZES.items()
+    for size in sizes
+    for dtype in ("float16", "bfloat16")
+    for layout in ("NN", "NT")
+    if layout == "NN" or size[0] < 4096  # NT once per config, on the small sizes
+    if _supported(GemmShape(*size, dtype, layout), GemmConfig.from_id(config))
+]
+
+
+def tile_errors(shape: GemmShape, config: GemmConfig, got, ref):
+    """Relative Frobenius error of each block_m x block_n tile of C: a K segment lost or
+    added twice in one tile of many barely moves the error over all of C."""
+    import torch.nn.functional as F
+
+    bm, bn = config.block_m, config.block_n
+    tm, tn = -(-shape.m // bm), -(-shape.n // bn)
+    pad = (0, tn * bn - shape.n, 0, tm * bm - shape.m)
+    diff = F.pad(got.double() - ref, pad).reshape(tm, bm, tn, bn)
+    norm = F.pad(ref, pad).reshape(tm, bm, tn, bn)
+    return diff.square().sum((1, 3)).sqrt() / norm.square().sum((1, 3)).sqrt()
+
+
+def test_tile_errors_flag_one_wrong_tile():
+    """The per-tile check the stream-K test relies on, on the CPU: one tile missing a
+    sixteenth of its K steps stands out, where the error over all of C stays small."""
+    shape, config = GemmShape(1000, 1000, 1024), GemmConfig(128, 128, 64, 128, 3)
+    a, b = (
+        torch.randn(1000, 1024, dtype=torch.float64),
+        torch.randn(1024, 1000, dtype=torch.float64),
+    )
+    ref = a @ b
+    got = ref.clone()
+    got[128:256, 896:] -= a[128:256, :64] @ b[:64, 896:]  # a partial edge tile lost a step
+    errors = tile_errors(shape, config, got, ref)
+    assert errors.shape == (8, 8) and float(errors[1, 7]) > 0.2
+    assert float(errors.sum() - errors[1, 7]) == 0
+    assert torch.linalg.norm(got - ref) / torch.linalg.norm(ref) < 0.05
+
+
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("shape, config", DELAY_CASES[:1], ids=lambda v: v.id)
+@pytest.mark.parametrize(
+    "shape, config", STREAM_K_CASES, ids=[f"{s.id}-{c.id}" for s, c in STREAM_K_CASES]
+)
+def test_stream_k_matches_float64_reference_tile_by_tile(shape, config):
+    from harness.ops.gemm import GEMM
+
+    kernel = compile_gemm(shape, config)
+    for seed in (21, 22):  # fresh inputs and a fresh poisoned output each launch
+        inputs = GEMM.inputs(shape, seed)
+        inputs.out.fill_(float("nan"))  # the wrapper zeroes only the stream-K tiles' rows
+        kernel(inputs.a, inputs.b, inputs.out)
+        torch.cuda.synchronize()
+        assert not torch.isnan(inputs.out).any(), "outputs never written"
+        (ref,) = GEMM.reference(inputs)
+        errors = tile_errors(shape, config, inputs.out, ref)
+        worst = float(errors.max())
+        assert worst <= GEMM.tolerance(shape), f"worst tile rel err {worst:.1e}"
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("shape, config", DELAY_CASES[:2], ids=lambda v: v.id)
 def test_delayed_kernel_matches_float64_reference(shape, config):
     kernel = compile_gemm(shape, config, delay=True)
     kernel.delay_cycles = 20_000

@@ -64,6 +64,23 @@ def test_the_space_follows_the_sm_count():
     assert persistent(132) == {132} and persistent(16) == {16}
 
 
+def test_stream_k_is_searched_where_the_last_wave_is_partial():
+    """square4096 in 128x256 or 256x128 tiles: 512 tiles, 3.9 waves of 132 SMs, so the
+    space has their stream-K twins (3 and 4 stages) over one block per SM; 128 SMs take
+    the 512 tiles in 4 whole waves, and thin or short-K cases never get stream-K."""
+    square = case_shape("square4096", "float16")
+    streamed = [c for c in candidates(square, 132) if c.stream_k]
+    assert {c.stream_k for c in streamed} == {132}
+    assert {(c.block_m, c.block_n, c.num_stages) for c in streamed} == {
+        (128, 256, 3), (128, 256, 4), (256, 128, 3), (256, 128, 4)
+    }  # fmt: skip
+    assert {c.swizzle for c in streamed} == {0, 8, 16}
+    assert not any(c.stream_k for c in candidates(square, 128))
+    for name in ("decode16", "decode64", "attn_qk_t", "attn_pv"):
+        assert not any(c.stream_k for c in candidates(case_shape(name, "bfloat16"), 132))
+    assert not heuristic(square, 132).stream_k  # opt-in: only a tuned row picks it
+
+
 def test_the_heuristic_follows_the_sm_count():
     # 512 tiles of 128x256 at 4096^3: four waves of 132 SMs, half a wave of 1024, which
     # the 1024 tiles of 128x128 fill.
@@ -325,8 +342,9 @@ def test_committed_table_parses():
             for other in row.get("runner_up", []):
                 GemmConfig.from_id(other["config"])
             # A persistent winner launched one block per SM of the GPU it was tuned on.
-            persistent = GemmConfig.from_id(row["config"]).persistent
-            assert persistent in (0, entry["sm_count"])
+            config = GemmConfig.from_id(row["config"])
+            assert config.persistent in (0, entry["sm_count"])
+            assert config.stream_k in (0, entry["sm_count"])  # likewise stream-K
 
 
 def test_the_tuner_records_the_sm_count_and_refuses_another(tmp_path):
@@ -404,6 +422,7 @@ def test_async_twins_join_the_space_only_when_asked():
     assert twins and set(plain) <= set(both)
     for c in twins:  # never with the options the async pipeline does not take
         assert c.policy == "square" and c.persistent == 0 and c.split_k == 1
+        assert c.stream_k == 0
 
 
 def test_every_tuned_case_still_gets_its_table_row():

@@ -289,3 +289,16 @@ def test_the_sm_count_is_the_recorded_one():
     assert "512 tiles of 128x256x64 fill the 132 SMs in 3.9 waves" in tuned
     unknown = render_stage04(_rows(), META, title="S")
     assert "the run records no SM count" in unknown and " SMs" not in unknown.split("## Q")[0]
+
+
+def test_knob_effects_pair_a_stream_k_config_with_its_data_parallel_twin():
+    from harness.report.stage04 import knob_effects
+
+    shape = GemmShape(4096, 4096, 4096)
+    log = [
+        {"shape": shape.id, "config": "b128x256x64_t256_s4_w8_sk132", "quick_ms": 0.18},
+        {"shape": shape.id, "config": "b128x256x64_t256_s4_w8", "quick_ms": 0.20},
+    ]
+    effects = knob_effects(log, shape)
+    assert [e.knob for e in effects] == ["stream-K (_sk)"]
+    assert effects[0].median == pytest.approx(-0.1)

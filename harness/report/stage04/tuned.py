@@ -106,6 +106,7 @@ KNOBS = {
     "persistent grid (_p)": lambda c: replace(c, persistent=0),
     "row/col warp policy (_pr/_pc)": lambda c: replace(c, policy="square"),
     "split K (_k)": lambda c: replace(c, split_k=1),
+    "stream-K (_sk)": lambda c: replace(c, stream_k=0),
     "hand-written async pipeline (_a)": lambda c: replace(c, async_mma=False),
 }
 ASYNC = "hand-written async pipeline (_a)"

@@ -1,0 +1,189 @@
+"""How the dense GEMM's output tiles and K steps are shared out over its blocks: the
+grid's size, the rows of C that blocks add into (zeroed before each launch), and the
+stream-K schedule (``GemmConfig.stream_k``): which block computes which K steps of which
+output tile.
+
+Plain, swizzled and split-K grids launch one block per output tile (per tile and K
+split); a persistent grid (``GemmConfig.persistent``) loops its blocks over the tiles with
+``T.Persistent``. Under stream-K, ``stream_k`` persistent blocks (the caller passes the
+GPU's SM count) take the output tiles in the order ``T.use_swizzle(config.swizzle)``
+launches them (panels of ``swizzle`` tile rows walked column by column, every other
+panel backwards; row-major for 0), in two parts (the data-parallel + stream-K hybrid of
+Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix
+Multiplication on the GPU", PPoPP 2023):
+
+- data-parallel: the first ``waves * blocks`` tiles, whole, block ``b`` taking tiles
+  ``b``, ``b + blocks``, ... and writing each once, as the plain kernel does;
+- stream-K: the rest (the last, partial wave of tiles; plus one full wave where that
+  remainder would give each block less than ``MIN_SHARE`` of a tile's K steps: the
+  "two-tile" variant), whose K steps, laid end to end tile after tile, are cut into
+  ``blocks`` equal ranges (the first ones a step longer where they do not divide). A
+  block's range crosses one to a few tiles; where it covers a whole tile it writes it,
+  otherwise it adds its partial sum into C, zeroed over the stream-K tiles' rows before
+  launch.
+
+``shape`` and ``config`` below are a ``GemmShape`` and a ``GemmConfig`` (kernels/gemm.py
+imports this module). The stream-K schedule is integer arithmetic written once: the
+kernel evaluates it on TileLang expressions (``Ops`` of ``T.min``, ``T.max``,
+``T.if_then_else``), the tests on Python ints (``INT_OPS``).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# Least share of one tile's K steps that a block's stream-K range gets; under it the
+# range would be mostly pipeline fill and partial-sum epilogue, so one more wave of tiles
+# is moved from the data-parallel part into the stream-K part.
+MIN_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Ops:
+    """The operations the schedule needs beyond + - * // %: on Python ints here, on
+    TileLang expressions in the kernel (``T.min``, ``T.max``, ``T.if_then_else``)."""
+
+    min: Callable[[Any, Any], Any]
+    max: Callable[[Any, Any], Any]
+    select: Callable[[Any, Any, Any], Any]
+
+
+INT_OPS = Ops(min=min, max=max, select=lambda cond, a, b: a if cond else b)
+
+
+def tile_coords(t: Any, tiles_m: int, tiles_n: int, panel: int, ops: Any = INT_OPS) -> tuple:
+    """(tile row, tile column) of the ``t``-th tile in the order ``T.use_swizzle(panel)``
+    launches a grid of ``tiles_n`` x ``tiles_m`` blocks (TileLang's rasterization2DRow):
+    panels of ``panel`` tile rows (fewer in the last), each walked column by column with
+    the rows inner, odd panels from the right; ``panel`` 0 is row-major order."""
+    if panel == 0:
+        return t // tiles_n, t % tiles_n
+    p = t // (panel * tiles_n)
+    offset = t % (panel * tiles_n)
+    rows = ops.min(panel, tiles_m - p * panel)  # rows in this panel
+    col = offset // rows
+    col = col + (p % 2) * (tiles_n - 1 - 2 * col)  # odd panels run right to left
+    return p * panel + offset % rows, col
+
+
+@dataclass(frozen=True, slots=True)
+class StreamK:
+    """The split of one (shape, config) over ``blocks`` persistent blocks."""
+
+    blocks: int
+    tiles_m: int
+    tiles_n: int
+    k_steps: int  # K steps of one whole tile
+    panel: int  # the tile order's panel (GemmConfig.swizzle)
+    sk_tiles: int  # tiles in the stream-K part, the last ones in the tile order
+
+    @classmethod
+    def plan(cls, shape: Any, config: Any) -> "StreamK":
+        """The split of ``shape`` (a GemmShape) under ``config`` (a GemmConfig with
+        ``stream_k`` blocks, its ``swizzle`` the tile order's panel)."""
+        blocks = config.stream_k
+        tiles_m = -(-shape.m // config.block_m)
+        tiles_n = -(-shape.n // config.block_n)
+        k_steps = -(-shape.k // config.block_k)
+        tiles = tiles_m * tiles_n
+        remainder = tiles % blocks
+        if tiles <= blocks:
+            sk_tiles = tiles  # under one wave: every tile's K steps are shared out
+        elif remainder == 0:
+            sk_tiles = 0  # whole waves: nothing to balance
+        elif remainder < MIN_SHARE * blocks:
+            sk_tiles = remainder + blocks
+        else:
+            sk_tiles = remainder
+        return cls(blocks, tiles_m, tiles_n, k_steps, config.swizzle, sk_tiles)
+
+    @property
+    def tiles(self) -> int:
+        return self.tiles_m * self.tiles_n
+
+    @property
+    def dp_waves(self) -> int:
+        """Whole tiles each block computes before its stream-K range."""
+        return (self.tiles - self.sk_tiles) // self.blocks
+
+    @property
+    def dp_tiles(self) -> int:
+        return self.dp_waves * self.blocks
+
+    @property
+    def sk_steps(self) -> int:
+        """K steps in the stream-K part, over all its tiles."""
+        return self.sk_tiles * self.k_steps
+
+    @property
+    def share(self) -> int:
+        """The most K steps one block's stream-K range holds."""
+        return -(-self.sk_steps // self.blocks)
+
+    @property
+    def segments(self) -> int:
+        """The most tiles one block's stream-K range touches (each is a segment)."""
+        if self.share == 0:
+            return 0
+        return (self.share - 1) // self.k_steps + 2 if self.share > 1 else 1
+
+    @property
+    def units(self) -> int:
+        """Loop trips per block: its data-parallel tiles, then its stream-K segments."""
+        return self.dp_waves + self.segments
+
+    def sk_range(self, b: Any, ops: Any = INT_OPS) -> tuple:
+        """[start, end) of block ``b``'s K steps in the stream-K part, counted from the
+        first stream-K tile's first step; the first ``sk_steps % blocks`` blocks hold one
+        step more."""
+        base, extra = divmod(self.sk_steps, self.blocks)
+        return (
+            b * base + ops.min(b, extra),
+            (b + 1) * base + ops.min(b + 1, extra),
+        )
+
+    def unit(self, b: Any, u: Any, ops: Any = INT_OPS) -> tuple:
+        """(tile index in the tile order, first K step, K steps) of block ``b``'s ``u``-th
+        trip; K steps <= 0 means the trip has nothing to do. Trips below ``dp_waves`` are
+        whole tiles; the rest are the block's stream-K segments, tile by tile."""
+        start, end = self.sk_range(b, ops)
+        j = u - self.dp_waves  # segment index (negative on data-parallel trips)
+        tile = start // self.k_steps + j  # within the stream-K part
+        lo = ops.max(start, tile * self.k_steps)
+        hi = ops.min(end, (tile + 1) * self.k_steps)
+        dp = u < self.dp_waves
+        return (
+            ops.select(dp, u * self.blocks + b, self.dp_tiles + tile),
+            ops.select(dp, 0, lo - tile * self.k_steps),
+            ops.select(dp, self.k_steps, hi - lo),
+        )
+
+    def zero_from_row(self, block_m: int) -> int | None:
+        """The first row of C a stream-K tile covers (every row after it is zeroed before
+        launch, as the partial sums are added into C); None without stream-K tiles."""
+        if not self.sk_tiles:
+            return None
+        rows = (
+            tile_coords(t, self.tiles_m, self.tiles_n, self.panel)[0]
+            for t in range(self.dp_tiles, self.tiles)
+        )
+        return min(rows) * block_m
+
+
+def grid_blocks(shape: Any, config: Any) -> int:
+    """Blocks in one launch's grid."""
+    if config.persistent or config.stream_k:
+        return config.persistent or config.stream_k
+    return -(-shape.m // config.block_m) * -(-shape.n // config.block_n) * config.split_k
+
+
+def added_rows(shape: Any, config: Any) -> int | None:
+    """The first row of C from which the kernel adds partial tiles into C rather than
+    writing them, so those rows must be zeroed before each launch: every row under
+    split-K, the stream-K tiles' rows under stream-K; None where every tile is written
+    once."""
+    if config.split_k > 1:
+        return 0
+    if config.stream_k:
+        return StreamK.plan(shape, config).zero_from_row(config.block_m)
+    return None

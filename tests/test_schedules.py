@@ -1,0 +1,126 @@
+"""The GEMM's schedules (kernels/schedules.py) on the CPU: the stream-K split covers every
+K step of every output tile exactly once, its tile order is the swizzled grid's, and the
+rows it adds into are the rows zeroed before launch."""
+
+import itertools
+
+import pytest
+
+from kernels import GemmConfig, GemmShape
+from kernels.schedules import MIN_SHARE, StreamK, added_rows, grid_blocks, tile_coords
+
+
+def rasterization_2d_row(block_idx: int, grid_x: int, grid_y: int, panel_width: int):
+    """TileLang 0.1.15's rasterization2DRow (tl_templates/cuda/threadblock_swizzle.h),
+    line by line: the (blockIdx.x, blockIdx.y) that T.use_swizzle gives linear block
+    ``block_idx`` of a grid_x x grid_y grid."""
+    grid_size = grid_x * grid_y
+    panel_size = panel_width * grid_x
+    panel_offset = block_idx % panel_size
+    panel_idx = block_idx // panel_size
+    total_panel = -(-grid_size // panel_size)
+    stride = (
+        panel_width
+        if panel_idx + 1 < total_panel
+        else (grid_size - panel_idx * panel_size) // grid_x
+    )
+    col_idx = grid_x - 1 - panel_offset // stride if panel_idx & 1 else panel_offset // stride
+    row_idx = panel_offset % stride + panel_idx * panel_width
+    return col_idx, row_idx
+
+
+@pytest.mark.parametrize("tiles_m, tiles_n", [(32, 16), (24, 20), (7, 3), (1, 5), (5, 1)])
+@pytest.mark.parametrize("panel", [1, 4, 8, 16, 64])
+def test_tile_order_is_the_swizzled_grids(tiles_m, tiles_n, panel):
+    for t in range(tiles_m * tiles_n):
+        col, row = rasterization_2d_row(t, tiles_n, tiles_m, panel)
+        assert tile_coords(t, tiles_m, tiles_n, panel) == (row, col)
+
+
+def test_tile_order_without_panels_is_row_major():
+    assert [tile_coords(t, 2, 3, 0) for t in range(6)] == [
+        (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)
+    ]  # fmt: skip
+
+
+def _cover(plan: StreamK) -> tuple[dict, set]:
+    """(tile, K step) -> how many (block, trip) compute it; and the tiles some block adds
+    into (a partial range) rather than writes."""
+    count: dict = {}
+    added = set()
+    for b, u in itertools.product(range(plan.blocks), range(plan.units)):
+        t, first, steps = plan.unit(b, u)
+        if steps <= 0:
+            continue
+        assert 0 <= t < plan.tiles and 0 <= first and first + steps <= plan.k_steps
+        if steps < plan.k_steps:
+            added.add(t)
+        for k in range(first, first + steps):
+            count[t, k] = count.get((t, k), 0) + 1
+    return count, added
+
+
+SPLITS = [
+    # 4096^3 in 128x256 tiles on 132 SMs: 512 tiles, the last wave's 116 shared out
+    # (7424 K steps over 132 blocks: 32 blocks take 57, the rest 56).
+    ((4096, 4096, 4096), (128, 256, 64), 132, 0, 116),
+    # 8192^3: 2048 tiles, 68 left over; in panels of 8 tile rows.
+    ((8192, 8192, 8192), (256, 128, 64), 132, 8, 68),
+    # 1000^3 in 128x128 tiles on 7 blocks: 64 tiles, 1 left over, under MIN_SHARE of a
+    # wave, so a full wave joins it (two-tile stream-K).
+    ((1000, 1000, 1000), (128, 128, 64), 7, 4, 8),
+    # Fewer tiles than blocks: every tile is shared out; some blocks get no K step.
+    ((256, 512, 128), (128, 128, 64), 132, 0, 8),
+    ((16, 1024, 2048), (64, 128, 64), 132, 0, 8),
+    # Odd sizes, edges of partial tiles; 165 tiles on 132 blocks: 33 + 132.
+    ((4097, 1031, 515), (128, 256, 64), 132, 0, 165),
+    ((3000, 5000, 7000), (128, 256, 64), 132, 8, 84),
+    # Whole waves: nothing to balance, every tile data-parallel.
+    ((4096, 4096, 4096), (128, 256, 64), 128, 0, 0),
+]
+
+
+@pytest.mark.parametrize("size, tile, blocks, panel, sk_tiles", SPLITS)
+def test_stream_k_computes_every_k_step_of_every_tile_once(size, tile, blocks, panel, sk_tiles):
+    shape = GemmShape(*size)
+    threads = 256 if tile[0] * tile[1] > 128 * 128 else 128
+    config = GemmConfig(*tile, threads, 3, swizzle=panel, stream_k=blocks)
+    plan = StreamK.plan(shape, config)
+    assert plan.sk_tiles == sk_tiles
+    assert plan.dp_tiles + plan.sk_tiles == plan.tiles and plan.dp_tiles % blocks == 0
+    count, added = _cover(plan)
+    assert len(count) == plan.tiles * plan.k_steps
+    assert set(count.values()) == {1}
+    # Only stream-K tiles are added into, and they lie in the rows zeroed before launch.
+    assert all(t >= plan.dp_tiles for t in added)
+    rows = {tile_coords(t, plan.tiles_m, plan.tiles_n, panel)[0] for t in added}
+    zero_from = added_rows(shape, config)
+    if added:
+        assert min(rows) * config.block_m >= zero_from
+    else:
+        assert zero_from is None and sk_tiles == 0
+
+
+def test_stream_k_shares_the_last_wave_evenly():
+    plan = StreamK.plan(GemmShape(4096, 4096, 4096), GemmConfig(128, 256, 64, 256, 3, stream_k=132))
+    lengths = [end - start for start, end in map(plan.sk_range, range(132))]
+    assert sorted(set(lengths)) == [56, 57] and sum(lengths) == 116 * 64
+    assert plan.dp_waves == 3 and plan.units == 3 + 2  # 57 steps cross at most 2 tiles
+    assert plan.sk_tiles >= MIN_SHARE * plan.blocks
+
+
+def test_stream_k_zeroes_only_the_rows_of_its_tiles():
+    # 116 stream-K tiles of 16 per tile row: the last 7.25 tile rows, so from row 24.
+    config = GemmConfig(128, 256, 64, 256, 3, stream_k=132)
+    assert added_rows(GemmShape(4096, 4096, 4096), config) == 24 * 128
+    # Split-K adds into all of C; the plain and persistent kernels write every tile once.
+    assert added_rows(GemmShape(64, 64, 4096), GemmConfig(64, 64, 64, 128, 3, split_k=4)) == 0
+    assert added_rows(GemmShape(4096, 4096, 4096), GemmConfig(persistent=132)) is None
+
+
+def test_grid_blocks_of_each_schedule():
+    shape = GemmShape(4096, 4096, 4096)
+    assert grid_blocks(shape, GemmConfig(128, 256, 64, 256, 3)) == 512
+    assert grid_blocks(shape, GemmConfig(128, 256, 64, 256, 3, stream_k=132)) == 132
+    assert grid_blocks(shape, GemmConfig(128, 256, 64, 256, 3, persistent=66)) == 66
+    assert grid_blocks(shape, GemmConfig(64, 128, 64, 128, 3, split_k=4)) == 64 * 32 * 4
