@@ -12,23 +12,37 @@ from pathlib import Path
 import common
 
 
+def sm90a_kernel(family, params):
+    """The sm_90a build of one combination by the revision's own code: through its
+    operator (``kernel``, what its static tracks read) where the suite has the operator
+    contract, else (an older suite) its GEMM's ``compile_gemm``."""
+    if not hasattr(family.cls, "combination"):  # a suite from before the operator contract
+        from kernels import compile_gemm
+
+        return compile_gemm(*family.cls().case(*params), arch="sm_90a")
+    from harness.ops.contract import CompileTarget
+    from harness.ops.registry import operator
+
+    combo = common.discovery.combination(family, params)
+    if combo.config is None:
+        raise RuntimeError(
+            f"{combo.name}: no config to build here (the family picks it from the GPU it "
+            "runs on, and none is visible)"
+        )
+    # A fixed config: the SM count sizes nothing (as in the static tracks).
+    return operator(combo.operator).kernel(combo.shape, combo.config, CompileTarget(sm_count=1))
+
+
 def resources_of(tree: Path, only: set[str]) -> dict:
     """``{name: {registers, smem_bytes, spill_bytes, has_wgmma, has_tma} | {"error": why}}``
     of the kernels of the combinations ``only``, built by the revision on ``sys.path``."""
-    from kernels import compile_gemm
-
     read = common.tree_module("harness.measure.resources", "harness.resources").sm90a_resources
     kernels, out = {}, {}
     for name, family, params in common.discover(tree, None):
         if name not in only:
             continue
         try:
-            if hasattr(family.cls, "combination"):
-                combo = common.discovery.combination(family, params)
-                shape, config = combo.shape, combo.config
-            else:  # a suite from before the operator contract
-                shape, config = family.cls().case(*params)
-            kernels[name] = compile_gemm(shape, config, arch="sm_90a")
+            kernels[name] = sm90a_kernel(family, params)
         except Exception as err:
             out[name] = {"error": common.error_line(err)}
 
