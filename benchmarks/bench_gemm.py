@@ -53,6 +53,7 @@ from harness.cli import (
     count,
     output_file,
     positive_int,
+    progress_bar,
     sweep_status,
 )
 from harness.measure import device, metrics
@@ -469,7 +470,6 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
     """Measure the sweep; returns the finished rows and whether it was interrupted. A
     config that fails to build or run is a failed row, and the sweep goes on."""
     from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from harness.measure.cases import Case, CaseResult
 
@@ -490,14 +490,7 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
 
     if jsonl:
         jsonl.write(json.dumps({"meta": meta}) + "\n")
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = progress_bar(console, transient=True)
     try:
         with progress:
             task = progress.add_task("sweep", total=len(shapes) * len(todo))

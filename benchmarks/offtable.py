@@ -59,6 +59,7 @@ from harness.cli import (
     count,
     output_file,
     positive_int,
+    progress_bar,
     sweep_status,
 )
 from harness.measure import device, first_use
@@ -296,7 +297,6 @@ def run_meta(args, spec, argv: list[str]) -> dict:
 
 
 def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeResult], bool]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from harness.suite.discovery import Combination
     from harness.suite.precompile import precompile
@@ -315,14 +315,7 @@ def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeRes
     # precompile walks the suite's combinations (operator, shape, config).
     combos = list(dict.fromkeys(Combination(shape.id, "gemm", shape, c) for shape, c in pairs))
     rows: list[ShapeResult] = []
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = progress_bar(console, transient=True)
     try:
         with progress:
             task = progress.add_task(f"compiling {len(combos)} kernels", total=len(combos))

@@ -43,6 +43,7 @@ from harness.cli import (
     count,
     output_file,
     positive_int,
+    progress_bar,
 )
 from harness.measure import device, metrics
 from kernels import GemmConfig, GemmShape
@@ -240,14 +241,6 @@ class Tuner:
         return row
 
     def run(self) -> tuple[list[tuple[GemmShape, dict]], bool]:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
         from harness.measure.cases import Case
         from harness.suite.discovery import Combination
         from harness.suite.precompile import precompile
@@ -255,13 +248,7 @@ class Tuner:
         args = self.args
         done: list[tuple[GemmShape, dict]] = []
         fp16_ranked: dict[str, list] = {}
-        progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=self.console,
-        )
+        progress = progress_bar(self.console)
         try:
             with progress:
                 # fp16 of every case, then bf16: one compile pool per phase.

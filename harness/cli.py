@@ -19,6 +19,21 @@ EXIT_INCORRECT = 4  # a kernel's result disagreed with the reference
 EXIT_FAILED = 5  # a config failed to build or run (its row says why); the rest ran
 
 
+def progress_bar(console, transient: bool = False):
+    """The measuring commands' rich progress bar: what it is doing, the bar, done of total,
+    time so far (rich imported here: the gate's tools import this module without it)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=transient,
+    )
+
+
 def sweep_status(interrupted: bool, incorrect: bool, failed: bool) -> int:
     """A measuring command's exit status: an interruption first, then a wrong result,
     then a failed row."""
