@@ -3,11 +3,16 @@
     python3 -m families.grouped_gemm.cli --experts 8 --m-sizes 512 0 300 1024 77 640 128 256 \\
         --n 4096 --k 4096 --dtype bf16 --warmup 10 --repeat 50
 
+    python3 -m families.grouped_gemm.cli --moe --markdown reports/grouped_gemm_h200.md
+
 A is [sum M_g, K], B is [G, K, N]; expert g multiplies its M_g rows of A by B[g]. The
 baseline is ``torch._grouped_mm`` where the installed torch has it and a trial call on
 these inputs runs; otherwise one ``torch.matmul`` per expert, and the table says why.
 Each kernel config is first checked against a float64 reference per expert (on a
 NaN-poisoned output), then both are timed through the project's one timing path.
+``--moe`` does that for every layout of the asv family (``bench.GroupedGemm``: 8 and 64
+experts, K = N = 4096 and 7168, balanced and skewed routing, both dtypes) with its
+heuristic config, and ``--markdown`` writes their table.
 
 Exit status: 0 every config measured and correct; 2 bad input; 3 no GPU; 4 a kernel gave
 a wrong result; 5 a config failed to build or run (the rest are measured).
@@ -77,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel configs by id, e.g. b128x256x64_t256_s3 (default: the heuristic's "
         "choice for the shape)",
     )
+    s = p.add_argument_group("sweep")
+    s.add_argument(
+        "--moe",
+        action="store_true",
+        help="every layout the asv family tracks (its experts, K = N, routing and dtype "
+        "replace the problem options), each with the heuristic's config",
+    )
+    s.add_argument(
+        "--markdown",
+        metavar="PATH",
+        help="with --moe: write the table there (baseline, config, latencies, speedup)",
+    )
     add_timing_options(
         p, "the per-expert torch.matmul loop is several kernels: time it with the event backend"
     )
@@ -137,8 +154,9 @@ def table(shape: GroupedGemmShape, baseline: Row, why: str, kernels: list[Row]) 
     return lines
 
 
-def run(args, shape: GroupedGemmShape, configs: list[GemmConfig]) -> tuple[list[str], int]:
-    """Check and time every config and the baseline on one set of inputs."""
+def measure_rows(args, shape: GroupedGemmShape, configs: list[GemmConfig]):
+    """Check and time every config and the baseline on one set of inputs: (the baseline's
+    row, why it is the fallback or "", the configs' rows, exit status)."""
     from families.grouped_gemm.op import OPERATOR as GROUPED_GEMM
     from harness.measure.correctness import check_built
     from harness.measure.timing import measure
@@ -160,8 +178,13 @@ def run(args, shape: GroupedGemmShape, configs: list[GemmConfig]) -> tuple[list[
             first = f"{type(err).__name__}: {err}".splitlines()[0]
             rows.append(Row(config.id, None, error=first))
             status = status or EXIT_FAILED
-    lines = table(shape, Row(baseline.name, base_ms), baseline.why, rows)
-    return lines, status
+    return Row(baseline.name, base_ms), baseline.why, rows, status
+
+
+def run(args, shape: GroupedGemmShape, configs: list[GemmConfig]) -> tuple[list[str], int]:
+    """The table of every config and the baseline on one set of inputs, and the status."""
+    base, why, rows, status = measure_rows(args, shape, configs)
+    return table(shape, base, why, rows), status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,12 +195,21 @@ def main(argv: list[str] | None = None) -> int:
         shape = shape_of(args)
     except ValueError as err:
         parser.error(str(err))
+    if args.markdown and not args.moe:
+        parser.error("--markdown: writes the --moe sweep's table; add --moe")
+    if args.moe and args.config:
+        parser.error("--config: --moe times each layout's heuristic config; drop one of them")
     configs = args.config or [heuristic(shape)]
     reason = device.no_gpu_reason()
     if reason:
         print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
         return EXIT_NO_GPU
-    print(f"on {device.gpu_name()} ({', '.join(f'{k} {v}' for k, v in device.versions().items())})")
+    on = f"{device.gpu_name()} ({', '.join(f'{k} {v}' for k, v in device.versions().items())})"
+    print(f"on {on}")
+    if args.moe:
+        from families.grouped_gemm import moe
+
+        return moe.main(args, on, measure_rows)
     lines, status = run(args, shape, configs)
     print("\n".join(lines))
     return status
