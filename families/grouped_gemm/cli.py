@@ -207,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     on = f"{device.gpu_name()} ({', '.join(f'{k} {v}' for k, v in device.versions().items())})"
     print(f"on {on}")
     if args.moe:
-        from families.grouped_gemm import moe
+        from families.grouped_gemm import cli_moe
 
-        return moe.main(args, on, measure_rows)
+        return cli_moe.main(args, on, measure_rows)
     lines, status = run(args, shape, configs)
     print("\n".join(lines))
     return status

@@ -6,7 +6,8 @@ import types
 
 import pytest
 
-from families.grouped_gemm import cli, moe
+from families.grouped_gemm import cli
+from families.grouped_gemm import cli_moe as moe
 from families.grouped_gemm.bench import GroupedGemm
 from harness.cli import EXIT_FAILED, EXIT_INCORRECT, EXIT_INTERRUPTED, EXIT_OK
 
