@@ -100,5 +100,5 @@ def test_static_tracks_build_through_the_operator(monkeypatch):
     monkeypatch.setattr(op, "kernel", lambda shape, config, device: (shape.groups, config.id))
     cache = static.GroupedGemmResources().build_all()
     assert set(cache) == {(8, "f16"), (8, "bf16"), (64, "f16"), (64, "bf16")}
-    assert cache[(64, "f16")] == ("resources of", (64, "b64x128x64_t128_s4"))
+    assert cache[(64, "f16")] == ("resources of", (64, "b128x256x64_t256_s3"))
     assert {c.operator for c in built} == {"grouped_gemm"} and len(built) == 4

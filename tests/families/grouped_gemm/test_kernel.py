@@ -75,10 +75,14 @@ def test_config_space_and_first_choice_are_valid():
     for config in space:
         check_config(config)
     small, large = (
-        GroupedGemmShape((40, 0, 90), 4096, 4096),
+        GroupedGemmShape((40, 0, 20, 9), 4096, 4096),
         GroupedGemmShape((512,) * 8, 4096, 4096),
     )
     assert heuristic(small).block_m == 64 and heuristic(large).block_m == 128
+    # 64 experts of exactly 128 rows: 128-row tiles waste nothing, so the large tile.
+    assert heuristic(GroupedGemmShape((128,) * 64, 4096, 4096)).block_m == 128
+    # Many experts of 1-64 rows: 128-row tiles would double the padded rows.
+    assert heuristic(GroupedGemmShape((33, 64, 1, 50) * 16, 4096, 4096)).block_m == 64
 
 
 def test_matmul_loop_writes_every_expert_on_the_cpu():
