@@ -95,7 +95,9 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       block_K 128 with 2 stages on the two-warpgroup tiles; plus, where a two-warpgroup
       tile's output tiles leave more than ``STREAM_K_IDLE`` of the SMs' block slots idle
       over their waves (K > 256), its stream-K twins (one block per SM; block_K 64, 3 or 4
-      stages, epilogue direct or shared, tile order plain or in panels of 8 or 16).
+      stages, epilogue direct or shared, tile order plain or in panels of 8 or 16); plus,
+      where a tile's output tiles are less than a wave, K split 2-16 ways on 128x128 and
+      128x256 (``split_k_candidates``).
     - With ``async_mma``: also each supported config on the hand-written asynchronous
       pipeline (``_a``, kernels/gemm_async.py). 256x256 tiles are
       left out: four consumer warpgroups plus the producer leave ~100 registers a thread
@@ -163,6 +165,7 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
                         )
                     )
             out += stream_k_candidates(shape, sms)
+            out += split_k_candidates(shape, sms)
     if async_mma:
         # The hand-written asynchronous pipeline (kernels/gemm_async.py) as a twin of every
         # config it supports.
@@ -198,6 +201,41 @@ def stream_k_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
             out.append(
                 _valid(block_m=bm, block_n=bn, block_k=64, threads=256, num_stages=st, **fields)
             )
+    return [c for c in out if c is not None]
+
+
+# Split-K in the wide-tile space: splits searched where a tile's output tiles are less
+# than a wave, keeping at most two waves of blocks and this much K per split.
+WIDE_SPLITS = (2, 4, 8, 16)
+WIDE_MIN_SPLIT_K = 512
+
+
+def split_k_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
+    """K split over 2-16 blocks for the 128x128 (one warpgroup, 4 stages) and 128x256 (two,
+    3 stages) tiles where their output tiles fill less than one wave of ``sms`` SMs: mid
+    shapes (1.5k^2: 72 tiles of 128x256) and long K over small M and N, which the thin
+    space does not reach (M > 64 and N > 128). Splits that keep the blocks within two
+    waves and ``WIDE_MIN_SPLIT_K`` of K each; none where C's rows are not 16-byte aligned
+    (the reduce-add is a TMA store)."""
+    if (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
+        return []
+    out = []
+    for bm, bn, th, st in ((128, 128, 128, 4), (128, 256, 256, 3)):
+        tiles = output_tiles(shape, bm, bn)
+        if tiles >= sms:
+            continue
+        for split in WIDE_SPLITS:
+            if tiles * split <= 2 * sms and -(-shape.k // split) >= WIDE_MIN_SPLIT_K:
+                out.append(
+                    _valid(
+                        block_m=bm,
+                        block_n=bn,
+                        block_k=64,
+                        threads=th,
+                        num_stages=st,
+                        split_k=split,
+                    )
+                )
     return [c for c in out if c is not None]
 
 

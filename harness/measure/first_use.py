@@ -10,8 +10,10 @@ first-use cache (``first_use_cache``) so the next run reuses it.
 4. ``heuristic``: ``kernels.tuned.heuristic`` where every candidate failed.
 
 A tuning run times the heuristic's pick first, then the other candidates of
-``kernels.tuned.candidates`` in the order of the heuristic's own score (``expected``), up
-to ``Budget.candidates`` of them. Each is checked against a float64 reference and timed
+``kernels.tuned.candidates`` spread over their decompositions (tile, split of K, grid):
+the best of each by the heuristic's own score (``expected``) before a second of any, up
+to ``Budget.candidates`` of them (``plan``). On the H200 the first version, by score
+alone, tried sixteen variants of the pick's own tile on every off-table shape. Each is checked against a float64 reference and timed
 through the project's one timing path (``harness.measure.timing.measure``, L2 flushed,
 CUDA events); a config that fails to build, gives a wrong result or fails to launch is
 recorded with its error and skipped. A candidate starts only while the budget has time
@@ -31,6 +33,7 @@ once compiles nothing the next time.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -106,17 +109,32 @@ def _distance(a: GemmConfig, b: GemmConfig) -> int:
     return sum(getattr(a, f.name) != getattr(b, f.name) for f in fields(GemmConfig))
 
 
+def _structure(config: GemmConfig) -> tuple:
+    """What decomposes the work: the tile, its K step and warpgroups, the split of K and
+    the grid (data-parallel, persistent, stream-K). Configs alike in these differ only in
+    stages, block order, epilogue or warp policy."""
+    c = config
+    grid = "stream_k" if c.stream_k else "persistent" if c.persistent else "tiles"
+    return (c.block_m, c.block_n, c.block_k, c.threads, c.split_k, grid, c.async_mma)
+
+
 def plan(shape: GemmShape, sms: int, limit: int) -> list[GemmConfig]:
     """The configs a first-use tuning tries, in order: the heuristic's pick, then the
-    search space best score first (ties: the fewest fields away from the pick), ``limit``
-    in all."""
+    search space spread over its decompositions (``_structure``): the best-scored config
+    of each decomposition, best decomposition first, then the second best of each, and so
+    on (ties: the fewest fields away from the pick), ``limit`` in all. A budget of a few
+    candidates thus tries other tiles and splits of K, not only the pick's neighbours."""
     check_sms(sms)
     pick = heuristic(shape, sms)
     ranked = sorted(
         (c for c in candidates(shape, sms) if c != pick),
         key=lambda c: (-expected(shape, c, sms), _distance(c, pick)),
     )
-    return [pick, *ranked][:limit]
+    groups: dict[tuple, list[GemmConfig]] = {}
+    for c in ranked:
+        groups.setdefault(_structure(c), []).append(c)
+    spread = [c for layer in itertools.zip_longest(*groups.values()) for c in layer if c]
+    return [pick, *spread][:limit]
 
 
 @dataclass(frozen=True, slots=True)

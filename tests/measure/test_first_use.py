@@ -55,17 +55,42 @@ def configs(n):
 
 
 @pytest.mark.parametrize("shape", [OFF_TABLE, SKINNY, GemmShape(8192, 64, 8192)])
-def test_the_plan_starts_with_the_heuristic_then_the_space_by_the_heuristic_score(shape):
+def test_the_plan_starts_with_the_heuristic_then_spreads_over_decompositions(shape):
     got = plan(shape, SMS, 8)
     assert got[0] == heuristic(shape, SMS)
     assert len(got) == 8 == len(set(got))
     space = candidates(shape, SMS)
     assert all(c in space for c in got[1:])
-    scores = [first_use.expected(shape, c, SMS) for c in got[1:]]
-    assert scores == sorted(scores, reverse=True)
-    best_left_out = max(first_use.expected(shape, c, SMS) for c in space if c not in got)
-    assert min(scores) >= best_left_out
+    # Each decomposition's best-scored config comes before any second of one.
+    groups = {}
+    for c in space:
+        if c != got[0]:
+            groups.setdefault(first_use._structure(c), []).append(c)
+    firsts = [first_use._structure(c) for c in got[1:]]
+    n_first = min(len(groups), 7)
+    assert len(set(firsts[:n_first])) == n_first
+    for c in got[1 : 1 + n_first]:
+        peers = groups[first_use._structure(c)]
+        assert first_use.expected(shape, c, SMS) == max(
+            first_use.expected(shape, p, SMS) for p in peers
+        )
+    # Decompositions in the order of their best score.
+    best = [first_use.expected(shape, c, SMS) for c in got[1 : 1 + n_first]]
+    assert best == sorted(best, reverse=True)
     assert plan(shape, SMS, 1) == [heuristic(shape, SMS)]
+
+
+def test_a_small_budget_tries_other_tiles_and_splits_not_only_neighbours():
+    # 2500 x 1800: the heuristic picks 128x128; twelve candidates reach 128x256, 256x128,
+    # a persistent and a stream-K grid (the pick's neighbours alone filled sixteen).
+    shape = GemmShape(2500, 1800, 4000)
+    got = plan(shape, SMS, 12)
+    tiles = {(c.block_m, c.block_n) for c in got}
+    assert {(128, 128), (128, 256), (256, 128)} <= tiles
+    assert any(c.stream_k for c in got) and any(c.persistent for c in got)
+    # Long K over a small output: splits of K from 2 to 16 ways.
+    long_k = plan(GemmShape(384, 384, 24576), SMS, 8)
+    assert {c.split_k for c in long_k} >= {2, 4, 8, 16}
 
 
 def test_the_score_of_a_listed_tile_is_its_efficiency_and_others_scale_by_reuse():
