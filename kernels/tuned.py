@@ -285,8 +285,10 @@ THIN = TILES[-1]
 # while decode64's 128 tiles of 64x64 lost 7% split in two (0.0449 -> 0.0482 ms).
 SPLIT_BELOW = 0.5
 # Splits the tuning measured; each split reduce-adds its partial tile into C in the input
-# dtype, so fewer splits also round less.
-SPLITS = (2, 4, 8)
+# dtype, so fewer splits also round less. 16: on the H200's off-table long-K shapes,
+# first-use tuning picked 16 ways on 512x512x32768 (1.001x torch against 0.924x split 8)
+# and 128x1024x65536 NT (1.025x in 128x128 tiles against 0.814x split 4 in 64x64).
+SPLITS = (2, 4, 8, 16)
 # K each split keeps at least: decode16 split eight ways (1024 each) stayed within 2% of
 # its best split.
 MIN_SPLIT_K = 1024
