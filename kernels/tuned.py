@@ -361,8 +361,12 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       the best score wins (the first of a tie). So a tile that divides M and N beats one
       that pads them, 128x256 wins wherever it fills the SMs (every large case's winner),
       and smaller tiles win where it leaves SMs idle.
+    - Stream-K (``stream_k_score``) for the two-warpgroup tiles where their output tiles
+      are a wave or more: every SM busy at 0.90 of the plain grid's pace, so it wins where
+      the last wave leaves over a tenth of the slots idle (2500x1800x4000: 256x128 tiles
+      stream-K 0.0756 ms; plain 0.0949, 128x128 0.0947, persistent 128x128 0.0934).
     - Split-K (``split_for``), in every branch but the first: where a tile's output tiles
-      fill fewer than half the SMs (small M and N, long K), K is split 2, 4 or 8 ways, the
+      fill fewer than half the SMs (small M and N, long K), K is split 2-16 ways, the
       most that keeps the blocks within one wave and 1024 of K per split (decode16: 32
       tiles of 64x256 took 0.0614 ms, split in two 0.0469, eight ways 0.0478; decode64's
       128 tiles of 64x64 lost 7% split in two, so a grid that half-fills is left whole).
@@ -378,7 +382,31 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         value, config = score(shape, tile, sms)
         if value > best_value:
             best_value, best = value, config
+    for tile in TILES[:2]:
+        value, config = stream_k_score(shape, tile, sms)
+        if value > best_value:
+            best_value, best = value, config
     return best
+
+
+# Stream-K's throughput over the data-parallel grid's with every SM busy: the best stream-K
+# config over the best plain one, H200 quick timings of the same tile: 4096^3 fp16
+# 0.1874/0.2073 ms (0.904) and bf16 0.1816/0.2013 (0.902); 10000x8000x6000 bf16
+# 1.3116/1.4441 (0.908).
+STREAM_K_EFFICIENCY = 0.90
+
+
+def stream_k_score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmConfig]:
+    """``score`` of ``tile`` on a stream-K grid of one block per SM, which keeps every SM
+    busy (fill 1) at ``STREAM_K_EFFICIENCY`` of the tile's pace, over the padding; 0 where
+    the output tiles are less than a wave (there the blocks share a tile's K steps among
+    too many, and split K is the tool: 1536^2 ran 0.0223 ms plain, slower stream-K)."""
+    c = tile.config
+    tiles = output_tiles(shape, c.block_m, c.block_n)
+    if tiles < sms:
+        return 0.0, c
+    value = tile.efficiency * STREAM_K_EFFICIENCY / waste(shape, c.block_m, c.block_n)
+    return value, replace(c, stream_k=sms)
 
 
 # What a row must hold for ``lookup``; the tuner writes more (spread, runner-up, clocks).

@@ -172,6 +172,34 @@ def test_tile_efficiencies_are_the_tuning_logs():
         assert tile.efficiency == pytest.approx(statistics.median(ratios), abs=0.01)
 
 
+def test_stream_k_where_a_partial_last_wave_idles_the_sms_and_nowhere_else():
+    # 2500x1800x4000: 150 tiles of 256x128 leave 43% of two waves' slots idle; stream-K
+    # ran 0.0756 ms on the H200; the best other config, persistent 128x128, 0.0934.
+    config = heuristic(GemmShape(2500, 1800, 4000), SMS)
+    assert (config.block_m, config.block_n, config.stream_k) == (256, 128, SMS)
+    # Full waves, or many of them, stay plain; under a wave, split-K's place.
+    for size in [(4096, 4096, 4096), (3000, 5000, 7000), (10000, 8000, 6000), (1536, 1536, 1536)]:
+        assert heuristic(GemmShape(*size), SMS).stream_k == 0, size
+    # The rule follows the SM count: on 144 SMs, 150 tiles are just over a wave.
+    assert tuned.stream_k_score(GemmShape(2500, 1800, 4000), TILES[1], 151)[0] == 0.0
+
+
+def test_stream_k_efficiency_is_the_tuning_logs():
+    """Best stream-K config over the best plain one, square4096 in both dtypes."""
+    times: dict[str, dict[str, float]] = {}
+    for line in (ROOT / "reports" / "tune_h200_streamk.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "quick_ms" in row:
+            times.setdefault(row["shape"], {})[row["config"]] = row["quick_ms"]
+    ratios = []
+    for dtype in ("float16", "bfloat16"):
+        got = times[case_shape("square4096", dtype).id]
+        plain = min(ms for c, ms in got.items() if "_sk" not in c and "_p" not in c)
+        stream = min(ms for c, ms in got.items() if "_sk" in c)
+        ratios.append(plain / stream)
+    assert tuned.STREAM_K_EFFICIENCY == pytest.approx(statistics.median(ratios), abs=0.01)
+
+
 @pytest.mark.parametrize(
     "shape",
     [

@@ -13,12 +13,13 @@ A tuning run times the heuristic's pick first, then the other candidates of
 ``kernels.tuned.candidates`` spread over their decompositions (tile, split of K, grid):
 the best of each by the heuristic's own score (``expected``) before a second of any, up
 to ``Budget.candidates`` of them (``plan``). On the H200 the first version, by score
-alone, tried sixteen variants of the pick's own tile on every off-table shape. Each is checked against a float64 reference and timed
-through the project's one timing path (``harness.measure.timing.measure``, L2 flushed,
-CUDA events); a config that fails to build, gives a wrong result or fails to launch is
-recorded with its error and skipped. A candidate starts only while the budget has time
-left, so a run ends at most one candidate past it, and it keeps the best so far. One line
-per candidate shows its id, its latency, the best so far and the time left.
+alone, tried sixteen variants of the pick's own tile on every off-table shape. Each is
+checked against a float64 reference and timed through the project's one timing path
+(``harness.measure.timing.measure``, L2 flushed, CUDA events); a config that fails to
+build, gives a wrong result or fails to launch is recorded with its error and skipped. A
+candidate starts only while the budget has time left, so a run ends at most one
+candidate past it, and it keeps the best so far. One line per candidate shows its id,
+its latency, the best so far and the time left.
 
 Why not ``tilelang.autotune``'s cache: its key is a hash of the TileLang version, the tuned
 function's source and arguments, the whole candidate list and the compile and profile
