@@ -3,7 +3,10 @@ regression is a false alarm) and N comparisons against an injected slowdown of a
 size (every regression on the slowed benchmarks is a detection).
 
     nox -s gate_selftest -- [--n 20] [--slowdown 0.02] [--method paired] [--bench REGEX]
-                            [--gpus all] [--json selftest.json]
+                            [--gpus all] [--json selftest.json] [--resume FILE]
+
+``--resume FILE`` keeps a checkpoint of the finished iterations; the same command again
+runs only the missing ones (``selftest_state``), so n = 20 can span several sessions.
 
 With ``--method paired`` (the gate's default), each iteration is one fresh worker process
 holding three sides built from HEAD's tree, ``base``, ``head`` and ``injected``, whose
@@ -48,11 +51,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, fraction, gpu_list, positive_int, regex
+from harness.cli import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    fraction,
+    gpu_list,
+    positive_int,
+    regex,
+)
 from harness.gate import decide as gd
 from harness.gate import inject
 from harness.gate import run as gate
 from harness.gate import samples as gs
+from harness.gate.selftest_state import Checkpoint, join_shards, keep_cycles, tag_of
 from harness.gate.selftest_tally import compare, describe, render, tally, to_json
 from harness.revisions import fanout, git, launch, placement, records
 from harness.revisions.calibration import calibration_path
@@ -86,48 +97,6 @@ def order(i: int) -> tuple[str, ...]:
     return _ORDERS[i % len(_ORDERS)]
 
 
-def calibrations(run: records.Record) -> dict[str, records.Injection]:
-    """``{benchmark: injection}`` of the calibrations one injected worker's run made
-    (paired: the ``injected`` side's), leaving out benchmarks that were given their
-    cycles and those that failed."""
-    if isinstance(run, records.Fatal):
-        return {}
-    out = {}
-    for name, entry in run.results.items():
-        if isinstance(entry, records.Paired):
-            found = entry.injection.get("injected")
-        else:
-            found = entry.injection
-        if found is not None and found.steps:
-            out[name] = found
-    return out
-
-
-def keep_cycles(
-    setup: Setup,
-    run: records.Record,
-    tag: str,
-    log: Callable[[str], None],
-    calibrated: dict[str, records.Injection] | None = None,
-) -> Path | None:
-    """Write the cycles ``run``'s worker calibrated to a file for the later workers
-    (``--inject-cycles``) and add its records to ``calibrated``; the file, or None where
-    it calibrated nothing (the next worker calibrates again)."""
-    found = calibrations(run)
-    if not found:
-        return None
-    if calibrated is not None:
-        calibrated.update(found)
-    path = setup.work / f"inject-cycles{tag}.json"
-    cycles = {name: record.cycles for name, record in found.items()}
-    path.write_text(json.dumps(inject.cycles_record(setup.slowdown, cycles), indent=2) + "\n")
-    log(
-        f"gate_selftest{tag}: injection calibrated for {len(found)} benchmark(s); "
-        f"the later workers set these cycles ({path.name})"
-    )
-    return path
-
-
 def iterate(
     setup: Setup,
     gpu: int | None = None,
@@ -136,18 +105,21 @@ def iterate(
     out: list | None = None,
     timers: dict[str, None] | None = None,
     calibrated: dict[str, records.Injection] | None = None,
+    cycles: Path | None = None,
+    save: Callable[[], None] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``setup.n`` iterations on one GPU (all visible when None): per iteration and round,
     the three worker runs in that block's order; returns each iteration's verdicts,
     appended to ``out`` as each finishes (so an interrupted run keeps the finished ones);
     the paired workers' timers are added to ``timers``. The first injected worker
-    calibrates the delay (unless ``setup.cycles`` gives it; its records go to
-    ``calibrated``), every later one sets the same cycles."""
-    tag = "" if gpu is None else f"-gpu{gpu}"
+    calibrates the delay (unless ``cycles`` or ``setup.cycles`` gives it; its records go to
+    ``calibrated``), every later one sets the same cycles. Iterations already in ``out``
+    (a resumed run's) count; ``save`` is called after each new one."""
+    tag = tag_of(gpu)
     out = [] if out is None else out
     n, rounds = setup.n, setup.rounds
-    cycles = setup.cycles
-    for i in range(n):
+    cycles = cycles or setup.cycles
+    for i in range(len(out), n):
         start = time.perf_counter()
         runs = []
         for r in range(rounds):
@@ -163,7 +135,9 @@ def iterate(
                         inject_cycles=cycles,
                     )
                 )
-                cycles = cycles or keep_cycles(setup, payload, tag, log, calibrated)
+                cycles = cycles or keep_cycles(
+                    setup.work, setup.slowdown, payload, tag, log, calibrated
+                )
                 timer = fanout.timer_of([payload])
                 if timer and timers is not None and timer not in timers:
                     timers[timer] = None
@@ -185,10 +159,14 @@ def iterate(
                     only,
                     inject_cycles=cycles,
                 )
-                cycles = cycles or keep_cycles(setup, got[side], tag, log, calibrated)
+                cycles = cycles or keep_cycles(
+                    setup.work, setup.slowdown, got[side], tag, log, calibrated
+                )
             runs.append(got)
         aa, injected = compare(runs, setup.threshold, setup.thresholds, setup.method)
         out.append((aa, injected))
+        if save is not None:
+            save()
         alarms = sum(v.status == gd.REGRESSION for v in aa)
         detected = sum(v.status == gd.REGRESSION for v in injected)
         failed = sum(v.status == gd.FAILED for v in [*aa, *injected])
@@ -209,11 +187,14 @@ def split_iterate(
     out: dict | None = None,
     timers: dict[str, None] | None = None,
     calibrated: dict[str, records.Injection] | None = None,
+    resumed: Callable[[int | None], Path | None] = lambda gpu: None,
+    save: Callable[[], None] | None = None,
 ) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
     """``iterate`` on every GPU at once, each over its share of the benchmarks
     (``fanout.fan_out``, the gate's plan), then each iteration's verdicts joined across
-    GPUs. ``out`` collects each GPU's finished iterations as they come; ``calibrated``
-    each GPU's injection calibrations."""
+    GPUs. ``out`` collects each GPU's finished iterations as they come (and may hold a
+    resumed run's); ``calibrated`` each GPU's injection calibrations; ``resumed(gpu)``
+    gives a GPU's cycles from a checkpoint."""
     names = launch.listing(setup.tree, setup.bench, setup.work / "names.json")
     if isinstance(names, records.Fatal):
         raise RuntimeError(f"listing the benchmarks failed: {names.fatal}")
@@ -228,23 +209,12 @@ def split_iterate(
             out=out.setdefault(gpu, []),
             timers=timers,
             calibrated=calibrated,
+            cycles=resumed(gpu),
+            save=save,
         )
 
     fanout.fan_out(list(names.names), gpus, setup.work, "selftest", one)
     return join_shards(out)
-
-
-def join_shards(parts: dict) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
-    """Each iteration's verdicts joined across GPUs, for the iterations every GPU
-    finished."""
-    done = min((len(p) for p in parts.values()), default=0)
-    return [
-        (
-            [v for p in parts.values() for v in p[i][0]],
-            [v for p in parts.values() for v in p[i][1]],
-        )
-        for i in range(done)
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,6 +275,14 @@ def main(argv: list[str] | None = None) -> int:
         "same --slowdown (its .gate/selftest/inject-cycles*.json): set them instead of "
         "calibrating",
     )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="checkpoint: written after every iteration; run again with the same FILE and "
+        "settings to add only the missing iterations (an n = 20 run over several sessions)",
+    )
     args = p.parse_args(argv)
     threshold = gate.THRESHOLDS[args.method] if args.threshold is None else args.threshold
     if threshold >= args.slowdown:
@@ -350,10 +328,26 @@ def main(argv: list[str] | None = None) -> int:
         "(no calibration file)"
     )
     start = time.perf_counter()
-    launch.precompile({"tree": tree}, args.bench, log=log)
     finished: dict = {}
-    timers: dict[str, None] = {}
     calibrated: dict[str, records.Injection] = {}
+    save, resumed = None, lambda gpu: None
+    if args.resume is not None:
+        checkpoint = Checkpoint(args.resume, dict(
+            commit=sha, bench=args.bench, slowdown=args.slowdown, threshold=threshold,
+            method=args.method, rounds=args.rounds, gpus=gpus,
+            calibration=calibration.name if thresholds else None,
+        ), work)  # fmt: skip
+        try:
+            finished, calibrated = checkpoint.load()
+        except ValueError as err:
+            print(f"gate_selftest: error: {err}", file=sys.stderr)
+            return EXIT_FAILURE
+        save, resumed = (lambda: checkpoint.save(finished, calibrated)), checkpoint.resumed_cycles
+    loaded = len(join_shards(finished))
+    if args.resume is not None:
+        log(f"gate_selftest: resuming {args.resume}: {loaded} of {args.n} iterations finished")
+    launch.precompile({"tree": tree}, args.bench, log=log)
+    timers: dict[str, None] = {}
     interrupted = False
     try:
         if gpus is None:
@@ -363,9 +357,14 @@ def main(argv: list[str] | None = None) -> int:
                 out=finished.setdefault(None, []),
                 timers=timers,
                 calibrated=calibrated,
+                cycles=resumed(None),
+                save=save,
             )
         else:
-            split_iterate(setup, gpus, log=log, out=finished, timers=timers, calibrated=calibrated)
+            split_iterate(
+                setup, gpus, log=log, out=finished, timers=timers, calibrated=calibrated,
+                resumed=resumed, save=save,
+            )  # fmt: skip
     except KeyboardInterrupt:
         interrupted = True
     results = join_shards(finished)
@@ -381,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         record["method"] = args.method
         record["timer"] = "; ".join(timers) or None
         record["interrupted"] = interrupted
+        record["resumed_iterations"] = loaded
         record["calibration"] = calibration.name if thresholds else None
         record["wall_s"] = round(time.perf_counter() - start, 1)
         args.json.write_text(json.dumps(record, indent=2) + "\n")
