@@ -19,11 +19,15 @@ tens of microseconds of GPU work, and nothing waits between launches, so the hos
 ahead and a launch starts as soon as its flush ends (a 128^3 GEMM measured 8.9 us on the
 H200 this way).
 
-The order of the functions changes every launch slot, through every permutation in turn:
-each function takes each position, and follows each other one, equally often over
-``n!`` slots (the default 6 launches cover 2 and 3 functions exactly). A fixed rotation
-always puts the same function after the same one: with one, the H200 self-test saw A/A
-offsets of +0.4% on 128^3, where base always followed the injected side's spin.
+The order of the functions changes every launch slot, in rounds of ``n!`` slots that
+take every permutation once: each function takes each position, and follows each other
+one, equally often in a round (the default 6 launches cover 2 and 3 functions exactly).
+A fixed rotation always puts the same function after the same one: with one, the H200
+self-test saw A/A offsets of +0.4% on 128^3, where base always followed the injected
+side's spin. Each round takes its permutations in a shuffled order: the GPU has launch
+cycles of its own (decode16's launches ran slow at 4 phases of a cycle of 11 on the
+H200), and a fixed cycle of permutations fell in step with it, handing base or head the
+slow launches in alternate trials (A/A trial ratios 0.983-1.022).
 
 Two timers (``timer``): ``event`` brackets each launch with CUDA events; ``cupti`` runs the
 same launches under the profiler and reads each launch's kernel time from CUPTI's
@@ -41,6 +45,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
+import random
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -106,11 +111,26 @@ def _permutations(n: int) -> list[tuple[int, ...]]:
     return list(itertools.permutations(range(n)))
 
 
+@functools.lru_cache(maxsize=4096)
+def _round(n: int, index: int) -> tuple[int, ...]:
+    """The order in which round ``index`` (one slot per permutation) takes the
+    permutations of ``n`` functions: shuffled, reproducibly (seeded by the round)."""
+    order = list(range(len(_permutations(n))))
+    random.Random(index * 1009 + n).shuffle(order)
+    return tuple(order)
+
+
 def launch_order(n: int, trial: int, launch: int, launches: int = 6) -> tuple[int, ...]:
     """The order of the ``n`` functions at one launch slot of a trial of ``launches``:
-    the permutations of ``range(n)`` in turn, continuing across trials."""
+    slots go in rounds that take every permutation of ``range(n)`` once, each round in
+    a shuffled order, continuing across trials. A fixed cycle of permutations falls in
+    step with a cycle of the GPU's own (the H200 timed decode16's launches in a cycle of
+    11, slow at 4 of its phases) and hands one side more slow launches trial after trial;
+    shuffled rounds leave that to chance, while each round still puts every function in
+    every position, and after every other one, equally often."""
     perms = _permutations(n)
-    return perms[(trial * launches + launch) % len(perms)]
+    slot = trial * launches + launch
+    return perms[_round(n, slot // len(perms))[slot % len(perms)]]
 
 
 def interleaved(

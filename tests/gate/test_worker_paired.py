@@ -362,7 +362,9 @@ def test_the_injection_is_calibrated_on_the_gates_own_trials(worker, monkeypatch
     gate_seen = statistics.median(entry.ratios["injected"]) - 1.0
     assert abs(gate_seen - 0.02) <= worker.inject.CALIBRATION_TOLERANCE
     record = entry.injection["injected"]
-    assert record.seen == pytest.approx(gate_seen)  # the calibration saw what the gate did
+    # The calibration saw what the gate did (its steps run fewer trials than the gate,
+    # whose rounds of permutations are shuffled apart, so to within a tenth of a point).
+    assert record.seen == pytest.approx(gate_seen, abs=1e-3)
     # The model tells the rotations apart: the same cycles, two kernels in turn, pair by
     # pair (how the injection was calibrated before), miss what the gate sees.
     plain, slowed = lambda: "base", lambda: ("delayed", "base", record.cycles)
