@@ -96,10 +96,10 @@ def test_launches_for_names_the_bad_field(kwargs, field):
         interleave.launches_for(**kwargs)
 
 
-def _phase_biased_trial_ratios(period=11, slow=(2, 5, 6, 9), launches=42, trials=20):
-    """Per-trial head/base ratios of two identical kernels whose launch takes 2.5% longer
-    at some phases of a cycle of ``period`` launches in the whole sequence, with an
-    injected third side as in the self-test. The H200 timed decode16 so: its bf16 launch
+def _phase_biased_trial_ratios(period, slow, phase=0, launches=42, trials=20):
+    """Per-trial head/base ratios of two identical kernels, with an injected third side as
+    in the self-test, whose launches take 2.5% longer at the ``slow`` phases of a cycle of
+    ``period`` launches in the whole sequence. The H200 timed decode16 so: its bf16 launch
     durations correlated 0.77 at a lag of 11 launches (132 SMs / 12), and phases 2, 5, 6
     and 9 of the 11 ran about 1 us (2.5%) slower."""
     seq = []
@@ -108,17 +108,24 @@ def _phase_biased_trial_ratios(period=11, slow=(2, 5, 6, 9), launches=42, trials
             seq += [(f, t) for f in interleave.launch_order(3, t, j, launches)]
     sums = {}
     for g, (f, t) in enumerate(seq):
-        ms = 1.025 if g % period in slow else 1.0
+        ms = 1.025 if (g + phase) % period in slow else 1.0
         sums.setdefault((f, t), []).append(ms * (1.02 if f == 2 else 1.0))
     return [statistics.fmean(sums[(1, t)]) / statistics.fmean(sums[(0, t)]) for t in range(trials)]
 
 
-def test_a_launch_cycle_of_the_gpu_does_not_move_between_the_sides():
-    # The fixed cycle of permutations fell in step with the GPU's: base took more of the
-    # slow phases in one trial and head in the next (H200 A/A trial ratios 1.011, 0.984,
-    # 1.022, 0.984, ...; this model 0.994-1.007). Rounds of permutations in a shuffled
-    # order leave each side's share of slow launches to chance.
-    ratios = _phase_biased_trial_ratios()
-    spread = statistics.pstdev(ratios)
-    assert spread < 0.003, spread
-    assert abs(statistics.median(ratios) - 1) < 0.002
+def test_a_launch_cycle_of_the_gpu_does_not_bias_the_a_a_ratio():
+    # The gate reads the median of the trial ratios. A fixed cycle of permutations can fall
+    # in step with the GPU's cycle and give one side more slow launches in every trial:
+    # over these cycles its A/A median was off by up to 0.83% (0.41% at the 90th
+    # percentile). Rounds in a shuffled order leave the share to chance.
+    rng = random.Random(1)
+    bias = []
+    for period in range(2, 40):
+        for _ in range(4):
+            slow = set(rng.sample(range(period), rng.randint(1, max(1, period - 1))))
+            ratios = _phase_biased_trial_ratios(period, slow, rng.randrange(period))
+            bias.append(abs(statistics.median(ratios) - 1))
+    assert max(bias) < 0.0025, max(bias)
+    # The H200's own cycle.
+    h200 = _phase_biased_trial_ratios(11, {2, 5, 6, 9})
+    assert abs(statistics.median(h200) - 1) < 0.002
