@@ -180,6 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
         "plot of square4096",
     )
     o.add_argument(
+        "--offtable",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="with --tuned: off-table records (python3 -m benchmarks.offtable --json), each "
+        "a table of shapes nobody tuned; the first one's shapes join the roofline",
+    )
+    o.add_argument(
         "--replay",
         type=Path,
         metavar="JSONL",
@@ -383,10 +391,13 @@ def load_run(path: Path, run: str | None = None):
     return pick_run(path, runs, run), notes
 
 
-def tuned_data(report: Path, table_path: Path, log_path: Path | None, gpu: str, warn):
+def tuned_data(
+    report: Path, table_path: Path, log_path: Path | None, gpu: str, warn, offtable_paths=()
+):
     """What the report's Tuned Configs section is drawn from (``stage04.Tuned``); its
     plots are written next to ``report``."""
     from harness.report import plots
+    from harness.report.offtable import Record
     from harness.report.records import read_jsonl
     from harness.report.stage04 import KNOB_CASE, Tuned, roofline_points, sweep_bars, tuned_rows
     from kernels.tuned import case_shape, gpu_entry
@@ -399,13 +410,19 @@ def tuned_data(report: Path, table_path: Path, log_path: Path | None, gpu: str, 
     if not rows:
         raise ValueError(f"{table_path} has no tuned configs for {gpu!r}")
     drawn, meta, log = {}, {}, []
+    offtable = []
+    for path in offtable_paths:
+        try:
+            offtable.append(Record.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"--offtable {path}: not an off-table record ({err})") from None
     stem = report.with_suffix("")
     peaks = device.peaks_for(gpu)
     if peaks is None:
         warn(f"--tuned: no roofline plot: {device.no_peaks(gpu)} in {device.PEAKS_FILE.name}")
     else:
         path = plots.roofline(
-            roofline_points(rows),
+            roofline_points(rows, offtable[:1]),
             Path(f"{stem}_roofline.png"),
             f"Tuned GEMMs on the {gpu}",
             peaks.float16_tflops,
@@ -433,7 +450,7 @@ def tuned_data(report: Path, table_path: Path, log_path: Path | None, gpu: str, 
                 panels, Path(f"{stem}_tflops_4096.png"), f"TFLOP/s per config, {gpu}"
             )
             drawn["sweep"] = path.name
-    return Tuned(rows, gpu, sms, meta, log, drawn)
+    return Tuned(rows, gpu, sms, meta, log, drawn, offtable)
 
 
 def launch_row(case, config, console, write) -> None:
@@ -579,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tuned: adds a section to the report, so it needs --report")
     if args.tune_log and not args.tuned:
         parser.error("--tune-log: feeds the Tuned Configs section, so it needs --tuned")
+    if args.offtable and not args.tuned:
+        parser.error("--offtable: feeds the Tuned Configs section, so it needs --tuned")
     if args.run and not args.replay:
         parser.error("--run: picks a recorded run, so it needs --replay")
     try:
@@ -595,7 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.replay:
             parser.error("--tune-first-use: measures; --replay renders a recorded run")
         args.run_tilelang = True
-    for name, path in (("--tuned", args.tuned), ("--tune-log", args.tune_log)):
+    given = [("--tuned", args.tuned), ("--tune-log", args.tune_log)]
+    for name, path in given + [("--offtable", p) for p in args.offtable or ()]:
         if path is not None and not path.is_file():
             parser.error(f"{name}={path}: no such file")
     # Wide when piped or logged: rich would otherwise squeeze the table into 80 columns.
@@ -633,7 +653,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.tuned:
             try:
                 gpu = str(meta.get("gpu"))
-                tuned = tuned_data(args.report, args.tuned, args.tune_log, gpu, warn)
+                tuned = tuned_data(
+                    args.report, args.tuned, args.tune_log, gpu, warn, args.offtable or ()
+                )
             except (OSError, ValueError, KeyError) as err:
                 parser.error(f"--tuned: {err}")
         args.report.write_text(render_stage04(results, meta, title=args.title, tuned=tuned))

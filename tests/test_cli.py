@@ -133,6 +133,38 @@ def test_replay_with_the_tuned_table_adds_the_section_and_plots(tmp_path):
         assert f"]({png})" in text and (tmp_path / png).stat().st_size > 5000
 
 
+def test_replay_with_off_table_records_adds_their_tables_and_points(tmp_path):
+    report = tmp_path / "r.md"
+    out = _run(
+        "--replay",
+        "reports/stage04_gemm.jsonl",
+        "--report",
+        str(report),
+        "--tuned",
+        "kernels/tuned_configs.json",
+        "--offtable",
+        "reports/offtable_h200.json",
+        "reports/offtable_first_use_h200.json",
+    )
+    assert out.returncode == 0, out.stderr
+    text = report.read_text()
+    assert "**Shapes nobody tuned.**" in text
+    assert text.count("| `m2500_n1800_k4000_f16` | NN |") == 2
+    assert "the heuristic's config" in text and "each shape tuned on first use" in text
+    assert "17 shapes: median speedup" in text
+    assert "shapes nobody tuned (hollow o, +)](r_roofline.png)" in text
+
+
+def test_an_off_table_file_that_is_not_a_record_is_a_clear_error(tmp_path):
+    bad = tmp_path / "o.json"
+    bad.write_text('{"version": 1}')
+    args = ["--replay", "reports/stage04_gemm.jsonl", "--report", str(tmp_path / "r.md")]
+    out = _run(*args, "--tuned", "kernels/tuned_configs.json", "--offtable", str(bad))
+    assert out.returncode == 2 and "--offtable" in out.stderr and "not an off-table" in out.stderr
+    out = _run(*args, "--offtable", "reports/offtable_h200.json")
+    assert out.returncode == 2 and "--offtable: feeds the Tuned Configs section" in out.stderr
+
+
 def test_tuned_table_without_this_gpu_is_a_clear_error(tmp_path):
     table = tmp_path / "t.json"
     table.write_text('{"NVIDIA H100": {}}')

@@ -201,6 +201,26 @@ def progress_line(index: int, total: int, row: ShapeResult) -> str:
 COLUMNS = ("shape", "layout", "categories", "config", "source", "speedup", "range", "rel err")
 
 
+def table_lines(record: Record) -> list[str]:
+    """The shapes' table and the summary line (the off-table report's body, and the
+    stage-04 report's section on shapes nobody tuned)."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in record.rows:
+        spread = r.spread
+        cells = [
+            f"`{r.shape}`",
+            r.layout,
+            ", ".join(r.categories),
+            f"`{r.config}`",
+            r.source,
+            "FAILED" if r.error else _fmt(r.speedup, ".3f"),
+            "-" if spread is None else f"{spread[0]:.3f}-{spread[1]:.3f}",
+            _fmt(r.rel_error, ".1e"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, "", summarise(record.rows).line()]
+
+
 def render_markdown(record: Record) -> str:
     """A table of the shapes and the summary, with the run's GPU, timer and command."""
     meta = record.meta
@@ -215,23 +235,9 @@ def render_markdown(record: Record) -> str:
         f"Command: `{meta.get('command', '?')}` ({meta.get('date', '?')}; "
         f"TileLang {meta.get('tilelang', '?')}, torch {meta.get('torch', '?')}).",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        *table_lines(record),
+        "",
     ]
-    for r in record.rows:
-        spread = r.spread
-        cells = [
-            f"`{r.shape}`",
-            r.layout,
-            ", ".join(r.categories),
-            f"`{r.config}`",
-            r.source,
-            "FAILED" if r.error else _fmt(r.speedup, ".3f"),
-            "-" if spread is None else f"{spread[0]:.3f}-{spread[1]:.3f}",
-            _fmt(r.rel_error, ".1e"),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", summarise(record.rows).line(), ""]
     failed = [r for r in record.rows if r.error]
     for r in failed:
         lines.append(f"- `{r.shape}` failed: {r.error}")

@@ -86,16 +86,26 @@ def roofline(
         color="black",
         label=f"roof: {bandwidth_tbps} TB/s, {peak_tflops:.0f} TFLOP/s",
     )
-    styles = {"TileLang": ("o", "#4c72b0"), "torch.matmul": ("x", "#c44e52")}
-    for kind, (marker, color) in styles.items():
+    # Off-table shapes (``... (off-table)``) hollow or lighter, and not labelled.
+    styles = {
+        "TileLang": ("o", "#4c72b0", "#4c72b0"),
+        "torch.matmul": ("x", None, "#c44e52"),
+        "TileLang (off-table)": ("o", "none", "#4c72b0"),
+        "torch.matmul (off-table)": ("+", None, "#e08a8c"),
+    }
+    for kind, (marker, face, edge) in styles.items():
         mine = [p for p in points if p.kind == kind]
+        if not mine:
+            continue
+        # Line markers (x, +) take one colour; a filled one a face and an edge.
+        colours = {"color": edge} if face is None else {"facecolors": face, "edgecolors": edge}
         ax.scatter(
             [p.intensity for p in mine],
             [p.tflops for p in mine],
             marker=marker,
-            color=color,
             label=kind,
             zorder=3,
+            **colours,
         )
     # One label per case (its dtypes share the intensity), staggered where cases crowd.
     labelled: dict[str, Point] = {}

@@ -302,3 +302,21 @@ def test_knob_effects_pair_a_stream_k_config_with_its_data_parallel_twin():
     effects = knob_effects(log, shape)
     assert [e.knob for e in effects] == ["stream-K (_sk)"]
     assert effects[0].median == pytest.approx(-0.1)
+
+
+def test_off_table_shapes_join_the_roofline_at_their_median_latencies():
+    from harness.report.offtable import Record, ShapeResult
+    from harness.report.stage04 import roofline_points
+
+    shape = GemmShape(2500, 1800, 4000)
+    timed = ShapeResult.of(
+        shape, ("mid",), "b128x128x64_t128_s4", "heuristic",
+        kernel_ms=(0.2, 0.1, 0.3), torch_ms=(0.05, 0.06, 0.04),
+        rel_error=1e-4, correct=True, launches=6, timer="cupti",
+    )  # fmt: skip
+    failed = ShapeResult.of(GemmShape(1000, 1000, 1000), ("mid",), "x", "heuristic", error="boom")
+    points = roofline_points([], [Record({}, (timed, failed))])
+    assert {p.kind for p in points} == {"TileLang (off-table)", "torch.matmul (off-table)"}
+    kernel = next(p for p in points if p.kind.startswith("TileLang"))
+    assert kernel.tflops == pytest.approx(2 * 2500 * 1800 * 4000 / 0.2e-3 / 1e12)
+    assert kernel.label == timed.shape and len(points) == 2

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from harness.measure import metrics
+from harness.report import offtable
 from harness.report.plots import Bar, Point
 from harness.report.stage04.common import (
     KNOB_CASE,
@@ -81,13 +82,26 @@ def tuned_rows(got: Mapping[str, dict]) -> list[TunedRow]:
     return rows
 
 
-def roofline_points(rows: Sequence[TunedRow]) -> list[Point]:
+def roofline_points(
+    rows: Sequence[TunedRow], records: Sequence[offtable.Record] = ()
+) -> list[Point]:
+    """Each tuned case's TileLang and torch.matmul throughput at its intensity, and each
+    timed shape of the off-table ``records`` (median latencies over their rounds)."""
     points = []
     for r in rows:
         ai = metrics.arithmetic_intensity(r.shape.flops, r.shape.min_bytes)
         label = f"{r.case} {'f16' if r.shape.dtype == 'float16' else 'bf16'}"
         points.append(Point(label, ai, r.tflops, "TileLang"))
         points.append(Point(label, ai, r.torch_tflops, "torch.matmul"))
+    for record in records:
+        for r in record.rows:
+            if not r.measured:
+                continue
+            shape = GemmShape(r.m, r.n, r.k, r.dtype, r.layout)
+            ai = metrics.arithmetic_intensity(shape.flops, shape.min_bytes)
+            for kind, samples in (("TileLang", r.kernel_ms), ("torch.matmul", r.torch_ms)):
+                tflops = metrics.tflops(shape.flops, statistics.median(samples) * 1e-3)
+                points.append(Point(r.shape, ai, tflops, f"{kind} (off-table)"))
     return points
 
 
@@ -174,6 +188,8 @@ class Tuned:
     meta: Mapping = field(default_factory=dict)
     log: Sequence[dict] = ()
     plots: Mapping[str, str] = field(default_factory=dict)
+    # Off-table measurements (``python3 -m benchmarks.offtable --json``), each its own table.
+    offtable: Sequence[offtable.Record] = ()
 
     @property
     def device(self) -> Device:
@@ -267,6 +283,19 @@ def _limits(tuned: Tuned, effects: Sequence[KnobEffect]) -> str:
     )
 
 
+def _offtable_part(record: offtable.Record) -> str:
+    meta = record.meta
+    return fill(
+        "offtable_part",
+        command=meta.get("command", "python3 -m benchmarks.offtable"),
+        date=meta.get("date", ""),
+        rounds=meta.get("rounds", "?"),
+        timer=meta.get("timer", "?"),
+        first_use=bool(meta.get("first_use")),
+        table="\n".join(offtable.table_lines(record)),
+    )
+
+
 def render_tuned(tuned: Tuned) -> str:
     """Tuned Configs: the table of every case, which reach parity, the effect of each knob
     and what holds the rest back (with the tuner's log), and the plots."""
@@ -314,7 +343,10 @@ def render_tuned(tuned: Tuned) -> str:
         effects=lines("knob_line", effect_lines),
         knob_shape=None if winner is None else shape_text(winner.shape),
         limits=_limits(tuned, effects) if effects else None,
+        offtable="\n\n".join(_offtable_part(r) for r in tuned.offtable) or None,
         sweep_png=sweep,
         sweep_shape=shape_text(case_shape(KNOB_CASE, "float16")).split()[0],
         roofline_png=tuned.plots.get("roofline"),
+        roofline_caption="Roofline with the tuned cases: TileLang (o) and torch.matmul (x)"
+        + (", and the first set of shapes nobody tuned (hollow o, +)" if tuned.offtable else ""),
     )
