@@ -294,6 +294,15 @@ def run_device(meta: Mapping[str, object], tuned: Tuned | None = None) -> Device
     return Device.named(name, sms if isinstance(sms, int) and sms > 0 else None)
 
 
+def _offtable_below(tuned) -> str | None:
+    """The shapes nobody tuned below the floor in the last off-table record given (the
+    newest, by the order the report was asked for), with their speedups."""
+    if tuned is None or not tuned.offtable:
+        return None
+    rows = [r for r in tuned.offtable[-1].rows if r.measured and r.speedup < 0.90]
+    return ", ".join(f"{r.shape} {r.speedup:.2f}" for r in rows) or None
+
+
 def render_stage04(
     results: Sequence, meta: Mapping[str, object], title: str, tuned: Tuned | None = None
 ) -> str:
@@ -331,6 +340,7 @@ def render_stage04(
         **_bottleneck(results, device),
         **async_values(tuned),
         "decode_below": ", ".join(decode_below) or None,
+        "offtable_below": _offtable_below(tuned),
         **_question_values(results, device),
     }
     return template.fill(pieces()[template.MAIN], values)
