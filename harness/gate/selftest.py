@@ -51,14 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cli import (
-    EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    fraction,
-    gpu_list,
-    positive_int,
-    regex,
-)
+from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, fraction, gpu_list, positive_int, regex
 from harness.gate import decide as gd
 from harness.gate import inject
 from harness.gate import run as gate
@@ -332,11 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     calibrated: dict[str, records.Injection] = {}
     save, resumed = None, lambda gpu: None
     if args.resume is not None:
-        checkpoint = Checkpoint(args.resume, dict(
-            commit=sha, bench=args.bench, slowdown=args.slowdown, threshold=threshold,
-            method=args.method, rounds=args.rounds, gpus=gpus,
-            calibration=calibration.name if thresholds else None,
-        ), work)  # fmt: skip
+        settings = {"commit": sha, "bench": args.bench, "slowdown": args.slowdown}
+        settings |= {"threshold": threshold, "method": args.method, "rounds": args.rounds}
+        settings |= {"gpus": gpus, "calibration": calibration.name if thresholds else None}
+        checkpoint = Checkpoint(args.resume, settings, work)
         try:
             finished, calibrated = checkpoint.load()
         except ValueError as err:
@@ -361,10 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                 save=save,
             )
         else:
-            split_iterate(
-                setup, gpus, log=log, out=finished, timers=timers, calibrated=calibrated,
-                resumed=resumed, save=save,
-            )  # fmt: skip
+            shared = {"timers": timers, "calibrated": calibrated, "save": save}
+            split_iterate(setup, gpus, log=log, out=finished, resumed=resumed, **shared)
     except KeyboardInterrupt:
         interrupted = True
     results = join_shards(finished)
