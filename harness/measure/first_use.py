@@ -68,10 +68,12 @@ QUICK = {"warmup": 5, "repeat": 20}
 @dataclass(frozen=True, slots=True)
 class Budget:
     """How much a first-use tuning may spend: wall-clock seconds (compiling, checking and
-    timing) and candidates at most."""
+    timing) and candidates at most. Sixteen: on the H200 host (16 cores) a shape's 16
+    candidates took 1-2 s once compiled, and 4 of the 17 off-table winners sit 12th-15th
+    in the spread plan (``reports/offtable_first_use_h200.json``), past a budget of 8."""
 
     seconds: float = 60.0
-    candidates: int = 8
+    candidates: int = 16
 
     def __post_init__(self) -> None:
         s = self.seconds
