@@ -26,7 +26,14 @@ from dataclasses import dataclass
 
 from benchmarks.bench_gemm import add_timing_options
 from families.grouped_gemm.kernel import GroupedGemmShape, check_config, heuristic
-from harness.cli import EXIT_FAILED, EXIT_INCORRECT, EXIT_NO_GPU, count, positive_int
+from harness.cli import (
+    EXIT_FAILED,
+    EXIT_INCORRECT,
+    EXIT_NO_GPU,
+    count,
+    output_file,
+    positive_int,
+)
 from harness.measure import device, metrics
 from harness.measure.timing import check_counts
 from kernels import GemmConfig
@@ -91,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--markdown",
+        type=output_file,
         metavar="PATH",
         help="with --moe: write the table there (baseline, config, latencies, speedup)",
     )

@@ -99,6 +99,10 @@ def tag_of(gpu: int | None) -> str:
     return "" if gpu is None else f"-gpu{gpu}"
 
 
+class _Differs(Exception):
+    """A checkpoint setting that is not this run's: (the setting, its saved value)."""
+
+
 def _verdict(d: Mapping) -> gd.Verdict:
     return gd.Verdict(**{f.name: d[f.name] for f in dataclasses.fields(gd.Verdict)})
 
@@ -129,28 +133,34 @@ class Checkpoint:
         try:
             data = json.loads(self.path.read_text())
             version = data["version"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            if version != VERSION:
+                raise ValueError(f"version {version!r}, this reads {VERSION}")
+            saved = data["settings"]
+            for key in SETTINGS:
+                if saved.get(key) != self.settings[key]:
+                    raise _Differs(key, saved.get(key))
+            finished = {
+                (None if key == "all" else int(key)): [
+                    ([_verdict(v) for v in aa], [_verdict(v) for v in injected])
+                    for aa, injected in iterations
+                ]
+                for key, iterations in data["iterations"].items()
+            }
+            cycles = {
+                (None if key == "all" else int(key)): record
+                for key, record in data.get("cycles", {}).items()
+            }
+            calibrated = {name: _injection(d) for name, d in data.get("calibrated", {}).items()}
+        except _Differs as differs:
+            key, theirs = differs.args
+            raise ValueError(
+                f"--resume {self.path}: {key} was {theirs!r} there, is {self.settings[key]!r} "
+                "now; resume with the same settings, or name a new checkpoint file"
+            ) from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"--resume {self.path}: not a self-test checkpoint ({err})") from None
-        if version != VERSION:
-            raise ValueError(f"--resume {self.path}: version {version!r}, this reads {VERSION}")
-        for key in SETTINGS:
-            theirs, ours = data["settings"].get(key), self.settings[key]
-            if theirs != ours:
-                raise ValueError(
-                    f"--resume {self.path}: {key} was {theirs!r} there, is {ours!r} now; "
-                    "resume with the same settings, or name a new checkpoint file"
-                )
-        finished = {
-            (None if key == "all" else int(key)): [
-                ([_verdict(v) for v in aa], [_verdict(v) for v in injected])
-                for aa, injected in iterations
-            ]
-            for key, iterations in data["iterations"].items()
-        }
-        for key, record in data.get("cycles", {}).items():
-            gpu = None if key == "all" else int(key)
+        for gpu, record in cycles.items():
             cycles_file(self.work, tag_of(gpu)).write_text(json.dumps(record, indent=2) + "\n")
-        calibrated = {name: _injection(d) for name, d in data.get("calibrated", {}).items()}
         return finished, calibrated
 
     def resumed_cycles(self, gpu: int | None) -> Path | None:
@@ -182,6 +192,7 @@ class Checkpoint:
                 "cycles": cycles,
             }
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + ".tmp")
+            # One temporary file per process: two runs never write through the same one.
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(data, indent=1) + "\n")
             os.replace(tmp, self.path)

@@ -121,3 +121,16 @@ def test_verdicts_round_trip_with_unbounded_intervals(tmp_path):
     state.save({0: [([v], [v])]}, {})
     finished, calibrated = state.load()
     assert finished == {0: [([v], [v])]} and calibrated == {}
+
+
+def test_a_damaged_checkpoint_is_refused_not_a_traceback(monkeypatch, tmp_path, capsys):
+    checkpoint = tmp_path / "selftest.json"
+    _offline(monkeypatch, tmp_path, StoppingPairedWorker(stop_at=3))
+    _run(tmp_path, checkpoint)
+    data = json.loads(checkpoint.read_text())
+    data["iterations"]["all"][0][0][0].pop("status")  # a verdict cut short
+    checkpoint.write_text(json.dumps(data))
+    _offline(monkeypatch, tmp_path, StoppingPairedWorker())
+    assert _run(tmp_path, checkpoint)[0] == EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert "not a self-test checkpoint" in err and "Traceback" not in err

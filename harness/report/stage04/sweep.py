@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from harness.measure import metrics
 from harness.measure.correctness import TOLERANCE
-from harness.report import template
+from harness.report import offtable, template
 from harness.report.stage04.common import (
     BASELINE,
     Device,
@@ -299,7 +299,7 @@ def _offtable_below(tuned) -> str | None:
     newest, by the order the report was asked for), with their speedups."""
     if tuned is None or not tuned.offtable:
         return None
-    rows = [r for r in tuned.offtable[-1].rows if r.measured and r.speedup < 0.90]
+    rows = [r for r in tuned.offtable[-1].rows if r.measured and r.speedup < offtable.FLOOR]
     return ", ".join(f"{r.shape} {r.speedup:.2f}" for r in rows) or None
 
 

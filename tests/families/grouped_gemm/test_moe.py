@@ -85,6 +85,8 @@ def test_interrupt_keeps_the_finished_rows(tmp_path):
     [
         (["--markdown", "x.md"], "--markdown: writes the --moe sweep's table; add --moe"),
         (["--moe", "--config", "b128x128x64_t128_s3"], "--config: --moe times each layout"),
+        # Checked before any GPU work, so a sweep's table is never lost at the end.
+        (["--moe", "--markdown", "/proc/x.md"], "--markdown: '/proc/x.md'"),
     ],
 )
 def test_sweep_options_are_refused_with_the_rule(argv, message, capsys):
