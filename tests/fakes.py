@@ -169,9 +169,11 @@ def fake_injection(name: str, fraction: float, cycles_file=None) -> records.Inje
     """A worker's injection record: calibrated now (cycles from the name, one step), or
     the cycles ``cycles_file`` gives (no steps), as ``harness.gate.inject`` makes them."""
     if cycles_file is None:
-        cycles = 1000 + len(name)
+        cycles = 1000 + len(name) + round(fraction * 1e4)
         return records.Injection(fraction, cycles, fraction, ((cycles, fraction),))
-    cycles = json.loads(cycles_file.read_text())["cycles"][name]
+    files = [cycles_file] if isinstance(cycles_file, Path) else list(cycles_file)
+    found = [json.loads(f.read_text()) for f in files]
+    cycles = next(r["cycles"][name] for r in found if r["slowdown"] == fraction)
     return records.Injection(fraction, cycles, None, ())
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import traceback
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -190,6 +191,17 @@ def read_cycles(text: str, fractions: Collection[float]) -> dict[str, int]:
     """``{benchmark: cycles}`` of a ``cycles_record`` file's ``text``, calibrated for the
     slowdown every one of ``fractions`` asks for; ValueError naming the field and the
     rule otherwise (the caller names the file and its option)."""
+    slowdown, cycles = _parse_cycles(text)
+    off = sorted(f for f in set(fractions) if abs(f - slowdown) > 1e-12)
+    if off:
+        raise ValueError(
+            f"slowdown={slowdown!r}: its cycles were calibrated for {slowdown:.2%}, this run "
+            f"injects {off[0]:.2%}; calibrate again (leave the option out)"
+        )
+    return cycles
+
+
+def _parse_cycles(text: str) -> tuple[float, dict[str, int]]:
     try:
         record = json.loads(text)
     except ValueError as err:
@@ -202,37 +214,53 @@ def read_cycles(text: str, fractions: Collection[float]) -> dict[str, int]:
     slowdown = record.get("slowdown")
     if isinstance(slowdown, bool) or not isinstance(slowdown, (int, float)):
         raise ValueError(f"slowdown={slowdown!r}: must be a number")
-    off = sorted(f for f in set(fractions) if abs(f - slowdown) > 1e-12)
-    if off:
-        raise ValueError(
-            f"slowdown={slowdown!r}: its cycles were calibrated for {slowdown:.2%}, this run "
-            f"injects {off[0]:.2%}; calibrate again (leave the option out)"
-        )
     cycles = record.get("cycles")
     if not isinstance(cycles, dict) or not cycles:
         raise ValueError("cycles: must map benchmark names to cycles, got none")
     for name, value in cycles.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"cycles[{name!r}]={value!r}: must be an integer >= 1")
-    return dict(cycles)
+    return float(slowdown), dict(cycles)
 
 
-def cycles_option(parser, path, fractions: Collection[float]) -> dict[str, int]:
-    """The cycles of ``--inject-cycles FILE`` (``path``) for a run injecting
-    ``fractions``; a missing, unreadable or malformed file, or one without an injection
-    to apply it to, is ``parser``'s usage error naming the option (exit 2), before any
-    GPU work. The worker and the self-test read the option through this."""
+def cycles_option(parser, paths, fractions: Collection[float]) -> dict[float, dict[str, int]]:
+    """``{fraction: {benchmark: cycles}}`` of the ``--inject-cycles`` files ``paths`` (one
+    path, or one per injected slowdown) for a run injecting ``fractions``: each file's
+    slowdown must be one of them, and each of them needs exactly one file. A missing,
+    unreadable or malformed file, or one without an injection to apply it to, is
+    ``parser``'s usage error naming the option (exit 2), before any GPU work. The worker
+    and the self-test read the option through this."""
     if not fractions:
         parser.error("--inject-cycles: needs --inject SIDE=FRACTION or --inject-slowdown")
-    try:
-        with open(path) as file:
-            text = file.read()
-    except OSError as err:
-        parser.error(f"--inject-cycles={path}: cannot read it ({err.strerror or err})")
-    try:
-        return read_cycles(text, fractions)
-    except ValueError as err:
-        parser.error(f"--inject-cycles={path}: {err}")
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    wanted = sorted(set(fractions))
+    out: dict[float, dict[str, int]] = {}
+    for path in paths:
+        try:
+            with open(path) as file:
+                text = file.read()
+        except OSError as err:
+            parser.error(f"--inject-cycles={path}: cannot read it ({err.strerror or err})")
+        try:
+            slowdown, cycles = _parse_cycles(text)
+            match = [f for f in wanted if abs(f - slowdown) <= 1e-12]
+            if not match:
+                read_cycles(text, [f for f in wanted if f not in out] or wanted)
+            if match[0] in out:
+                raise ValueError(
+                    f"slowdown={slowdown!r}: another file already gives the cycles for "
+                    f"{slowdown:.2%}; give one file per injected slowdown"
+                )
+        except ValueError as err:
+            parser.error(f"--inject-cycles={path}: {err}")
+        out[match[0]] = cycles
+    missing = [f for f in wanted if f not in out]
+    if missing:
+        parser.error(
+            f"--inject-cycles: no file for the {missing[0]:.2%} injection; give one file per "
+            "injected slowdown, or leave the option out to calibrate them all"
+        )
+    return out
 
 
 def given(kernel, name: str, fraction: float, cycles: Mapping[str, int]) -> dict:

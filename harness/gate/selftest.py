@@ -4,9 +4,19 @@ size (every regression on the slowed benchmarks is a detection).
 
     nox -s gate_selftest -- [--n 20] [--slowdown 0.02] [--method paired] [--bench REGEX]
                             [--gpus all] [--json selftest.json] [--resume FILE]
+    nox -s gate_selftest -- --slowdown 0.02 0.01 --threshold 0.01 0.005 \
+                            --json at2pct.json at1pct.json    # two records, one run
 
 ``--resume FILE`` keeps a checkpoint of the finished iterations; the same command again
-runs only the missing ones (``selftest_state``), so n = 20 can span several sessions.
+runs only the missing ones (``selftest_state``), so n = 20 can span several sessions, and
+``--stop-after SECONDS`` ends a run between iterations, before a time limit.
+
+Several slowdowns share every worker: each gets its own injected side (``injected`` for
+the first, ``injected@<fraction>`` for the others), and each its own comparisons, tally
+and record, decided at its own threshold. The A/A comparisons of the records are then
+the same base and head samples, decided at each record's threshold: the records are
+each a valid self-test, not independent of each other. A fourth side adds a third to
+each worker's time, where a second self-test would double it.
 
 With ``--method paired`` (the gate's default), each iteration is one fresh worker process
 holding three sides built from HEAD's tree, ``base``, ``head`` and ``injected``, whose
@@ -42,7 +52,6 @@ gate: a benchmark it marks too noisy is counted as such, neither detected nor al
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -51,26 +60,42 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, fraction, gpu_list, positive_int, regex
+from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED
 from harness.gate import decide as gd
-from harness.gate import inject
-from harness.gate import run as gate
 from harness.gate import samples as gs
+from harness.gate import selftest_args
 from harness.gate.selftest_state import Checkpoint, join_shards, keep_cycles, tag_of
-from harness.gate.selftest_tally import compare, describe, render, tally, to_json
+from harness.gate.selftest_tally import compare, iteration_line, render, tally, to_json
 from harness.revisions import fanout, git, launch, placement, records
 from harness.revisions.calibration import calibration_path
 from harness.suite import discovery
 
 SIDES = ("base", "head", "injected")
-_ORDERS = list(itertools.permutations(SIDES))
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """One injected slowdown: the side that carries it, and the gate's floor and
+    per-benchmark thresholds (calibration) its comparisons, A/A included, are decided at."""
+
+    side: str
+    slowdown: float
+    threshold: float
+    thresholds: Mapping[str, float] | None = None
+
+
+def arm_side(index: int, slowdown: float) -> str:
+    """The injected side of the ``index``-th slowdown."""
+    return "injected" if index == 0 else f"injected@{slowdown:g}"
 
 
 @dataclass(frozen=True, slots=True)
 class Setup:
     """What every iteration shares: the worktree of HEAD, the benchmark regex, how many
     iterations and gate rounds, the injected slowdown, the gate's floor, the work folder
-    and per-benchmark thresholds (calibration) when there are any."""
+    and per-benchmark thresholds (calibration) when there are any; ``also``, further
+    slowdowns measured by the same workers; ``deadline``, a ``time.monotonic()`` past
+    which no iteration should end (``--stop-after``)."""
 
     tree: Path
     bench: str
@@ -81,13 +106,80 @@ class Setup:
     work: Path
     thresholds: Mapping[str, float] | None = None
     method: str = "paired"
-    cycles: Path | None = None  # calibrated delay cycles to start from (``--inject-cycles``)
+    # calibrated delay cycles to start from (``--inject-cycles``): a file for the first
+    # slowdown, or {side: file}
+    cycles: Path | Mapping[str, Path] | None = None
+    also: tuple[Arm, ...] = ()
+    deadline: float | None = None
+
+    @property
+    def arms(self) -> tuple[Arm, ...]:
+        first = Arm("injected", self.slowdown, self.threshold, self.thresholds)
+        return (first, *self.also)
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return ("base", "head", *(arm.side for arm in self.arms))
+
+    def given_cycles(self) -> dict[str, Path]:
+        if self.cycles is None:
+            return {}
+        return {"injected": self.cycles} if isinstance(self.cycles, Path) else dict(self.cycles)
 
 
-def order(i: int) -> tuple[str, ...]:
-    """The order of the three runs in block ``i``: all six permutations in turn, so each
-    side takes each position, and each pair each relative order, equally often."""
-    return _ORDERS[i % len(_ORDERS)]
+def order(i: int, sides: tuple[str, ...] = SIDES) -> tuple[str, ...]:
+    """The order of the runs in block ``i``: all permutations of ``sides`` in turn, so
+    each side takes each position, and each pair each relative order, equally often."""
+    orders = list(itertools.permutations(sides))
+    return orders[i % len(orders)]
+
+
+def _runs(setup, i, tag, gpu, only, cycles, log, calibrated, timers) -> list[dict]:
+    """The rounds of iteration ``i``: per round one paired worker holding every side, or
+    (process) each side's own worker in the block's order. The first injected worker
+    calibrates the delays; their files are added to ``cycles`` (side -> file)."""
+    arms, runs = setup.arms, []
+    injected = {arm.side: arm.slowdown for arm in arms}
+    for r in range(setup.rounds):
+        if setup.method == "paired":
+            given = [cycles[arm.side] for arm in arms] if len(cycles) == len(arms) else None
+            payload = launch.run_paired(
+                dict.fromkeys(setup.sides, setup.tree),
+                setup.bench,
+                setup.work / f"paired{tag}-{i}-{r}.json",
+                inject=injected,
+                gpu=gpu,
+                only=only,
+                inject_cycles=given,
+            )
+            if given is None:
+                cycles.update(keep_cycles(setup.work, injected, payload, tag, log, calibrated))
+            timer = fanout.timer_of([payload])
+            if timer and timers is not None and timer not in timers:
+                timers[timer] = None
+                log(f"gate_selftest{tag}: timer: {timer}")
+            runs.append(payload)
+            continue
+        got = {}
+        for side in order(i * setup.rounds + r, setup.sides):
+            out_file = setup.work / f"{side}{tag}-{i}-{r}.json"
+            if side not in injected:
+                got[side] = launch.run_worker(setup.tree, setup.bench, out_file, 0.0, gpu, only)
+                continue
+            got[side] = launch.run_worker(
+                setup.tree,
+                setup.bench,
+                out_file,
+                injected[side],
+                gpu,
+                only,
+                inject_cycles=cycles.get(side),
+            )
+            if side not in cycles:
+                one = {side: injected[side]}
+                cycles.update(keep_cycles(setup.work, one, got[side], tag, log, calibrated))
+        runs.append(got)
+    return runs
 
 
 def iterate(
@@ -97,79 +189,39 @@ def iterate(
     log: Callable[[str], None] = print,
     out: list | None = None,
     timers: dict[str, None] | None = None,
-    calibrated: dict[str, records.Injection] | None = None,
-    cycles: Path | None = None,
+    calibrated: dict[str, dict[str, records.Injection]] | None = None,
+    cycles: Mapping[str, Path] | None = None,
     save: Callable[[], None] | None = None,
-) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
+) -> list[tuple[list[gd.Verdict], ...]]:
     """``setup.n`` iterations on one GPU (all visible when None): per iteration and round,
-    the three worker runs in that block's order; returns each iteration's verdicts,
-    appended to ``out`` as each finishes (so an interrupted run keeps the finished ones);
-    the paired workers' timers are added to ``timers``. The first injected worker
-    calibrates the delay (unless ``cycles`` or ``setup.cycles`` gives it; its records go to
-    ``calibrated``), every later one sets the same cycles. Iterations already in ``out``
-    (a resumed run's) count; ``save`` is called after each new one."""
+    the worker runs (``_runs``); returns each iteration's verdicts, (A/A, injected) per
+    arm, appended to ``out`` as each finishes (so an interrupted run keeps the finished
+    ones); the paired workers' timers are added to ``timers``. The first injected worker
+    calibrates the delays (unless ``cycles``, side -> file, or ``setup.cycles`` give them;
+    its records go to ``calibrated[side]``), every later one sets the same cycles.
+    Iterations already in ``out`` (a resumed run's) count; ``save`` is called after each
+    new one. Past ``setup.deadline`` (judged by the last iteration) it stops early."""
     tag = tag_of(gpu)
     out = [] if out is None else out
-    n, rounds = setup.n, setup.rounds
-    cycles = cycles or setup.cycles
-    for i in range(len(out), n):
-        start = time.perf_counter()
-        runs = []
-        for r in range(rounds):
-            if setup.method == "paired":
-                runs.append(
-                    payload := launch.run_paired(
-                        dict.fromkeys(SIDES, setup.tree),
-                        setup.bench,
-                        setup.work / f"paired{tag}-{i}-{r}.json",
-                        inject={"injected": setup.slowdown},
-                        gpu=gpu,
-                        only=only,
-                        inject_cycles=cycles,
-                    )
-                )
-                cycles = cycles or keep_cycles(
-                    setup.work, setup.slowdown, payload, tag, log, calibrated
-                )
-                timer = fanout.timer_of([payload])
-                if timer and timers is not None and timer not in timers:
-                    timers[timer] = None
-                    log(f"gate_selftest{tag}: timer: {timer}")
-                continue
-            block = i * rounds + r
-            got = {}
-            for side in order(block):
-                out_file = setup.work / f"{side}{tag}-{i}-{r}.json"
-                if side != "injected":
-                    got[side] = launch.run_worker(setup.tree, setup.bench, out_file, 0.0, gpu, only)
-                    continue
-                got[side] = launch.run_worker(
-                    setup.tree,
-                    setup.bench,
-                    out_file,
-                    setup.slowdown,
-                    gpu,
-                    only,
-                    inject_cycles=cycles,
-                )
-                cycles = cycles or keep_cycles(
-                    setup.work, setup.slowdown, got[side], tag, log, calibrated
-                )
-            runs.append(got)
-        aa, injected = compare(runs, setup.threshold, setup.thresholds, setup.method)
-        out.append((aa, injected))
+    cycles = {**setup.given_cycles(), **(cycles or {})}
+    last = None
+    for i in range(len(out), setup.n):
+        if setup.deadline is not None and last is not None:
+            if time.monotonic() + last > setup.deadline:
+                log(f"gate_selftest{tag}: --stop-after reached; {i} of {setup.n} iterations done")
+                break
+        start = time.monotonic()
+        runs = _runs(setup, i, tag, gpu, only, cycles, log, calibrated, timers)
+        verdicts = []
+        for arm in setup.arms:
+            verdicts += compare(runs, arm.threshold, arm.thresholds, setup.method, arm.side)
+        out.append(tuple(verdicts))
         if save is not None:
             save()
-        alarms = sum(v.status == gd.REGRESSION for v in aa)
-        detected = sum(v.status == gd.REGRESSION for v in injected)
-        failed = sum(v.status == gd.FAILED for v in [*aa, *injected])
-        log(
-            f"gate_selftest{tag}: iteration {i + 1}/{n}: A/A {alarms} false alarm(s), "
-            f"detected {detected}/{len(injected)}"
-            + (f", {failed} failed" if failed else "")
-            + f" ({time.perf_counter() - start:.0f} s)"
-            + describe(aa, injected)
-        )
+        last = time.monotonic() - start
+        slowdowns = [arm.slowdown for arm in setup.arms]
+        line = iteration_line(slowdowns, verdicts, last)
+        log(f"gate_selftest{tag}: iteration {i + 1}/{setup.n}: {line}")
     return out
 
 
@@ -179,15 +231,15 @@ def split_iterate(
     log: Callable[[str], None] = print,
     out: dict | None = None,
     timers: dict[str, None] | None = None,
-    calibrated: dict[str, records.Injection] | None = None,
-    resumed: Callable[[int | None], Path | None] = lambda gpu: None,
+    calibrated: dict[str, dict[str, records.Injection]] | None = None,
+    resumed: Callable[[int | None], Mapping[str, Path]] = lambda gpu: {},
     save: Callable[[], None] | None = None,
-) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
+) -> list[tuple[list[gd.Verdict], ...]]:
     """``iterate`` on every GPU at once, each over its share of the benchmarks
     (``fanout.fan_out``, the gate's plan), then each iteration's verdicts joined across
     GPUs. ``out`` collects each GPU's finished iterations as they come (and may hold a
     resumed run's); ``calibrated`` each GPU's injection calibrations; ``resumed(gpu)``
-    gives a GPU's cycles from a checkpoint."""
+    gives a GPU's cycles files from a checkpoint."""
     names = launch.listing(setup.tree, setup.bench, setup.work / "names.json")
     if isinstance(names, records.Fatal):
         raise RuntimeError(f"listing the benchmarks failed: {names.fatal}")
@@ -210,85 +262,13 @@ def split_iterate(
     return join_shards(out)
 
 
+def _one_or_all(values: list):
+    return values[0] if len(values) == 1 else list(values)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="nox -s gate_selftest --",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--n", type=positive_int, default=20, help="comparisons of each kind")
-    p.add_argument(
-        "--slowdown", type=fraction, default=0.02, help="injected, in (0, 1): 0.02 = 2%%"
-    )
-    p.add_argument(
-        "--method",
-        choices=("paired", "process"),
-        default="paired",
-        help="how the gate measures (its default for a kernel change: paired)",
-    )
-    p.add_argument(
-        "--rounds",
-        type=positive_int,
-        default=1,
-        help="worker processes (paired) or rounds (process) per comparison",
-    )
-    p.add_argument(
-        "--threshold",
-        type=fraction,
-        default=None,
-        help="the gate's floor for this test (default: the gate's own for --method); it "
-        "must sit below --slowdown to detect it",
-    )
-    p.add_argument(
-        "--bench",
-        type=regex,
-        default=None,
-        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
-    )
-    p.add_argument(
-        "--gpus",
-        type=gpu_list,
-        default=None,
-        help="'all' or indices like 0,1: split the benchmarks over these GPUs",
-    )
-    p.add_argument("--json", type=Path, default=None, help="also write the tally here")
-    p.add_argument(
-        "--calibration",
-        type=Path,
-        default=None,
-        help="per-benchmark thresholds, as the gate applies them "
-        "(default: calibration/<machine>.json when present; --threshold stays the floor)",
-    )
-    p.add_argument(
-        "--inject-cycles",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="the injected delay's cycles per benchmark from an earlier self-test at the "
-        "same --slowdown (its .gate/selftest/inject-cycles*.json): set them instead of "
-        "calibrating",
-    )
-    p.add_argument(
-        "--resume",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="checkpoint: written after every iteration; run again with the same FILE and "
-        "settings to add only the missing iterations (an n = 20 run over several sessions)",
-    )
-    args = p.parse_args(argv)
-    threshold = gate.THRESHOLDS[args.method] if args.threshold is None else args.threshold
-    if threshold >= args.slowdown:
-        p.error(
-            f"--slowdown={args.slowdown}: must exceed the threshold ({threshold}) to be "
-            "detectable; lower --threshold or raise --slowdown"
-        )
+    args = selftest_args.parse(argv, __doc__)
     args.bench = args.bench or discovery.gate_subset(git.ROOT)
-    if args.calibration is not None and not args.calibration.is_file():
-        p.error(f"--calibration={args.calibration}: no such file")
-    if args.inject_cycles is not None:
-        inject.cycles_option(p, args.inject_cycles, [args.slowdown])
-        args.inject_cycles = args.inject_cycles.resolve()
     try:
         gpus = placement.gpus_for(args.gpus)
     except ValueError as err:
@@ -300,35 +280,51 @@ def main(argv: list[str] | None = None) -> int:
     tree = git.worktree(work, "tree", sha)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     calibration = args.calibration or calibration_path()
-    thresholds = gs.thresholds(calibration, args.method, floor=args.threshold)
+    arms = tuple(
+        Arm(
+            arm_side(k, slowdown),
+            slowdown,
+            threshold,
+            gs.thresholds(calibration, args.method, floor),
+        )
+        for k, (slowdown, threshold, floor) in enumerate(
+            zip(args.slowdown, args.thresholds, args.floors, strict=True)
+        )
+    )
+    calibrated_by = bool(arms[0].thresholds)
+    start = time.perf_counter()
+    deadline = None if args.stop_after is None else time.monotonic() + args.stop_after
     setup = Setup(
         tree,
         args.bench,
         args.n,
         args.rounds,
-        args.slowdown,
-        threshold,
+        arms[0].slowdown,
+        arms[0].threshold,
         work,
-        thresholds,
+        arms[0].thresholds,
         args.method,
-        args.inject_cycles,
+        {arm.side: args.cycles_files[arm.slowdown] for arm in arms} if args.cycles_files else None,
+        arms[1:],
+        deadline,
     )
+    floors = ", ".join(f"{arm.threshold:.1%}" for arm in arms)
     log(
         f"gate_selftest: {args.method}; thresholds per benchmark from {calibration.name}, "
-        f"floor {threshold:.0%}, cap {gd.MAX_THRESHOLD:.0%}"
-        if thresholds
-        else f"gate_selftest: {args.method}; threshold {threshold:.0%} for all "
-        "(no calibration file)"
+        f"floor {floors}, cap {gd.MAX_THRESHOLD:.0%}"
+        if calibrated_by
+        else f"gate_selftest: {args.method}; threshold {floors} for all (no calibration file)"
     )
-    start = time.perf_counter()
     finished: dict = {}
-    calibrated: dict[str, records.Injection] = {}
-    save, resumed = None, lambda gpu: None
+    calibrated: dict[str, dict[str, records.Injection]] = {}
+    save, resumed = None, lambda gpu: {}
     if args.resume is not None:
-        settings = {"commit": sha, "bench": args.bench, "slowdown": args.slowdown}
-        settings |= {"threshold": threshold, "method": args.method, "rounds": args.rounds}
-        settings |= {"gpus": gpus, "calibration": calibration.name if thresholds else None}
-        checkpoint = Checkpoint(args.resume, settings, work)
+        settings = {"commit": sha, "bench": args.bench, "slowdown": _one_or_all(args.slowdown)}
+        settings |= {"threshold": _one_or_all(args.thresholds), "method": args.method}
+        settings |= {"rounds": args.rounds, "gpus": gpus}
+        settings |= {"calibration": calibration.name if calibrated_by else None}
+        sides = [arm.side for arm in arms]
+        checkpoint = Checkpoint(args.resume, settings, work, sides)
         try:
             finished, calibrated = checkpoint.load()
         except ValueError as err:
@@ -338,15 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     loaded = len(join_shards(finished))
     if args.resume is not None:
         log(f"gate_selftest: resuming {args.resume}: {loaded} of {args.n} iterations finished")
-    launch.precompile({"tree": tree}, args.bench, log=log)
+    if loaded < args.n:
+        launch.precompile({"tree": tree}, args.bench, log=log)
     timers: dict[str, None] = {}
     interrupted = False
     try:
         if gpus is None:
+            out = finished.setdefault(None, [])
             iterate(
                 setup,
                 log=log,
-                out=finished.setdefault(None, []),
+                out=out,
                 timers=timers,
                 calibrated=calibrated,
                 cycles=resumed(None),
@@ -358,23 +356,32 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         interrupted = True
     results = join_shards(finished)
-    if interrupted:
-        log(f"gate_selftest: interrupted; tallying the {len(results)} finished iterations")
+    stopped = interrupted or len(results) < args.n
+    if stopped:
+        why = "interrupted" if interrupted else "stopped early (--stop-after)"
+        log(f"gate_selftest: {why}; tallying the {len(results)} finished iterations")
     if not results:
-        return EXIT_INTERRUPTED if interrupted else EXIT_FAILURE
-    t = tally([aa for aa, _ in results], [inj for _, inj in results])
-    print(render(t, args.slowdown))
-    if args.json is not None:
-        record = to_json(t, args.slowdown, threshold, args.rounds, args.bench, gpus, calibrated)
-        record["inject_cycles"] = None if args.inject_cycles is None else args.inject_cycles.name
+        return EXIT_INTERRUPTED if stopped else EXIT_FAILURE
+    for k, arm in enumerate(arms):
+        t = tally([it[2 * k] for it in results], [it[2 * k + 1] for it in results])
+        print(render(t, arm.slowdown))
+        if args.json is None:
+            continue
+        found = calibrated.get(arm.side)
+        record = to_json(t, arm.slowdown, arm.threshold, args.rounds, args.bench, gpus, found)
+        record["inject_cycles"] = (
+            None if not args.cycles_files else args.cycles_files[arm.slowdown].name
+        )
         record["method"] = args.method
         record["timer"] = "; ".join(timers) or None
-        record["interrupted"] = interrupted
+        record["interrupted"] = stopped
         record["resumed_iterations"] = loaded
-        record["calibration"] = calibration.name if thresholds else None
+        record["calibration"] = calibration.name if calibrated_by else None
+        # The other records whose workers (and A/A samples) this one shared.
+        record["measured_with"] = [a.slowdown for a in arms if a is not arm]
         record["wall_s"] = round(time.perf_counter() - start, 1)
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
-    return EXIT_INTERRUPTED if interrupted else 0
+        args.json[k].write_text(json.dumps(record, indent=2) + "\n")
+    return EXIT_INTERRUPTED if stopped else 0
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """What a gate self-test keeps between its workers and across runs.
 
-- **Injection cycles.** The first injected worker on a GPU calibrates the delay; its
-  cycles go to ``inject-cycles<tag>.json`` in the work folder and every later worker on
-  that GPU sets them (``keep_cycles``).
+- **Injection cycles.** The first injected worker on a GPU calibrates the delay of each
+  injected side (one per slowdown); their cycles go to ``inject-cycles<tag>.json`` (the
+  ``injected`` side) or ``inject-cycles<tag>-<side>.json`` in the work folder, and every
+  later worker on that GPU sets them (``keep_cycles``).
 - **The checkpoint** (``--resume FILE``). After every finished iteration the self-test
   rewrites FILE with its settings, each GPU's finished iterations (the gate's verdicts,
-  A/A and injected), the injection calibrations and each GPU's cycles. Started again with
-  the same FILE and settings, it loads them and runs only the iterations still missing,
-  with the same cycles, so an n = 20 run can span several shorter sessions on one GPU.
+  A/A and injected, per slowdown), the injection calibrations and each GPU's cycles.
+  Started again with the same FILE and settings, it loads them and runs only the
+  iterations still missing, with the same cycles, so an n = 20 run can span several
+  shorter sessions on one GPU.
   Settings that differ (another commit, regex, slowdown, threshold, method, rounds, GPUs
   or calibration file) are refused by name: their iterations would not add up.
 """
@@ -18,28 +20,28 @@ import dataclasses
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from harness.gate import decide as gd
 from harness.gate import inject
 from harness.revisions import records
 
-VERSION = 1
+VERSION = 2
 # The settings a resumed run must share with the checkpoint, in the order they are checked.
 SETTINGS = ("commit", "bench", "slowdown", "threshold", "method", "rounds", "gpus", "calibration")
 
 
-def calibrations(run: records.Record) -> dict[str, records.Injection]:
+def calibrations(run: records.Record, side: str = "injected") -> dict[str, records.Injection]:
     """``{benchmark: injection}`` of the calibrations one injected worker's run made
-    (paired: the ``injected`` side's), leaving out benchmarks that were given their
-    cycles and those that failed."""
+    (paired: ``side``'s), leaving out benchmarks that were given their cycles and those
+    that failed."""
     if isinstance(run, records.Fatal):
         return {}
     out = {}
     for name, entry in run.results.items():
         if isinstance(entry, records.Paired):
-            found = entry.injection.get("injected")
+            found = entry.injection.get(side)
         else:
             found = entry.injection
         if found is not None and found.steps:
@@ -47,46 +49,51 @@ def calibrations(run: records.Record) -> dict[str, records.Injection]:
     return out
 
 
-def cycles_file(work: Path, tag: str) -> Path:
-    """Where the workers of GPU ``tag`` (``""`` or ``-gpu<N>``) find their cycles."""
-    return work / f"inject-cycles{tag}.json"
+def cycles_file(work: Path, tag: str, side: str = "injected") -> Path:
+    """Where the workers of GPU ``tag`` (``""`` or ``-gpu<N>``) find the cycles of the
+    injected ``side``."""
+    return work / (
+        f"inject-cycles{tag}.json" if side == "injected" else f"inject-cycles{tag}-{side}.json"
+    )
 
 
 def keep_cycles(
     work: Path,
-    slowdown: float,
+    injected: Mapping[str, float],
     run: records.Record,
     tag: str,
     log: Callable[[str], None],
-    calibrated: dict[str, records.Injection] | None = None,
-) -> Path | None:
-    """Write the cycles ``run``'s worker calibrated to a file for the later workers
-    (``--inject-cycles``) and add its records to ``calibrated``; the file, or None where
-    it calibrated nothing (the next worker calibrates again)."""
-    found = calibrations(run)
-    if not found:
-        return None
-    if calibrated is not None:
-        calibrated.update(found)
-    path = cycles_file(work, tag)
-    cycles = {name: record.cycles for name, record in found.items()}
-    path.write_text(json.dumps(inject.cycles_record(slowdown, cycles), indent=2) + "\n")
-    log(
-        f"gate_selftest{tag}: injection calibrated for {len(found)} benchmark(s); "
-        f"the later workers set these cycles ({path.name})"
-    )
-    return path
-
-
-def join_shards(parts: dict) -> list[tuple[list[gd.Verdict], list[gd.Verdict]]]:
-    """Each iteration's verdicts joined across GPUs, for the iterations every GPU
-    finished."""
-    done = min((len(p) for p in parts.values()), default=0)
-    return [
-        (
-            [v for p in parts.values() for v in p[i][0]],
-            [v for p in parts.values() for v in p[i][1]],
+    calibrated: dict[str, dict[str, records.Injection]] | None = None,
+) -> dict[str, Path]:
+    """Write the cycles ``run``'s worker calibrated for each ``injected`` side (side ->
+    slowdown) to a file for the later workers (``--inject-cycles``) and add its records to
+    ``calibrated[side]``; ``{side: file}`` of the sides it calibrated (a side missing
+    from it calibrated nothing, and the next worker calibrates it again)."""
+    out = {}
+    for side, slowdown in injected.items():
+        found = calibrations(run, side)
+        if not found:
+            continue
+        if calibrated is not None:
+            calibrated.setdefault(side, {}).update(found)
+        path = cycles_file(work, tag, side)
+        cycles = {name: record.cycles for name, record in found.items()}
+        path.write_text(json.dumps(inject.cycles_record(slowdown, cycles), indent=2) + "\n")
+        log(
+            f"gate_selftest{tag}: injection of {slowdown:.1%} calibrated for {len(found)} "
+            f"benchmark(s); the later workers set these cycles ({path.name})"
         )
+        out[side] = path
+    return out
+
+
+def join_shards(parts: dict) -> list[tuple[list[gd.Verdict], ...]]:
+    """Each iteration's verdicts joined across GPUs, for the iterations every GPU
+    finished. An iteration is (A/A, injected) per slowdown, in the order of the arms."""
+    done = min((len(p) for p in parts.values()), default=0)
+    first = next(iter(parts.values()), [])
+    return [
+        tuple([v for p in parts.values() for v in p[i][k]] for k in range(len(first[i])))
         for i in range(done)
     ]
 
@@ -113,21 +120,25 @@ def _injection(d: Mapping) -> records.Injection:
 
 
 class Checkpoint:
-    """The resumable state of one self-test, read from and written to ``path``."""
+    """The resumable state of one self-test, read from and written to ``path``; its
+    injected ``sides`` (one per slowdown) name the cycles files it keeps."""
 
-    def __init__(self, path: Path, settings: Mapping, work: Path) -> None:
+    def __init__(
+        self, path: Path, settings: Mapping, work: Path, sides: Sequence[str] = ("injected",)
+    ) -> None:
         missing = [k for k in SETTINGS if k not in settings]
         if missing:
             raise ValueError(f"checkpoint settings: missing {missing}")
         self.path = path
         self.settings = dict(settings)
         self.work = work
+        self.sides = tuple(sides)
         self._lock = threading.Lock()
 
-    def load(self) -> tuple[dict, dict[str, records.Injection]]:
+    def load(self) -> tuple[dict, dict[str, dict[str, records.Injection]]]:
         """``(finished, calibrated)`` from the file, or empty ones where there is none
-        yet; each GPU's cycles go back to its file in the work folder. ValueError naming
-        the file and the setting that differs, or what is wrong with the file."""
+        yet; each GPU's cycles go back to their files in the work folder. ValueError
+        naming the file and the setting that differs, or what is wrong with the file."""
         if not self.path.exists():
             return {}, {}
         try:
@@ -141,16 +152,19 @@ class Checkpoint:
                     raise _Differs(key, saved.get(key))
             finished = {
                 (None if key == "all" else int(key)): [
-                    ([_verdict(v) for v in aa], [_verdict(v) for v in injected])
-                    for aa, injected in iterations
+                    tuple([_verdict(v) for v in verdicts] for verdicts in iteration)
+                    for iteration in iterations
                 ]
                 for key, iterations in data["iterations"].items()
             }
             cycles = {
-                (None if key == "all" else int(key)): record
-                for key, record in data.get("cycles", {}).items()
+                (None if key == "all" else int(key)): {side: dict(r) for side, r in per.items()}
+                for key, per in data.get("cycles", {}).items()
             }
-            calibrated = {name: _injection(d) for name, d in data.get("calibrated", {}).items()}
+            calibrated = {
+                side: {name: _injection(d) for name, d in found.items()}
+                for side, found in data.get("calibrated", {}).items()
+            }
         except _Differs as differs:
             key, theirs = differs.args
             raise ValueError(
@@ -159,35 +173,37 @@ class Checkpoint:
             ) from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"--resume {self.path}: not a self-test checkpoint ({err})") from None
-        for gpu, record in cycles.items():
-            cycles_file(self.work, tag_of(gpu)).write_text(json.dumps(record, indent=2) + "\n")
+        for gpu, per in cycles.items():
+            for side, record in per.items():
+                path = cycles_file(self.work, tag_of(gpu), side)
+                path.write_text(json.dumps(record, indent=2) + "\n")
         return finished, calibrated
 
-    def resumed_cycles(self, gpu: int | None) -> Path | None:
-        """The cycles file a loaded checkpoint left for ``gpu``, if any."""
-        path = cycles_file(self.work, tag_of(gpu))
-        return path if path.exists() else None
+    def resumed_cycles(self, gpu: int | None) -> dict[str, Path]:
+        """``{side: cycles file}`` a loaded checkpoint left for ``gpu``."""
+        paths = {side: cycles_file(self.work, tag_of(gpu), side) for side in self.sides}
+        return {side: path for side, path in paths.items() if path.exists()}
 
-    def save(self, finished: Mapping, calibrated: Mapping[str, records.Injection]) -> None:
+    def save(self, finished: Mapping, calibrated: Mapping[str, Mapping]) -> None:
         """Rewrite the file (atomically) with every finished iteration so far."""
         with self._lock:
             cycles = {}
             for gpu in finished:
-                path = cycles_file(self.work, tag_of(gpu))
-                if path.exists():
-                    cycles[gpu_key(gpu)] = json.loads(path.read_text())
+                for side, path in self.resumed_cycles(gpu).items():
+                    cycles.setdefault(gpu_key(gpu), {})[side] = json.loads(path.read_text())
             data = {
                 "version": VERSION,
                 "settings": self.settings,
                 "iterations": {
                     gpu_key(gpu): [
-                        [[dataclasses.asdict(v) for v in aa], [dataclasses.asdict(v) for v in inj]]
-                        for aa, inj in list(iterations)
+                        [[dataclasses.asdict(v) for v in verdicts] for verdicts in iteration]
+                        for iteration in list(iterations)
                     ]
                     for gpu, iterations in list(finished.items())
                 },
                 "calibrated": {
-                    name: dataclasses.asdict(record) for name, record in dict(calibrated).items()
+                    side: {name: dataclasses.asdict(r) for name, r in dict(found).items()}
+                    for side, found in dict(calibrated).items()
                 },
                 "cycles": cycles,
             }

@@ -204,21 +204,43 @@ def describe(aa: Sequence[gd.Verdict], injected: Sequence[gd.Verdict]) -> str:
     return "".join(parts)
 
 
+def iteration_line(
+    slowdowns: Sequence[float], verdicts: Sequence[Sequence[gd.Verdict]], seconds: float
+) -> str:
+    """An iteration's progress line: false alarms and detections per slowdown (its
+    ``verdicts`` are A/A and injected for each in turn), then each alarm and miss."""
+    parts, details = [], ""
+    for k, slowdown in enumerate(slowdowns):
+        aa, injected = verdicts[2 * k], verdicts[2 * k + 1]
+        alarms = sum(v.status == gd.REGRESSION for v in aa)
+        detected = sum(v.status == gd.REGRESSION for v in injected)
+        failed = sum(v.status == gd.FAILED for v in [*aa, *injected])
+        at = f"at {slowdown:.1%}: " if len(slowdowns) > 1 else ""
+        parts.append(
+            f"{at}A/A {alarms} false alarm(s), detected {detected}/{len(injected)}"
+            + (f", {failed} failed" if failed else "")
+        )
+        details += describe(aa, injected).replace("\n  ", f"\n  {at}")
+    return "; ".join(parts) + f" ({seconds:.0f} s)" + details
+
+
 def compare(
     runs: Sequence[dict],
     threshold: float,
     thresholds: Mapping[str, float] | None = None,
     method: str = "process",
+    side: str = "injected",
 ) -> tuple[list[gd.Verdict], list[gd.Verdict]]:
     """(A/A, injected) verdicts of one iteration from its rounds' ``{side: payload}``
-    (process) or paired payloads; ``thresholds`` are per-benchmark overrides
-    (calibration), as the gate applies them."""
+    (process) or paired payloads: base against head, and base against the injected
+    ``side``; ``thresholds`` are per-benchmark overrides (calibration), as the gate
+    applies them."""
     if method == "paired":
         aa = gs.pool_paired(list(runs), "base", "head")
-        injected = gs.pool_paired(list(runs), "base", "injected")
+        injected = gs.pool_paired(list(runs), "base", side)
     else:
         aa = gs.pool([{"base": r["base"], "head": r["head"]} for r in runs])
-        injected = gs.pool([{"base": r["base"], "head": r["injected"]} for r in runs])
+        injected = gs.pool([{"base": r["base"], "head": r[side]} for r in runs])
     return (
         gd.decide_all(aa, threshold=threshold, thresholds=thresholds),
         gd.decide_all(injected, threshold=threshold, thresholds=thresholds),

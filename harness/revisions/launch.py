@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from harness.revisions import records
@@ -37,6 +37,12 @@ def read(cmd: list[str], env: Mapping[str, str], cwd: Path, out_file: Path) -> r
     return records.from_json(out_file.read_text())
 
 
+def cycles_options(paths: Path | Sequence[Path] | None) -> list[str]:
+    """``--inject-cycles`` once per file of calibrated delay cycles (one per slowdown)."""
+    paths = [] if paths is None else [paths] if isinstance(paths, Path) else list(paths)
+    return [arg for path in paths for arg in ("--inject-cycles", str(path))]
+
+
 def run_worker(
     tree: Path,
     bench: str,
@@ -47,7 +53,7 @@ def run_worker(
     site: Path | None = None,
     python: str | None = None,
     env: Mapping[str, str] | None = None,
-    inject_cycles: Path | None = None,
+    inject_cycles: Path | Sequence[Path] | None = None,
 ) -> records.ProcessRun | records.Fatal:
     """Run the worker on ``tree`` in a fresh process of ``python`` (this interpreter by
     default), with ``site``'s packages first and ``env`` set when given.
@@ -58,8 +64,7 @@ def run_worker(
         cmd += ["--only", str(only)]
     if inject:
         cmd += ["--inject-slowdown", repr(inject)]
-    if inject_cycles is not None:
-        cmd += ["--inject-cycles", str(inject_cycles)]
+    cmd += cycles_options(inject_cycles)
     return read(cmd, {**tree_env(tree, gpu, site), **(env or {})}, tree, out_file)
 
 
@@ -72,7 +77,7 @@ def run_paired(
     only: Path | None = None,
     trials: int = 20,
     launches: int | None = None,
-    inject_cycles: Path | None = None,
+    inject_cycles: Path | Sequence[Path] | None = None,
 ) -> records.PairedRun | records.Fatal:
     """Run the worker once on all ``trees`` (side -> tree) paired: each side's kernels
     built by its own suite, then launched in turn in this one process. ``inject_cycles``
@@ -85,8 +90,7 @@ def run_paired(
     cmd += ["--trials", str(trials)]
     if launches is not None:  # else the worker's own, per benchmark
         cmd += ["--launches", str(launches)]
-    if inject_cycles is not None:
-        cmd += ["--inject-cycles", str(inject_cycles)]
+    cmd += cycles_options(inject_cycles)
     if only is not None:
         cmd += ["--only", str(only)]
     return read(cmd, pinned_env(gpu), next(iter(trees.values())), out_file)

@@ -227,6 +227,28 @@ def test_a_bad_cycles_file_names_the_field_and_the_rule(text, message):
         inject.read_cycles(text, [0.02])
 
 
+def test_one_cycles_file_per_injected_slowdown(tmp_path):
+    """Two injected sides at 2% and 1% take one file each, keyed by the slowdown."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise ValueError(message)
+
+    two, one = tmp_path / "two.json", tmp_path / "one.json"
+    two.write_text(json.dumps(inject.cycles_record(0.02, {"a": 50})))
+    one.write_text(json.dumps(inject.cycles_record(0.01, {"a": 25})))
+    got = inject.cycles_option(Parser(), [one, two], [0.02, 0.01])
+    assert got == {0.02: {"a": 50}, 0.01: {"a": 25}}
+    assert inject.cycles_option(Parser(), two, [0.02]) == {0.02: {"a": 50}}
+    with pytest.raises(ValueError, match=re.escape("no file for the 1.00% injection")):
+        inject.cycles_option(Parser(), [two], [0.02, 0.01])
+    with pytest.raises(ValueError, match="another file already gives the cycles for 2.00%"):
+        inject.cycles_option(Parser(), [two, two], [0.02, 0.01])
+    with pytest.raises(ValueError, match=re.escape("calibrated for 1.00%, this run injects 5.00%")):
+        inject.cycles_option(Parser(), [one], [0.05])
+
+
 def test_given_cycles_are_set_without_measuring_and_a_missing_one_is_named():
     class Kernel:
         delay_cycles = 0

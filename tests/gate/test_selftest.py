@@ -284,14 +284,14 @@ def test_the_delay_is_calibrated_once_per_gpu_and_every_later_worker_sets_its_cy
     for gpu in (0, 1):
         calls = [c for c in paired.calls if c["gpu"] == gpu]
         assert len(calls) == 4 * 2 and calls[0]["inject_cycles"] is None
-        path = calls[1]["inject_cycles"]
-        assert path == tmp_path / f"inject-cycles-gpu{gpu}.json"
-        assert all(c["inject_cycles"] == path for c in calls[1:])
+        path = tmp_path / f"inject-cycles-gpu{gpu}.json"
+        assert calls[1]["inject_cycles"] == [path]
+        assert all(c["inject_cycles"] == [path] for c in calls[1:])
         cycles = inject.read_cycles(path.read_text(), [0.02])
         assert set(cycles) == set(calls[0]["shard"])
-        assert cycles == {n: calibrated[n].cycles for n in cycles}
-    assert set(calibrated) == set(NAMES)
-    assert sum("injection calibrated for" in line for line in lines) == 2
+        assert cycles == {n: calibrated["injected"][n].cycles for n in cycles}
+    assert set(calibrated) == {"injected"} and set(calibrated["injected"]) == set(NAMES)
+    assert sum("injection of 2.0% calibrated for" in line for line in lines) == 2
 
 
 def test_process_mode_calibrates_in_the_first_injected_run_only(monkeypatch, tmp_path):
@@ -313,7 +313,7 @@ def test_a_given_cycles_file_skips_calibrating(monkeypatch, tmp_path):
     setup = selftest.Setup(tmp_path, ".", 2, 1, 0.02, 0.01, tmp_path, None, "paired", given)
     calibrated = {}
     selftest.iterate(setup, log=lambda line: None, calibrated=calibrated)
-    assert [c["inject_cycles"] for c in paired.calls] == [given, given] and calibrated == {}
+    assert [c["inject_cycles"] for c in paired.calls] == [[given], [given]] and calibrated == {}
 
 
 class OffByCalibrationWorker(FakePairedWorker):
@@ -342,7 +342,7 @@ def test_the_seen_injection_is_the_median_over_iterations_of_what_the_gate_saw(
         bench = record["benchmarks"][name]
         assert bench["seen_injection"] == pytest.approx(0.0236)
         assert bench["calibration_seen"] == 0.02  # the fake's calibration hit the request
-        assert bench["injection_cycles"] == 1000 + len(name)
+        assert bench["injection_cycles"] == 1000 + len(name) + 200
         assert "the gate saw +2.36% for +2.00% injected" in bench["refused"]
     assert set(record["refused"]) == set(NAMES)
 

@@ -54,9 +54,9 @@ def test_an_interrupted_run_resumes_with_the_missing_iterations_only(monkeypatch
     assert saved["settings"]["commit"] == "0" * 40
     cycles_path = tmp_path / ".gate" / "selftest" / "inject-cycles.json"
     first_cycles = json.loads(cycles_path.read_text())
-    assert saved["cycles"]["all"] == first_cycles
-    calibrated = set(saved["calibrated"])
-    assert calibrated == set(NAMES)
+    assert saved["cycles"]["all"] == {"injected": first_cycles}
+    assert set(saved["calibrated"]) == {"injected"}
+    assert set(saved["calibrated"]["injected"]) == set(NAMES)
 
     # A fresh machine: no work folder; the checkpoint alone carries the state.
     cycles_path.unlink()
@@ -67,7 +67,7 @@ def test_an_interrupted_run_resumes_with_the_missing_iterations_only(monkeypatch
     assert len(second.calls) == 2  # iterations 4 and 5 only
     assert [c["file"] for c in second.calls] == ["paired-3-0.json", "paired-4-0.json"]
     # Both set the first run's cycles; none calibrates again.
-    assert all(c["inject_cycles"] == cycles_path for c in second.calls)
+    assert all(c["inject_cycles"] == [cycles_path] for c in second.calls)
     assert json.loads(cycles_path.read_text()) == first_cycles
     record = json.loads(out.read_text())
     assert record["n"] == 5 and record["resumed_iterations"] == 3

@@ -282,7 +282,7 @@ def test_given_cycles_are_set_and_nothing_is_calibrated(worker, monkeypatch, tmp
     _no_calibration(worker, monkeypatch)
     sides = {"base": tree, "head": tree, "injected": tree}
     results = worker.run_paired(
-        sides, r"Fam\(1\)", {"injected": 0.02}, cycles={"gemm.Fam(1)": 2100}
+        sides, r"Fam\(1\)", {"injected": 0.02}, cycles={0.02: {"gemm.Fam(1)": 2100}}
     )
     entry = results["gemm.Fam(1)"]
     assert entry.injection["injected"] == worker.records.Injection(0.02, 2100, None, ())
@@ -295,7 +295,7 @@ def test_a_benchmark_the_cycles_file_lacks_fails_naming_the_option(worker, monke
     monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
     _no_calibration(worker, monkeypatch)
     results = worker.run_paired(
-        {"base": tree, "injected": tree}, r"Fam\(1\)", {"injected": 0.02}, cycles={"x": 5}
+        {"base": tree, "injected": tree}, r"Fam\(1\)", {"injected": 0.02}, cycles={0.02: {"x": 5}}
     )
     error = results["gemm.Fam(1)"].sides["injected"].error
     assert "--inject-cycles has no cycles for gemm.Fam(1)" in error

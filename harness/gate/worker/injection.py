@@ -104,28 +104,31 @@ def calibrate_delay(
 
 
 def set_delay(kernel, plain, fraction, seen_of, clock, name, cycles, sides=2, unit=1):
-    """The ``records.Injection`` of benchmark ``name``: its ``cycles`` as given
-    (``--inject-cycles``), or calibrated now where none are given (``calibrate_delay``)."""
+    """The ``records.Injection`` of benchmark ``name``: its cycles as given
+    (``--inject-cycles``: ``cycles`` maps each injected fraction to its benchmarks'
+    cycles), or calibrated now where none are given (``calibrate_delay``)."""
     if cycles is not None:
-        got = inject.given(kernel, name, fraction, cycles)
+        got = inject.given(kernel, name, fraction, cycles[fraction])
     else:
         got = calibrate_delay(kernel, plain, fraction, seen_of, clock, name, sides, unit)
     steps = tuple((int(c), float(s)) for c, s in got["steps"])
     return records.Injection(got["requested"], got["cycles"], got["seen"], steps)
 
 
-def cycles_of(parser, path, fractions):
-    """The ``--inject-cycles`` file's cycles per benchmark (None without one), checked
-    against the fractions asked for (``inject.cycles_option``)."""
-    return None if path is None else inject.cycles_option(parser, path, fractions)
+def cycles_of(parser, paths, fractions):
+    """The ``--inject-cycles`` files' cycles, ``{fraction: {benchmark: cycles}}`` (None
+    without any), checked against the fractions asked for (``inject.cycles_option``)."""
+    return inject.cycles_option(parser, paths, fractions) if paths else None
 
 
 def cycles_option(parser) -> None:
     parser.add_argument(
         "--inject-cycles",
         type=Path,
+        action="append",
         default=None,
         metavar="FILE",
         help="test-only, with an injection: the delay cycles per benchmark a calibration "
-        "found (the self-test writes it); set them instead of calibrating",
+        "found (the self-test writes it), one file per injected slowdown; set them instead "
+        "of calibrating",
     )
