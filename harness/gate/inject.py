@@ -125,16 +125,25 @@ def closest(steps: Sequence[tuple[int, float]], fraction: float) -> tuple[int, f
 
 
 def calibrate(
-    kernel, fraction: float, base_ms: float, clock: tuple[float, int], seen: Callable[[], float]
+    kernel,
+    fraction: float,
+    base_ms: float,
+    clock: tuple[float, int],
+    seen: Callable[[], float],
+    done: Sequence[tuple[int, float]] = (),
 ) -> dict:
     """Set ``kernel.delay_cycles`` (a kernel of ``kernel.blocks`` blocks, ``base_ms`` long
     undelayed) until ``seen()``, the slowdown measured with those cycles, is ``fraction``
     within ``CALIBRATION_TOLERANCE``, from the first guess for ``clock`` = (cycles per ms,
-    SMs), at most ``MAX_STEPS`` measurements; the closest step (``closest``) is kept. Returns the
-    record: requested, the cycles set, what they were seen to add, and every step."""
+    SMs), or on from the steps ``done`` already measured, at most ``MAX_STEPS`` more
+    measurements; the closest step (``closest``) is kept. Returns the record: requested,
+    the cycles set, what they were seen to add, and every step."""
     cycles_per_ms, sms = clock
-    cycles = initial_cycles(fraction, base_ms, cycles_per_ms, waves(kernel.blocks, sms))
-    steps: list[tuple[int, float]] = []
+    steps: list[tuple[int, float]] = list(done)
+    if steps:
+        cycles = next_cycles(steps, fraction)
+    else:
+        cycles = initial_cycles(fraction, base_ms, cycles_per_ms, waves(kernel.blocks, sms))
     for _ in range(MAX_STEPS):
         kernel.delay_cycles = cycles
         steps.append((cycles, seen()))

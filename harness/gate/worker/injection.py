@@ -74,14 +74,27 @@ def injection_clock(median_ms) -> tuple[float, int, float]:
 
 
 def calibrate_delay(
-    kernel, plain, fraction: float, seen_of, clock, name: str, sides: int = 2, unit: int = 1
+    kernel,
+    plain,
+    fraction: float,
+    seen_of,
+    clock,
+    name: str,
+    sides: int = 2,
+    unit: int = 1,
+    recheck: bool = False,
 ) -> dict:
     """Set ``kernel.delay_cycles`` so that the delayed kernel is slower than ``plain`` by
     ``fraction`` as ``seen_of(count)`` measures it, ``count`` steps of ``unit`` launches
     a side (paired: trials) with ``sides`` kernels launched in turn, within the budget of
     ``inject.step_trials`` (``inject.calibrate``); ``clock`` is (cycles per ms, SMs,
     flush ms). Each step prints a line (benchmark ``name``, step, cycles, what it saw,
-    how long it took), so a long calibration shows itself."""
+    how long it took), so a long calibration shows itself.
+
+    ``recheck``: the kernel's cycles were calibrated before and the mix of delays has
+    changed since (another side's was set): one step measures them as they are, and they
+    stay where that is still the request within ``inject.CALIBRATION_TOLERANCE``;
+    otherwise the calibration goes on from that step."""
     cycles_per_ms, sms, flush = clock
     base_ms = common.paired_median_ms(plain, launches=20)
     count = inject.step_trials(base_ms, flush, sides, unit)
@@ -91,8 +104,9 @@ def calibrate_delay(
         start = time.perf_counter()
         got = seen_of(count)
         done.append(got)
+        what = "recheck" if recheck and len(done) == 1 else f"step {len(done)}"
         print(
-            f"  {name}: injection step {len(done)}/{inject.MAX_STEPS}: "
+            f"  {name}: injection {what}/{inject.MAX_STEPS}: "
             f"{kernel.delay_cycles} cycles, {count * unit} launches a side, seen {got:+.3%} "
             f"for {fraction:+.2%} ({time.perf_counter() - start:.2f} s)",
             file=sys.stderr,
@@ -100,18 +114,32 @@ def calibrate_delay(
         )
         return got
 
-    return inject.calibrate(kernel, fraction, base_ms, (cycles_per_ms, sms), seen)
+    first = []
+    if recheck:
+        first = [(kernel.delay_cycles, seen())]
+        if inject.within(first[0][1], fraction, inject.CALIBRATION_TOLERANCE):
+            return {
+                "requested": fraction,
+                "cycles": first[0][0],
+                "seen": first[0][1],
+                "steps": first,
+            }
+    return inject.calibrate(kernel, fraction, base_ms, (cycles_per_ms, sms), seen, first)
 
 
-def set_delay(kernel, plain, fraction, seen_of, clock, name, cycles, sides=2, unit=1):
+def set_delay(kernel, plain, fraction, seen_of, clock, name, cycles, sides=2, unit=1, before=None):
     """The ``records.Injection`` of benchmark ``name``: its cycles as given
     (``--inject-cycles``: ``cycles`` maps each injected fraction to its benchmarks'
-    cycles), or calibrated now where none are given (``calibrate_delay``)."""
+    cycles), or calibrated now where none are given (``calibrate_delay``). ``before``: the
+    record of an earlier calibration of this kernel, to recheck (its steps are kept)."""
     if cycles is not None:
         got = inject.given(kernel, name, fraction, cycles[fraction])
     else:
-        got = calibrate_delay(kernel, plain, fraction, seen_of, clock, name, sides, unit)
+        again = before is not None
+        got = calibrate_delay(kernel, plain, fraction, seen_of, clock, name, sides, unit, again)
     steps = tuple((int(c), float(s)) for c, s in got["steps"])
+    if before is not None:
+        steps = before.steps + steps
     return records.Injection(got["requested"], got["cycles"], got["seen"], steps)
 
 
