@@ -100,7 +100,7 @@ def parser(description: str) -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="start no iteration that would end past this many seconds (judged by the "
-        "last one); with --resume the rest runs next time",
+        "last one that did not calibrate the delays); with --resume the rest runs next time",
     )
     return p
 

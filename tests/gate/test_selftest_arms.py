@@ -175,6 +175,24 @@ def test_stop_after_ends_between_iterations_before_the_limit(monkeypatch, tmp_pa
     assert "--stop-after reached; 2 of 5 iterations done" in lines[-1]
 
 
+def test_stop_after_does_not_judge_by_the_calibrating_iteration(monkeypatch, tmp_path):
+    """The H200's first iteration calibrated for 290 s and the self-test stopped after
+    it, with 190 s of a 480 s limit left for iterations of 50 s each."""
+    clock = Clock()
+    worker = FakePairedWorker()
+
+    def slow(*args, **kwargs):
+        clock.now += 290.0 if not worker.calls else 50.0
+        return worker(*args, **kwargs)
+
+    monkeypatch.setattr(launch, "run_paired", slow)
+    monkeypatch.setattr(selftest.time, "monotonic", clock)
+    lines = []
+    results = selftest.iterate(_two(tmp_path, 20, deadline=480.0), log=lines.append)
+    assert len(results) == 4  # 290 + 3 x 50 = 440; a fifth would end at 490 > 480
+    assert "--stop-after reached; 4 of 20 iterations done" in lines[-1]
+
+
 def test_stop_after_in_main_keeps_the_finished_iterations(monkeypatch, tmp_path):
     clock = Clock()
     worker = FakePairedWorker()
