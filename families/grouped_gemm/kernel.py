@@ -16,6 +16,11 @@ tile's last rows may lie in the next expert, or past the end of A.
 The config is a ``GemmConfig`` (block sizes, threads, stages, warp policy); the options
 that reshape the grid or the epilogue of the dense GEMM are refused by name.
 
+Test-only, for the gate self-test: ``compile_grouped_gemm(..., delay=True)`` builds the
+kernel with one more argument, last: cycles that every thread of every block spins on
+the SM clock before its K loop (the dense GEMM's ``DELAY_SOURCE``); the wrapper's
+``delay_cycles`` sets it. No tracked benchmark builds it.
+
     from families.grouped_gemm.kernel import GroupedGemmShape, compile_grouped_gemm
     kernel = compile_grouped_gemm(GroupedGemmShape((128, 0, 300), 4096, 4096), GemmConfig())
     kernel(a, b, out)
@@ -27,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernels.gemm import (
+    DELAY_FUNCTION,
+    DELAY_SOURCE,
     DTYPES,
     ELEMENT_BYTES,
     GemmConfig,
@@ -187,8 +194,9 @@ def tile_table(shape: GroupedGemmShape, block_m: int) -> tuple[list[int], list[i
     return groups, rows, counts
 
 
-def make_grouped_gemm(shape: GroupedGemmShape, config: GemmConfig):
-    """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing."""
+def make_grouped_gemm(shape: GroupedGemmShape, config: GemmConfig, delay: bool = False):
+    """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing.
+    ``delay`` (test-only): the program takes ``delay_cycles`` last and spins them first."""
     check_config(config)
     # No ``from __future__ import annotations`` in this module: TileLang evaluates the
     # T.Tensor annotations below against this closure.
@@ -204,19 +212,15 @@ def make_grouped_gemm(shape: GroupedGemmShape, config: GemmConfig):
         "col": T.GemmWarpPolicy.FullCol,
     }[config.policy]
 
-    @T.prim_func
-    def grouped_gemm(
-        A: T.Tensor((M, K), dtype),
-        B: T.Tensor((G, K, N), dtype),
-        C: T.Tensor((M, N), dtype),
-        tile_group: T.Tensor((tiles,), "int32"),
-        tile_row: T.Tensor((tiles,), "int32"),
-        tile_rows: T.Tensor((tiles,), "int32"),
-    ):
+    @T.macro
+    def body(A, B, C, tile_group, tile_row, tile_rows, delay):
         with T.Kernel(T.ceildiv(N, block_N), tiles, threads=config.threads) as (bx, by):
             A_shared = T.alloc_shared((block_M, block_K), dtype)
             B_shared = T.alloc_shared((block_K, block_N), dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            if delay is not None:
+                T.import_source(DELAY_SOURCE)
+                T.call_extern("handle", DELAY_FUNCTION, delay)
             g = tile_group[by]
             m_start = tile_row[by]
             rows = tile_rows[by]
@@ -235,41 +239,83 @@ def make_grouped_gemm(shape: GroupedGemmShape, config: GemmConfig):
                 if i < rows and bx * block_N + j < N:
                     C[m_start + i, bx * block_N + j] = C_local[i, j]
 
+    if delay:
+
+        @T.prim_func
+        def grouped_gemm(
+            A: T.Tensor((M, K), dtype),
+            B: T.Tensor((G, K, N), dtype),
+            C: T.Tensor((M, N), dtype),
+            tile_group: T.Tensor((tiles,), "int32"),
+            tile_row: T.Tensor((tiles,), "int32"),
+            tile_rows: T.Tensor((tiles,), "int32"),
+            delay_cycles: T.int64,
+        ):
+            body(A, B, C, tile_group, tile_row, tile_rows, delay_cycles)
+
+        return grouped_gemm
+
+    @T.prim_func
+    def grouped_gemm(
+        A: T.Tensor((M, K), dtype),
+        B: T.Tensor((G, K, N), dtype),
+        C: T.Tensor((M, N), dtype),
+        tile_group: T.Tensor((tiles,), "int32"),
+        tile_row: T.Tensor((tiles,), "int32"),
+        tile_rows: T.Tensor((tiles,), "int32"),
+    ):
+        body(A, B, C, tile_group, tile_row, tile_rows, None)
+
     return grouped_gemm
 
 
 @functools.cache
-def _compile_grouped_gemm(shape: GroupedGemmShape, config: GemmConfig, arch: str | None = None):
-    """Compile entry point: lower and build one (shape, config, arch), memoised."""
+def _compile_grouped_gemm(
+    shape: GroupedGemmShape, config: GemmConfig, arch: str | None = None, delay: bool = False
+):
+    """Compile entry point: lower and build one (shape, config, arch, delay), memoised."""
     import tilelang
 
-    return tilelang.compile(make_grouped_gemm(shape, config), target=compile_target(arch))
+    program = make_grouped_gemm(shape, config, delay)
+    return tilelang.compile(program, target=compile_target(arch))
 
 
 def compile_grouped_gemm(
-    shape: GroupedGemmShape, config: GemmConfig, arch: str | None = None
+    shape: GroupedGemmShape, config: GemmConfig, arch: str | None = None, *, delay: bool = False
 ) -> "GroupedGemmKernel":
     """Compiled kernel for ``shape`` under ``config``, wrapped with argument checks;
-    ``arch`` (e.g. "sm_90a") cross-compiles, None builds for the visible GPU."""
+    ``arch`` (e.g. "sm_90a") cross-compiles, None builds for the visible GPU. ``delay``
+    (test-only) builds the variant whose ``delay_cycles`` slows every block."""
     check_config(config)
     if arch is None:
         check_device_smem(config)
-    return GroupedGemmKernel(shape, config, _compile_grouped_gemm(shape, config, arch))
+    jit_kernel = _compile_grouped_gemm(shape, config, arch, delay)
+    return GroupedGemmKernel(shape, config, jit_kernel, delay)
 
 
 class GroupedGemmKernel:
     """A compiled grouped GEMM that checks its tensors before launching.
 
     ``kernel(a, b, out)`` writes into ``out`` and returns it. The tile tables are made on
-    the first call, on ``a``'s device, and reused."""
+    the first call, on ``a``'s device, and reused. One built with the test-only delay
+    spins ``delay_cycles`` per block (0: no spin)."""
 
-    __slots__ = ("shape", "config", "jit_kernel", "_tables")
+    __slots__ = ("shape", "config", "jit_kernel", "_tables", "delay", "delay_cycles")
 
-    def __init__(self, shape: GroupedGemmShape, config: GemmConfig, jit_kernel: Any) -> None:
+    def __init__(
+        self, shape: GroupedGemmShape, config: GemmConfig, jit_kernel: Any, delay: bool = False
+    ) -> None:
         self.shape = shape
         self.config = config
         self.jit_kernel = jit_kernel
         self._tables: dict[Any, tuple] = {}
+        self.delay = delay
+        self.delay_cycles = 0
+
+    @property
+    def blocks(self) -> int:
+        """Blocks in one launch's grid: N tiles times every expert's row tiles."""
+        return -(-self.shape.n // self.config.block_n) * self.shape.tiles(self.config.block_m)
 
     @property
     def source(self) -> str:
@@ -311,5 +357,8 @@ class GroupedGemmKernel:
 
     def __call__(self, a, b, out):
         self.check_args(a, b, out)
-        self.jit_kernel(a, b, out, *self.tables(a.device))
+        if self.delay:
+            self.jit_kernel(a, b, out, *self.tables(a.device), self.delay_cycles)
+        else:
+            self.jit_kernel(a, b, out, *self.tables(a.device))
         return out

@@ -77,6 +77,11 @@ class GroupedGemm(DenseWork):
     def kernel(self, shape: GroupedGemmShape, config: GemmConfig, device: DeviceSpec | None):
         return compile_grouped_gemm(shape, config, arch_of(device))
 
+    def delayed(self, shape: GroupedGemmShape, config: GemmConfig, device=None):
+        """Test-only (the gate self-test's injection): the kernel built with a delay of
+        ``delay_cycles`` per block, launched as ``kernel(a, b, out)``."""
+        return compile_grouped_gemm(shape, config, arch_of(device), delay=True)
+
     def build(self, shape: GroupedGemmShape, config: GemmConfig, device: DeviceSpec | None):
         kernel = self.kernel(shape, config, device)
 

@@ -262,15 +262,22 @@ def test_given_cycles_are_set_without_measuring_and_a_missing_one_is_named():
         inject.given(kernel, "gemm.S(1)", 0.02, {"gemm.S(0)": 321})
 
 
-def test_the_delay_is_refused_by_name_for_a_family_without_one(worker_entry):
-    """The test-only delay is compiled into the dense GEMM's kernel only: another family's
-    combination is skipped (asv's NotImplementedError) with the reason, not built."""
+def test_the_delay_is_refused_by_name_for_a_family_without_one(worker_entry, monkeypatch):
+    """Another family's combination is injected through its operator's ``delayed`` (the
+    grouped GEMM's); a family without one is skipped (asv's NotImplementedError) with the
+    reason, not measured undelayed."""
     from types import SimpleNamespace
 
-    from harness.ops.registry import OPERATORS
+    from families.grouped_gemm import op as grouped
 
-    op = OPERATORS["grouped_gemm"]
+    op = grouped.OPERATOR
     injection = worker_entry("paired").injection
     data = SimpleNamespace(shape=op.example_shape())
-    with pytest.raises(NotImplementedError, match="the self-test cannot inject into this family"):
-        injection.delayed_kernel(data, op.configs(data.shape, None)[0])
+    config = op.configs(data.shape, None)[0]
+    built = []
+    monkeypatch.setattr(grouped, "compile_grouped_gemm", lambda *a, **kw: built.append(kw))
+    injection.delayed_kernel(data, config)
+    assert built == [{"delay": True}]
+    monkeypatch.delattr(type(op), "delayed")
+    with pytest.raises(NotImplementedError, match="has no test-only delay"):
+        injection.delayed_kernel(data, config)

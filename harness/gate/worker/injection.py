@@ -27,20 +27,28 @@ def sleep_cycles_per_ms(median_ms) -> float:
 
 def delayed_kernel(data, config):
     """The test-only delayed build of ``data``'s kernel under ``config``, by the
-    revision's own ``kernels`` (the one on ``sys.path`` now). The delay is compiled into
-    the dense GEMM only: another family's combination is skipped (``NotImplementedError``,
-    the self-test lists it with this reason) rather than measured without a delay."""
+    revision's own code (the one on ``sys.path`` now): the dense GEMM's
+    ``kernels.compile_gemm(..., delay=True)``, or another family's operator's ``delayed``.
+    A family without one is skipped (``NotImplementedError``, the self-test lists it with
+    this reason) rather than measured without a delay."""
     kernels = importlib.import_module("kernels")
     compile_gemm = getattr(kernels, "compile_gemm", None)
     if compile_gemm is None or "delay" not in inspect.signature(compile_gemm).parameters:
         raise RuntimeError("this revision's kernels have no test-only delay to inject with")
     gemm_shape = getattr(kernels, "GemmShape", None)
-    if gemm_shape is not None and not isinstance(data.shape, gemm_shape):
+    if gemm_shape is None or isinstance(data.shape, gemm_shape):
+        return compile_gemm(data.shape, config, delay=True)
+    try:
+        registry = importlib.import_module("harness.ops.registry")
+        delayed = getattr(registry.operator_for(data.shape), "delayed", None)
+    except (ImportError, ValueError):
+        delayed = None
+    if delayed is None:
         raise NotImplementedError(
-            f"{type(data.shape).__name__}: the test-only delay exists in the dense GEMM's "
-            "kernel only; the self-test cannot inject into this family"
+            f"{type(data.shape).__name__}: this family's kernel has no test-only delay "
+            "(an operator's ``delayed``); the self-test cannot inject into it"
         )
-    return compile_gemm(data.shape, config, delay=True)
+    return delayed(data.shape, config)
 
 
 def sm_count() -> int:

@@ -7,6 +7,7 @@ pytest tests/families/grouped_gemm/   # CPU part; GPU part skips
 import pytest
 
 from families.grouped_gemm.kernel import (
+    GroupedGemmKernel,
     GroupedGemmShape,
     candidates,
     check_config,
@@ -130,6 +131,47 @@ def test_sm90a_codegen_uses_hopper_path(shape, config):
     from harness.ops.registry import build_combination
 
     assert callable(build_combination("grouped_gemm", shape, config, CompileTarget(sm_count=16)))
+
+
+@requires_nvcc
+def test_sm90a_codegen_of_the_test_only_delay():
+    """The self-test's injected delay, as in the dense GEMM: one spin on clock64 with the
+    cycles as the kernel's last argument, reached by every thread before the K loop, and
+    absent from the kernel the suite tracks."""
+    from kernels.gemm import DELAY_FUNCTION
+
+    shape = GroupedGemmShape((128, 0, 300, 77), 1024, 512, "bfloat16")
+    config = GemmConfig(128, 256, 64, 256, 3)
+    plain = compile_grouped_gemm(shape, config, arch="sm_90a")
+    slowed = GROUPED_GEMM.delayed(shape, config, CompileTarget(sm_count=132))
+    assert DELAY_FUNCTION not in plain.source and "clock64" not in plain.source
+    src = slowed.source
+    assert src.count(f"{DELAY_FUNCTION}(") == 2 and "clock64()" in src
+    signature = next(line for line in src.splitlines() if "__global__" in line)
+    assert signature.rstrip(" {;)").split(",")[-1].strip().startswith("int64_t")  # last
+    call = [line for line in src.splitlines() if f"{DELAY_FUNCTION}(" in line][-1]
+    assert call.startswith(f"  {DELAY_FUNCTION}(")  # no branch skips it
+    assert slowed.delay and slowed.delay_cycles == 0 and not plain.delay
+    # The grid: 1024 / 256 column tiles times 1 + 3 + 1 row tiles of 128.
+    assert slowed.blocks == plain.blocks == 4 * 5
+
+
+def test_the_delayed_kernel_passes_its_cycles_last(monkeypatch):
+    import torch
+
+    calls = []
+    shape = GroupedGemmShape((5, 0, 3), 16, 8)
+    config = GemmConfig(64, 128, 64, 128, 4)
+    kernel = GroupedGemmKernel(shape, config, lambda *args: calls.append(args), delay=True)
+    monkeypatch.setattr(GroupedGemmKernel, "check_args", lambda *a: None)
+    kernel.delay_cycles = 777
+    a = torch.randn(shape.a_shape)
+    kernel(a, torch.randn(shape.b_shape), torch.empty(shape.c_shape))
+    assert calls[-1][-1] == 777 and len(calls[-1]) == 7
+    GroupedGemmKernel(shape, config, lambda *args: calls.append(args))(
+        a, torch.randn(shape.b_shape), torch.empty(shape.c_shape)
+    )
+    assert len(calls[-1]) == 6  # the tracked kernel takes no cycles
 
 
 # --- correctness on a GPU ------------------------------------------------------------
