@@ -508,6 +508,8 @@ OPTION_CONFIGS = [
     # the float64 reference does (a missing tile stays zero).
     GemmConfig(64, 128, 64, 128, 4, split_k=4),
     GemmConfig(128, 128, 64, 128, 3, split_k=3),
+    # The heuristic's wide tile for a skinny M (``kernels.tuned.WIDE_THIN``), split.
+    GemmConfig(64, 256, 64, 128, 4, split_k=2),
     # The hand-written asynchronous pipeline (kernels/gemm_async.py), with and without the
     # shared-memory epilogue and swizzle, one and two consumer warpgroups.
     GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, async_mma=True),
