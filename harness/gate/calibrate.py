@@ -85,24 +85,31 @@ def summarise(
         values = [v for r in runs if (v := run_value(r, name)) is not None]
         if len(values) < MIN_RUNS:
             continue
-        paired = method == "paired"
-        spread, mde = spread_and_mde(values, paired=paired)
-        center = statistics.median(values)
-        offset = abs(center - 1.0) if paired else 0.0
-        threshold = max(floor, mde + offset)
         # paired: launches a side per trial, as the worker chose them
         launches = {getattr(results(r).get(name), "launches", None) for r in runs} - {None}
-        out[name] = calibration.Benchmark(
-            median=center,
-            spread=spread,
-            offset=offset,
-            mde=mde,
-            threshold=threshold,
-            too_noisy=threshold > cap,
-            runs=len(values),
-            launches=tuple(sorted(launches)) if launches else None,
-        )
+        out[name] = benchmark(values, floor, method == "paired", cap, launches)
     return out
+
+
+def benchmark(
+    values: list[float], floor: float, paired: bool, cap: float = POLICY.cap, launches=None
+) -> calibration.Benchmark:
+    """One benchmark's calibration from its run values (``run_value``, or a self-test's
+    A/A ratios)."""
+    spread, mde = spread_and_mde(values, paired=paired)
+    center = statistics.median(values)
+    offset = abs(center - 1.0) if paired else 0.0
+    threshold = max(floor, mde + offset)
+    return calibration.Benchmark(
+        median=center,
+        spread=spread,
+        offset=offset,
+        mde=mde,
+        threshold=threshold,
+        too_noisy=threshold > cap,
+        runs=len(values),
+        launches=tuple(sorted(launches)) if launches else None,
+    )
 
 
 def _skipped(entry: records.Measured | records.Paired) -> bool:
@@ -178,7 +185,19 @@ def main(argv: list[str] | None = None) -> int:
         help="paired: 'all' or indices like 0,1: shard the benchmarks over these GPUs as the "
         "gate does (each benchmark always on the same GPU)",
     )
+    p.add_argument(
+        "--from-selftest",
+        type=Path,
+        default=None,
+        metavar="CHECKPOINT",
+        help="no GPU work: calibrate from a paired self-test's A/A comparisons (its --resume "
+        "checkpoint), each iteration one run; needs --out, and --gpu where the checkpoint "
+        "does not name its GPU",
+    )
+    p.add_argument("--gpu", default=None, help="with --from-selftest: the GPU it ran on")
     args = p.parse_args(argv)
+    if args.from_selftest is not None:
+        return from_selftest(p, args)
     if args.gpus is not None and args.method != "paired":
         p.error(f"--gpus={args.gpus}: needs --method paired")
     args.bench = args.bench or discovery.gate_subset(git.ROOT)
@@ -227,8 +246,14 @@ def main(argv: list[str] | None = None) -> int:
         z_power=POLICY.z_power,
         failures=tuple(failed),
     )
+    return write_and_report(out, record, timer)
+
+
+def write_and_report(out: Path, record: calibration.Calibration, timer: str | None) -> int:
+    """Write ``record`` to ``out`` and print each benchmark's line; exit 2 where a
+    benchmark cannot be gated (``record.failures``)."""
     calibration.write(out, record)
-    for name, b in benchmarks.items():
+    for name, b in record.benchmarks.items():
         print(
             f"{name}: spread {b.spread:.2%}, detectable {b.mde:.2%}, "
             f"threshold {b.threshold:.1%}"
@@ -236,12 +261,58 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(f"timer: {timer or 'the revision timing path (process mode)'}")
     print(f"wrote {out}")
-    if failed:
-        print(f"calibrate: error: {len(failed)} benchmark(s) cannot be gated:", file=sys.stderr)
-        for line in failed:
+    if record.failures:
+        count = len(record.failures)
+        print(f"calibrate: error: {count} benchmark(s) cannot be gated:", file=sys.stderr)
+        for line in record.failures:
             print(f"  {line}", file=sys.stderr)
         return EXIT_FAILURE
     return 0
+
+
+def from_selftest(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--from-selftest``: each finished A/A comparison of a paired self-test is one
+    calibration run (the median of its per-trial ratios, what ``run_value`` reads of a
+    paired run), so a 20-iteration self-test gives 20 runs where ``--runs 5`` gives five,
+    with no GPU work. On the H200, five runs put ``Tuned(decode64, bf16)``'s spread at
+    0.08%; its 15 A/A comparisons in a self-test, at 0.28%."""
+    from harness.gate.selftest_state import aa_ratios
+
+    if args.out is None:
+        p.error("--from-selftest: give --out (calibration/<machine>.json)")
+    try:
+        settings, gpu, ratios = aa_ratios(args.from_selftest)
+    except ValueError as err:
+        p.error(f"--from-selftest={err}")
+    if settings.get("method") != "paired":
+        p.error(f"--from-selftest: the self-test measured {settings.get('method')!r}, not paired")
+    gpu = args.gpu or gpu
+    if gpu is None:
+        p.error("--gpu: the checkpoint does not name its GPU; give it (e.g. 'NVIDIA H200')")
+    floor = args.floor or POLICY.paired_floor
+    runs = max((len(v) for v in ratios.values()), default=0)
+    benchmarks = {
+        name: benchmark(values, floor, paired=True)
+        for name, values in sorted(ratios.items())
+        if len(values) >= MIN_RUNS
+    }
+    record = calibration.Calibration(
+        method="paired",
+        benchmarks=benchmarks,
+        gpu=gpu,
+        commit=settings.get("commit"),
+        date=dt.date.today().isoformat(),
+        runs=runs,
+        timer=None,
+        floor=floor,
+        cap=POLICY.cap,
+        spread=f"median absolute deviation x {POLICY.mad_to_sigma} / median "
+        f"(A/A comparisons of a self-test: {args.from_selftest.name})",
+        z_alpha=POLICY.z_alpha,
+        z_power=POLICY.z_power,
+        failures=tuple(failures(benchmarks, set(ratios), runs)),
+    )
+    return write_and_report(args.out, record, "the self-test's (its record names it)")
 
 
 if __name__ == "__main__":

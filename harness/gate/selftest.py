@@ -66,6 +66,7 @@ from harness.gate import samples as gs
 from harness.gate import selftest_args
 from harness.gate.selftest_state import Checkpoint, join_shards, keep_cycles, tag_of
 from harness.gate.selftest_tally import compare, iteration_line, render, tally, to_json
+from harness.measure import device
 from harness.revisions import fanout, git, launch, placement, records
 from harness.revisions.calibration import calibration_path
 from harness.suite import discovery
@@ -329,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         settings |= {"rounds": args.rounds, "gpus": gpus}
         settings |= {"calibration": calibration.name if calibrated_by else None}
         sides = [arm.side for arm in arms]
-        checkpoint = Checkpoint(args.resume, settings, work, sides)
+        checkpoint = Checkpoint(args.resume, settings, work, sides, device.gpu_name())
         try:
             finished, calibrated = checkpoint.load()
         except ValueError as err:

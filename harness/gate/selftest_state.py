@@ -124,7 +124,12 @@ class Checkpoint:
     injected ``sides`` (one per slowdown) name the cycles files it keeps."""
 
     def __init__(
-        self, path: Path, settings: Mapping, work: Path, sides: Sequence[str] = ("injected",)
+        self,
+        path: Path,
+        settings: Mapping,
+        work: Path,
+        sides: Sequence[str] = ("injected",),
+        gpu: str | None = None,
     ) -> None:
         missing = [k for k in SETTINGS if k not in settings]
         if missing:
@@ -133,6 +138,7 @@ class Checkpoint:
         self.settings = dict(settings)
         self.work = work
         self.sides = tuple(sides)
+        self.gpu = gpu  # recorded for ``aa_ratios``'s readers (calibration)
         self._lock = threading.Lock()
 
     def load(self) -> tuple[dict, dict[str, dict[str, records.Injection]]]:
@@ -194,6 +200,7 @@ class Checkpoint:
             data = {
                 "version": VERSION,
                 "settings": self.settings,
+                "gpu": self.gpu,
                 "iterations": {
                     gpu_key(gpu): [
                         [[dataclasses.asdict(v) for v in verdicts] for verdicts in iteration]
@@ -212,3 +219,24 @@ class Checkpoint:
             tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(data, indent=1) + "\n")
             os.replace(tmp, self.path)
+
+
+def aa_ratios(path: Path) -> tuple[dict, str | None, dict[str, list[float]]]:
+    """``(settings, gpu, {benchmark: ratios})`` of the self-test checkpoint at ``path``:
+    per benchmark the ratio each finished A/A comparison read (paired: the median of its
+    per-trial head/base ratios, what one calibration run gives), one per iteration. Every
+    slowdown's A/A comparisons share these samples; the first's are read. ValueError
+    naming the file where it is not a checkpoint."""
+    try:
+        data = json.loads(path.read_text())
+        if data["version"] != VERSION:
+            raise ValueError(f"version {data['version']!r}, this reads {VERSION}")
+        out: dict[str, list[float]] = {}
+        for iterations in data["iterations"].values():
+            for iteration in iterations:
+                for verdict in iteration[0]:
+                    if verdict["ratio"] is not None:
+                        out.setdefault(verdict["name"], []).append(float(verdict["ratio"]))
+        return dict(data["settings"]), data.get("gpu"), out
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        raise ValueError(f"{path}: not a self-test checkpoint ({err})") from None

@@ -1,6 +1,7 @@
 """A kernel family lives in its own folder: outside ``families/<name>/`` (and the prose
 and tests about it: docs/, reports/, tests/, README.md) the only line of the project that
-names it is its registration in pyproject.toml. The rule counts source, not tests: a
+names it is its registration in pyproject.toml. Measured records (``calibration/``, per
+benchmark) name it as ``reports/`` do. The rule counts source, not tests: a
 family's tests live in ``tests/families/<name>/``."""
 
 import re
@@ -9,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where a family may be named besides its folder: prose, records and tests.
-EXEMPT = ("docs", "reports", "tests", "README.md")
+EXEMPT = ("docs", "reports", "calibration", "tests", "README.md")
 # Hidden folders that are the project's (CI); the others are tools' caches and git's.
 PROJECT_HIDDEN = (".github", ".ci")
 # Each family package and what names it: its folder's name, spelled as code and prose do.
