@@ -282,8 +282,8 @@ TILES = (
 THIN = TILES[-1]
 # Its wide twin for a skinny M: decode16's winner (64x256, 0.0464 ms, 64x64 within 4%).
 # A thin GEMM streams the wide operand once whatever the tile, so what differs is how
-# many waves of blocks stream it: where 64x64 tiles spill into a second wave and 64x256
-# (split as ``split_for`` splits it) fit one, the wide tile wins (the H200's first-use
+# many waves of blocks stream it: where 64x64 tiles spill past one wave and 64x256 (split
+# as ``split_for`` splits it) fit one, the wide tile wins (the H200's first-use
 # tuning of 8x14336x4096 NT: 64x256 split 2, one wave of 112 blocks, 0.954x torch; the
 # 64x64 tiles' 224 blocks in two waves, 0.726x).
 WIDE_THIN = GemmConfig(64, 256, 64, 128, 4)
@@ -367,8 +367,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     - Thin, M <= 64 or N <= 128 (decode, attention's P@V): 64x64 tiles streaming the wide
       operand through six stages (decode64 0.0449 ms and attn_pv 0.0194 ms, both the
       winners; 128x128 tiles took 0.032 ms on attn_pv), K split when they fill fewer than
-      half the SMs; for M <= 64, 64x256 tiles (``WIDE_THIN``) where they stream it in
-      fewer waves without more padding (8x14336x4096 NT: 0.954x torch against 0.726x).
+      half the SMs; for M <= 64, 64x256 tiles (``WIDE_THIN``) where they stream it in one
+      wave and 64x64 tiles take more, without more padding (8x14336x4096 NT: 0.954x torch
+      against 0.726x).
     - Otherwise each of ``TILES`` is scored: its efficiency on large shapes (128x256 1.0,
       256x128 0.97, 128x128 0.79, 64x64 0.4), times the share of SM slots its blocks fill
       over their waves, over the padding it computes where it does not divide M and N;
@@ -392,7 +393,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     if thin:
         config = score(shape, THIN, sms)[1]
         wide = with_split(WIDE_THIN, split_for(shape, output_tiles(shape, 64, 256), sms))
-        if shape.m <= 64 and waves(shape, wide, sms) < waves(shape, config, sms):
+        if shape.m <= 64 and waves(shape, wide, sms) == 1 < waves(shape, config, sms):
             return wide if waste(shape, 64, 256) <= waste(shape, 64, 64) else config
         return config
     best_value, best = score(shape, TILES[0], sms)

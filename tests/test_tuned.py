@@ -154,6 +154,9 @@ def test_a_skinny_m_whose_64_wide_tiles_spill_into_a_second_wave_gets_64x256():
     # Where both fit one wave the 64x64 tiles stay (decode16 and decode64 above); where
     # 64x256 pads N more than 64x64 does, too.
     assert heuristic(GemmShape(8, 14336 + 64, 4096), SMS).block_n == 64
+    # Many waves either way (8x65536x1024: 1024 tiles of 64x64, 256 of 64x256): no
+    # evidence that the wide tile streams faster there, so 64x64 stays.
+    assert heuristic(GemmShape(8, 65536, 1024), SMS).block_n == 64
 
 
 def test_the_tile_that_pads_least_and_fills_best_wins():
