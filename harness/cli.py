@@ -128,3 +128,17 @@ def _check_writable(folder: Path, text: str) -> None:
         probe.unlink()
     except OSError as err:
         raise argparse.ArgumentTypeError(f"{text!r}: cannot write there ({err.strerror})") from None
+
+
+def gate_options(parser: argparse.ArgumentParser, method_help: str) -> None:
+    """The ``--method`` and ``--bench`` options every command that measures the gate's
+    way takes (calibration, the self-test)."""
+    parser.add_argument(
+        "--method", choices=("paired", "process"), default="paired", help=method_help
+    )
+    parser.add_argument(
+        "--bench",
+        type=regex,
+        default=None,
+        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
+    )

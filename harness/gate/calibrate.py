@@ -27,7 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness.cli import EXIT_FAILURE, fraction, gpu_list, positive_int, regex
+from harness.cli import EXIT_FAILURE, fraction, gate_options, gpu_list, positive_int
 from harness.policy import POLICY
 from harness.revisions import calibration, fanout, git, launch, placement, records
 from harness.suite import discovery
@@ -162,18 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--runs", type=positive_int, default=5, help=f"repeated runs (>= {MIN_RUNS})")
-    p.add_argument(
-        "--method",
-        choices=("paired", "process"),
-        default="paired",
-        help="calibrate the gate's paired or process measurement",
-    )
-    p.add_argument(
-        "--bench",
-        type=regex,
-        default=None,
-        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
-    )
+    gate_options(p, "calibrate the gate's paired or process measurement")
     p.add_argument(
         "--floor", type=fraction, default=None, help="the gate's floor (default: its own)"
     )

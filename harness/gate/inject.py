@@ -29,6 +29,7 @@ import os
 import statistics
 import traceback
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 
 # The self-test reports a detection rate only where the slowdown the gate saw is within
 # this of the request (absolute, in fractions: 0.003 is 0.3 percentage points).
@@ -241,12 +242,21 @@ def cycles_option(parser, paths, fractions: Collection[float]) -> dict[float, di
     slowdown must be one of them, and each of them needs exactly one file. A missing,
     unreadable or malformed file, or one without an injection to apply it to, is
     ``parser``'s usage error naming the option (exit 2), before any GPU work. The worker
-    and the self-test read the option through this."""
+    and the self-test read the option through this (``cycles_files``)."""
+    return {f: cycles for f, (_, cycles) in cycles_files(parser, paths, fractions).items()}
+
+
+def cycles_files(
+    parser, paths, fractions: Collection[float]
+) -> dict[float, tuple[Path, dict[str, int]]]:
+    """``cycles_option``'s files as ``{fraction: (path, {benchmark: cycles})}``: which
+    file gives each injected slowdown's cycles (the self-test hands it on to its
+    workers)."""
     if not fractions:
         parser.error("--inject-cycles: needs --inject SIDE=FRACTION or --inject-slowdown")
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     wanted = sorted(set(fractions))
-    out: dict[float, dict[str, int]] = {}
+    out: dict[float, tuple[Path, dict[str, int]]] = {}
     for path in paths:
         try:
             with open(path) as file:
@@ -257,7 +267,7 @@ def cycles_option(parser, paths, fractions: Collection[float]) -> dict[float, di
             slowdown, cycles = _parse_cycles(text)
             match = [f for f in wanted if abs(f - slowdown) <= 1e-12]
             if not match:
-                read_cycles(text, [f for f in wanted if f not in out] or wanted)
+                read_cycles(text, wanted)  # raises: calibrated for another slowdown
             if match[0] in out:
                 raise ValueError(
                     f"slowdown={slowdown!r}: another file already gives the cycles for "
@@ -265,7 +275,7 @@ def cycles_option(parser, paths, fractions: Collection[float]) -> dict[float, di
                 )
         except ValueError as err:
             parser.error(f"--inject-cycles={path}: {err}")
-        out[match[0]] = cycles
+        out[match[0]] = (Path(path), cycles)
     missing = [f for f in wanted if f not in out]
     if missing:
         parser.error(

@@ -4,10 +4,9 @@ by name (exit 2) before any GPU work."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from harness.cli import fraction, gpu_list, positive_int, regex
+from harness.cli import fraction, gate_options, gpu_list, positive_int
 from harness.gate import inject
 from harness.gate import run as gate
 
@@ -28,12 +27,7 @@ def parser(description: str) -> argparse.ArgumentParser:
         help="injected, in (0, 1): 0.02 = 2%%. Several (0.02 0.01) share every worker: one "
         "injected side per slowdown beside base and head, one record each",
     )
-    p.add_argument(
-        "--method",
-        choices=("paired", "process"),
-        default="paired",
-        help="how the gate measures (its default for a kernel change: paired)",
-    )
+    gate_options(p, "how the gate measures (its default for a kernel change: paired)")
     p.add_argument(
         "--rounds",
         type=positive_int,
@@ -48,12 +42,6 @@ def parser(description: str) -> argparse.ArgumentParser:
         metavar="FRACTION",
         help="the gate's floor for this test, one for all or one per --slowdown (default: "
         "the gate's own for --method); each must sit below its slowdown to detect it",
-    )
-    p.add_argument(
-        "--bench",
-        type=regex,
-        default=None,
-        help="regex on benchmark names (default: the suite's GATE_SUBSET)",
     )
     p.add_argument(
         "--gpus",
@@ -135,9 +123,6 @@ def parse(argv: list[str] | None, description: str) -> argparse.Namespace:
         p.error(f"--calibration={args.calibration}: no such file")
     args.cycles_files = {}  # slowdown -> the --inject-cycles file that gives its cycles
     if args.inject_cycles is not None:
-        inject.cycles_option(p, args.inject_cycles, slowdowns)  # one good file per slowdown
-        for path in args.inject_cycles:
-            saved = json.loads(path.read_text())["slowdown"]
-            slowdown = min(slowdowns, key=lambda s: abs(s - saved))
-            args.cycles_files[slowdown] = path.resolve()
+        found = inject.cycles_files(p, args.inject_cycles, slowdowns)
+        args.cycles_files = {f: path.resolve() for f, (path, _) in found.items()}
     return args

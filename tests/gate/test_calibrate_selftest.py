@@ -75,6 +75,12 @@ def test_bad_from_selftest_input_is_refused_by_name(monkeypatch, tmp_path, capsy
     anonymous = tmp_path / "anon.json"
     anonymous.write_text(json.dumps(data))
     cases.append((["--from-selftest", str(anonymous), "--out", str(out)], "--gpu: the checkpoint"))
+    process = tmp_path / "process.json"
+    process.write_text(json.dumps({**data, "settings": {**data["settings"], "method": "process"}}))
+    cases.append((["--from-selftest", str(process), "--out", str(out)], "'process', not paired"))
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps({**data, "iterations": {"all": [[[{"ratio": 1.0}]]]}}))
+    cases.append((["--from-selftest", str(damaged), "--out", str(out)], "not a self-test"))
     for argv, message in cases:
         with pytest.raises(SystemExit) as exit_:
             calibrate.main(argv)
