@@ -385,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         record["calibration"] = calibration.name if calibrated_by else None
         # The other records whose workers (and A/A samples) this one shared.
         record["measured_with"] = [a.slowdown for a in arms if a is not arm]
+        record["commit"], record["gpu"] = sha, device.gpu_name()
         record["wall_s"] = round(time.perf_counter() - start, 1)
         args.json[k].write_text(json.dumps(record, indent=2) + "\n")
     return EXIT_INTERRUPTED if stopped else 0
