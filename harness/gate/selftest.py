@@ -22,15 +22,12 @@ With ``--method paired`` (the gate's default), each iteration is one fresh worke
 holding three sides built from HEAD's tree, ``base``, ``head`` and ``injected``, whose
 kernels are launched in turn as the gate launches base and head; base against head is
 the A/A comparison, base against injected the detection. With ``--method process``,
-each iteration runs the gate's worker three times on HEAD, each in a fresh process:
-``base``, ``head`` and ``injected``. It compares base against head (A/A) and base against
-injected (detection), so the base run is shared by the two comparisons of one iteration,
-while comparisons of one kind are independent across iterations: three runs per
-iteration where two separate comparisons would take four. The order of the three runs
-cycles through all six permutations across iterations (and rounds), so drift in clocks
-or temperature reaches every side alike. With ``--rounds R`` each comparison pools R
-rounds, as the gate does. ``--gpus`` splits the benchmarks over GPUs with the plan the
-gate uses; a benchmark's three runs always share one GPU.
+each iteration runs the gate's worker once per side on HEAD, each in a fresh process;
+the A/A and the injected comparison share the base run (three runs where two separate
+comparisons take four), and the runs' order cycles through all permutations across
+iterations (and rounds), so drift in clocks or temperature reaches every side alike.
+With ``--rounds R`` each comparison pools R rounds, as the gate does. ``--gpus`` splits
+the benchmarks over GPUs with the gate's plan; a benchmark's runs always share one GPU.
 
 The injection is test-only: the injected side launches its kernel's delayed build
 (``kernels.gemm.make_gemm(..., delay=True)``: every block spins on the SM clock before
@@ -38,13 +35,14 @@ its pipeline starts), one launch as before, whose cycles the worker calibrates o
 gate's own trials (every side in their rotation, read by the verdict's statistic) until
 the slowdown they show is the request (``harness.gate.inject``).
 The tracked kernels are untouched, and nothing on the normal gate path passes the flag.
-The delay is calibrated once per self-test (per GPU, by the first injected worker), and
-every later worker sets those cycles (``--inject-cycles``, a file under the work folder)
-instead of measuring them again; ``--inject-cycles FILE`` gives a self-test a file of an
-earlier one and skips calibrating. The slowdown the gate then saw, the median over the
-iterations of the injected comparison's ratio, is recorded per benchmark, and where it
-misses the request by more than ``inject.TOLERANCE`` the benchmark gets no detection
-rate: it is listed as refused, with why.
+The delay is calibrated once per GPU by the first injected worker; later workers set
+those cycles (``--inject-cycles``, a file under the work folder; ``--inject-cycles FILE``
+takes an earlier self-test's and skips calibrating). After ``inject.SETTLE_ITERATIONS``
+iterations the cycles are settled once on what the gate saw in them, and where any
+moved those iterations run again (``selftest_state.settle_cycles``). The slowdown the
+gate saw, the median over the iterations of the injected ratio, is recorded per
+benchmark; where it misses the request by more than ``inject.TOLERANCE`` the benchmark
+gets no detection rate: it is listed as refused, with why.
 
 The calibration file is in force (``--calibration``, default the machine's), as in the
 gate: a benchmark it marks too noisy is counted as such, neither detected nor alarmed.
@@ -62,9 +60,17 @@ from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED
 from harness.gate import decide as gd
+from harness.gate import inject, selftest_args
 from harness.gate import samples as gs
-from harness.gate import selftest_args
-from harness.gate.selftest_state import Checkpoint, join_shards, keep_cycles, tag_of
+from harness.gate.selftest_args import Arm, arm_side
+from harness.gate.selftest_state import (
+    Checkpoint,
+    gpu_key,
+    join_shards,
+    keep_cycles,
+    settle_cycles,
+    tag_of,
+)
 from harness.gate.selftest_tally import compare, iteration_line, render, tally, to_json
 from harness.measure import device
 from harness.revisions import fanout, git, launch, placement, records
@@ -72,22 +78,6 @@ from harness.revisions.calibration import calibration_path
 from harness.suite import discovery
 
 SIDES = ("base", "head", "injected")
-
-
-@dataclass(frozen=True, slots=True)
-class Arm:
-    """One injected slowdown: the side that carries it, and the gate's floor and
-    per-benchmark thresholds (calibration) its comparisons, A/A included, are decided at."""
-
-    side: str
-    slowdown: float
-    threshold: float
-    thresholds: Mapping[str, float] | None = None
-
-
-def arm_side(index: int, slowdown: float) -> str:
-    """The injected side of the ``index``-th slowdown."""
-    return "injected" if index == 0 else f"injected@{slowdown:g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +183,7 @@ def iterate(
     calibrated: dict[str, dict[str, records.Injection]] | None = None,
     cycles: Mapping[str, Path] | None = None,
     save: Callable[[], None] | None = None,
+    settled: dict[str, bool] | None = None,
 ) -> list[tuple[list[gd.Verdict], ...]]:
     """``setup.n`` iterations on one GPU (all visible when None): per iteration and round,
     the worker runs (``_runs``); returns each iteration's verdicts, (A/A, injected) per
@@ -200,15 +191,19 @@ def iterate(
     ones); the paired workers' timers are added to ``timers``. The first injected worker
     calibrates the delays (unless ``cycles``, side -> file, or ``setup.cycles`` give them;
     its records go to ``calibrated[side]``), every later one sets the same cycles.
-    Iterations already in ``out`` (a resumed run's) count; ``save`` is called after each
-    new one. Past ``setup.deadline`` it stops early, judged by the last iteration that
-    did not calibrate (the first, calibrating one, took minutes more: H200, 290 s against
-    about 50 s)."""
+    With ``settled`` (GPU key -> settled), cycles calibrated here are settled once after
+    ``inject.SETTLE_ITERATIONS`` iterations (``settle_cycles``); where any moved, those
+    iterations are dropped and run again. Iterations already in ``out`` (a resumed
+    run's) count; ``save`` is called after each new one. Past ``setup.deadline`` it stops
+    early, judged by the last iteration that did not calibrate (the first, calibrating
+    one, took minutes more: H200, 290 s against about 50 s)."""
     tag = tag_of(gpu)
     out = [] if out is None else out
     cycles = {**setup.given_cycles(), **(cycles or {})}
+    settling = settled is not None and not settled.get(gpu_key(gpu)) and not setup.cycles
     last = None
-    for i in range(len(out), setup.n):
+    while len(out) < setup.n:
+        i = len(out)
         if setup.deadline is not None and last is not None:
             if time.monotonic() + last > setup.deadline:
                 log(f"gate_selftest{tag}: --stop-after reached; {i} of {setup.n} iterations done")
@@ -220,14 +215,19 @@ def iterate(
         for arm in setup.arms:
             verdicts += compare(runs, arm.threshold, arm.thresholds, setup.method, arm.side)
         out.append(tuple(verdicts))
-        if save is not None:
-            save()
         took = time.monotonic() - start
         # An iteration that calibrated the delays took minutes more than the next will.
         last = last if calibrating else took
         slowdowns = [arm.slowdown for arm in setup.arms]
         line = iteration_line(slowdowns, verdicts, took)
         log(f"gate_selftest{tag}: iteration {i + 1}/{setup.n}: {line}")
+        if settling and len(out) >= inject.SETTLE_ITERATIONS:
+            settling, settled[gpu_key(gpu)] = False, True
+            if settle_cycles(setup.arms, out, cycles, calibrated, tag, log):
+                log(f"gate_selftest{tag}: cycles settled; these {len(out)} iterations run again")
+                del out[:]
+        if save is not None:
+            save()
     return out
 
 
@@ -240,6 +240,7 @@ def split_iterate(
     calibrated: dict[str, dict[str, records.Injection]] | None = None,
     resumed: Callable[[int | None], Mapping[str, Path]] = lambda gpu: {},
     save: Callable[[], None] | None = None,
+    settled: dict[str, bool] | None = None,
 ) -> list[tuple[list[gd.Verdict], ...]]:
     """``iterate`` on every GPU at once, each over its share of the benchmarks
     (``fanout.fan_out``, the gate's plan), then each iteration's verdicts joined across
@@ -262,6 +263,7 @@ def split_iterate(
             calibrated=calibrated,
             cycles=resumed(gpu),
             save=save,
+            settled=settled,
         )
 
     fanout.fan_out(list(names.names), gpus, setup.work, "selftest", one)
@@ -323,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     finished: dict = {}
     calibrated: dict[str, dict[str, records.Injection]] = {}
+    settled: dict[str, bool] = {}
     save, resumed = None, lambda gpu: {}
     if args.resume is not None:
         settings = {"commit": sha, "bench": args.bench, "slowdown": _one_or_all(args.slowdown)}
@@ -337,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gate_selftest: error: {err}", file=sys.stderr)
             return EXIT_FAILURE
         save, resumed = (lambda: checkpoint.save(finished, calibrated)), checkpoint.resumed_cycles
+        settled = checkpoint.settled
     loaded = len(join_shards(finished))
     if args.resume is not None:
         log(f"gate_selftest: resuming {args.resume}: {loaded} of {args.n} iterations finished")
@@ -355,9 +359,10 @@ def main(argv: list[str] | None = None) -> int:
                 calibrated=calibrated,
                 cycles=resumed(None),
                 save=save,
+                settled=settled,
             )
         else:
-            shared = {"timers": timers, "calibrated": calibrated, "save": save}
+            shared = {"timers": timers, "calibrated": calibrated, "save": save, "settled": settled}
             split_iterate(setup, gpus, log=log, out=finished, resumed=resumed, **shared)
     except KeyboardInterrupt:
         interrupted = True

@@ -4,6 +4,8 @@ by name (exit 2) before any GPU work."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cli import fraction, gate_options, gpu_list, positive_int
@@ -126,3 +128,19 @@ def parse(argv: list[str] | None, description: str) -> argparse.Namespace:
         found = inject.cycles_files(p, args.inject_cycles, slowdowns)
         args.cycles_files = {f: path.resolve() for f, (path, _) in found.items()}
     return args
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """One injected slowdown: the side that carries it, and the gate's floor and
+    per-benchmark thresholds (calibration) its comparisons, A/A included, are decided at."""
+
+    side: str
+    slowdown: float
+    threshold: float
+    thresholds: Mapping[str, float] | None = None
+
+
+def arm_side(index: int, slowdown: float) -> str:
+    """The injected side of the ``index``-th slowdown."""
+    return "injected" if index == 0 else f"injected@{slowdown:g}"

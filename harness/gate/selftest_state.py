@@ -3,7 +3,10 @@
 - **Injection cycles.** The first injected worker on a GPU calibrates the delay of each
   injected side (one per slowdown); their cycles go to ``inject-cycles<tag>.json`` (the
   ``injected`` side) or ``inject-cycles<tag>-<side>.json`` in the work folder, and every
-  later worker on that GPU sets them (``keep_cycles``).
+  later worker on that GPU sets them (``keep_cycles``). After the first
+  ``inject.SETTLE_ITERATIONS`` iterations, a benchmark whose injection those iterations
+  saw off the request gets its cycles moved in the file, and the iterations so far are
+  run again (``settle_cycles``); each GPU settles once.
 - **The checkpoint** (``--resume FILE``). After every finished iteration the self-test
   rewrites FILE with its settings, each GPU's finished iterations (the gate's verdicts,
   A/A and injected, per slowdown), the injection calibrations and each GPU's cycles.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -87,6 +91,52 @@ def keep_cycles(
     return out
 
 
+def settle_cycles(
+    arms: Sequence,
+    out: Sequence[tuple[list[gd.Verdict], ...]],
+    cycles: Mapping[str, Path],
+    calibrated: dict[str, dict[str, records.Injection]] | None,
+    tag: str,
+    log: Callable[[str], None],
+) -> bool:
+    """Settle the calibrated cycles of each of ``arms`` (side, slowdown; its verdicts are
+    the (2k+1)-th of each iteration in ``out``) on the slowdown the gate saw in those
+    iterations (``inject.settle``): the moved cycles go to the side's file in ``cycles``
+    and to ``calibrated`` (``settled_from``). True where any moved: the iterations so
+    far did not run at the cycles the later ones will, and must not count."""
+    moved = False
+    for k, arm in enumerate(arms):
+        path = cycles.get(arm.side)
+        if path is None:
+            continue
+        now = inject.read_cycles(path.read_text(), [arm.slowdown])
+        seen: dict[str, list[float]] = {}
+        for iteration in out:
+            for v in iteration[2 * k + 1]:
+                if v.ratio is not None:
+                    seen.setdefault(v.name, []).append(v.ratio - 1.0)
+        new = inject.settle(now, seen, arm.slowdown)
+        if not new:
+            continue
+        moved = True
+        record = inject.cycles_record(arm.slowdown, {**now, **new})
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        found = (calibrated or {}).get(arm.side, {})
+        for name, cycles_now in new.items():
+            was = statistics.median(seen[name])
+            if name in found:
+                settled = (now[name], was)
+                found[name] = dataclasses.replace(
+                    found[name], cycles=cycles_now, settled_from=settled
+                )
+            log(
+                f"gate_selftest{tag}: {name}: the {arm.slowdown:.1%} injection was seen at "
+                f"{was:+.2%} over {len(out)} iterations with {now[name]} cycles; "
+                f"{cycles_now} from now on"
+            )
+    return moved
+
+
 def join_shards(parts: dict) -> list[tuple[list[gd.Verdict], ...]]:
     """Each iteration's verdicts joined across GPUs, for the iterations every GPU
     finished. An iteration is (A/A, injected) per slowdown, in the order of the arms."""
@@ -114,11 +164,6 @@ def _verdict(d: Mapping) -> gd.Verdict:
     return gd.Verdict(**{f.name: d[f.name] for f in dataclasses.fields(gd.Verdict)})
 
 
-def _injection(d: Mapping) -> records.Injection:
-    steps = tuple((int(c), float(s)) for c, s in d.get("steps", ()))
-    return records.Injection(d["requested"], d["cycles"], d.get("seen"), steps)
-
-
 class Checkpoint:
     """The resumable state of one self-test, read from and written to ``path``; its
     injected ``sides`` (one per slowdown) name the cycles files it keeps."""
@@ -139,6 +184,9 @@ class Checkpoint:
         self.work = work
         self.sides = tuple(sides)
         self.gpu = gpu  # recorded for ``aa_ratios``'s readers (calibration)
+        # gpu key -> whether its cycles were settled (``settle_cycles``); a checkpoint
+        # from before settling counts every GPU it holds as settled.
+        self.settled: dict[str, bool] = {}
         self._lock = threading.Lock()
 
     def load(self) -> tuple[dict, dict[str, dict[str, records.Injection]]]:
@@ -168,9 +216,11 @@ class Checkpoint:
                 for key, per in data.get("cycles", {}).items()
             }
             calibrated = {
-                side: {name: _injection(d) for name, d in found.items()}
+                side: {name: records.injection_from(d) for name, d in found.items()}
                 for side, found in data.get("calibrated", {}).items()
             }
+            held = dict.fromkeys([*data["iterations"], *data.get("cycles", {})], True)
+            settled = {str(k): bool(v) for k, v in data.get("settled", held).items()}
         except _Differs as differs:
             key, theirs = differs.args
             raise ValueError(
@@ -183,6 +233,7 @@ class Checkpoint:
             for side, record in per.items():
                 path = cycles_file(self.work, tag_of(gpu), side)
                 path.write_text(json.dumps(record, indent=2) + "\n")
+        self.settled.update(settled)
         return finished, calibrated
 
     def resumed_cycles(self, gpu: int | None) -> dict[str, Path]:
@@ -213,6 +264,7 @@ class Checkpoint:
                     for side, found in dict(calibrated).items()
                 },
                 "cycles": cycles,
+                "settled": dict(self.settled),
             }
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # One temporary file per process: two runs never write through the same one.

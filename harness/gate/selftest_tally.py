@@ -171,6 +171,8 @@ def to_json(
                 "injection_cycles": getattr((calibrated or {}).get(name), "cycles", None),
                 # What the calibration's own steps saw, beside what the gate saw.
                 "calibration_seen": getattr((calibrated or {}).get(name), "seen", None),
+                # Settled after the first iterations: [cycles before, what they saw].
+                "settled_from": _settled((calibrated or {}).get(name)),
                 "refused": refused.get(name),
                 "too_noisy": (t.noisy or {}).get(name, 0),
                 # What the gate saw: median and extremes of the per-comparison ratios.
@@ -180,6 +182,11 @@ def to_json(
             for name in t.detections
         },
     }
+
+
+def _settled(injection) -> list | None:
+    found = getattr(injection, "settled_from", None)
+    return None if found is None else list(found)
 
 
 def _summary(values: list[float] | None) -> dict | None:

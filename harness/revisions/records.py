@@ -44,12 +44,15 @@ class Gpu:
 class Injection:
     """A test-only delay (``harness.gate.inject``): the fraction asked for, the cycles
     set, the slowdown the calibration saw (None where the cycles were given) and its
-    steps, (cycles, seen) each."""
+    steps, (cycles, seen) each; ``settled_from``, where the self-test moved the cycles
+    after its first iterations (``inject.settle``): the cycles before and the slowdown
+    those iterations saw with them."""
 
     requested: float
     cycles: int
     seen: float | None = None
     steps: tuple[tuple[int, float], ...] = ()
+    settled_from: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,11 +157,13 @@ def _gpu(data) -> Gpu | None:
     return None if data is None else Gpu(**data)
 
 
-def _injection(data) -> Injection | None:
+def injection_from(data) -> Injection | None:
     if data is None:
         return None
     steps = tuple((int(c), float(s)) for c, s in data.get("steps", ()))
-    return Injection(data["requested"], data["cycles"], data.get("seen"), steps)
+    settled = data.get("settled_from")
+    settled = None if settled is None else (int(settled[0]), float(settled[1]))
+    return Injection(data["requested"], data["cycles"], data.get("seen"), steps, settled)
 
 
 def _measured(data: dict) -> Measured:
@@ -168,7 +173,7 @@ def _measured(data: dict) -> Measured:
         error=data.get("error"),
         skipped=data.get("skipped"),
         gpu=_gpu(data.get("gpu")),
-        injection=_injection(data.get("injection")),
+        injection=injection_from(data.get("injection")),
     )
 
 
@@ -182,7 +187,7 @@ def _paired(data: dict) -> Paired:
         launches=data.get("launches"),
         gpu=_gpu(data.get("gpu")),
         shared_inputs=data.get("shared_inputs"),
-        injection={s: _injection(v) for s, v in data.get("injection", {}).items()},
+        injection={s: injection_from(v) for s, v in data.get("injection", {}).items()},
     )
 
 

@@ -111,6 +111,7 @@ def test_json_record_of_the_tally():
         "seen_injection": pytest.approx(0.03),
         "injection_cycles": None,
         "calibration_seen": None,
+        "settled_from": None,
         "refused": None,
         "aa_ratio": {"median": 1.0, "min": 1.0, "max": 1.0},
         "injected_ratio": {"median": 1.03, "min": 1.03, "max": 1.03},
@@ -318,13 +319,14 @@ def test_a_given_cycles_file_skips_calibrating(monkeypatch, tmp_path):
 
 class OffByCalibrationWorker(FakePairedWorker):
     """Its calibration saw exactly the request; what the gate saw in each iteration's
-    injected comparison was more: the record must judge by the latter."""
+    injected comparison was more, whatever the cycles: the record must judge by the
+    latter, settled cycles or not."""
 
-    SEEN = [1.0240, 1.0230, 1.0236, 1.0180, 1.0250]  # per call; median 1.0236
+    SEEN = [1.0240, 1.0230, 1.0236, 1.0180, 1.0250]  # per call, in turn; median 1.0236
 
     def __call__(self, *args, **kwargs):
         run = super().__call__(*args, **kwargs)
-        ratio = self.SEEN[len(self.calls) - 1]
+        ratio = self.SEEN[(len(self.calls) - 1) % len(self.SEEN)]
         for entry in run.results.values():
             entry.ratios["injected"] = (ratio,) * 10
         return run
@@ -342,7 +344,10 @@ def test_the_seen_injection_is_the_median_over_iterations_of_what_the_gate_saw(
         bench = record["benchmarks"][name]
         assert bench["seen_injection"] == pytest.approx(0.0236)
         assert bench["calibration_seen"] == 0.02  # the fake's calibration hit the request
-        assert bench["injection_cycles"] == 1000 + len(name) + 200
+        calibrated = 1000 + len(name) + 200
+        # Settled once on the first three iterations (+2.36%), to no avail here.
+        assert bench["settled_from"] == [calibrated, pytest.approx(0.0236)]
+        assert bench["injection_cycles"] == round(calibrated * 0.02 / 0.0236)
         assert "the gate saw +2.36% for +2.00% injected" in bench["refused"]
     assert set(record["refused"]) == set(NAMES)
 
