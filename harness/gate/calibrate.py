@@ -25,9 +25,11 @@ import datetime as dt
 import math
 import statistics
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, fraction, gate_options, gpu_list, positive_int
+from harness.gate import samples as gs
 from harness.policy import POLICY
 from harness.revisions import calibration, fanout, git, launch, placement, records
 from harness.suite import discovery
@@ -72,13 +74,17 @@ def results(run: records.Record) -> dict:
 
 
 def summarise(
-    runs: list[records.Record], floor: float, method: str = "process", cap: float = POLICY.cap
+    runs: list[records.Record],
+    floor: float,
+    method: str = "process",
+    cap: float = POLICY.cap,
+    in_force: Mapping[str, int] | None = None,
 ) -> dict[str, calibration.Benchmark]:
     """Per benchmark: spread, detectable slowdown, the threshold the gate will apply and
     whether it is too noisy to gate (a threshold over ``cap``). A paired A/A should sit at
     1; where its median ratio does not (two loads of one kernel can differ by a few
     tenths of a percent on the smallest shapes), that offset is added to what the
-    threshold must clear."""
+    threshold must clear. ``in_force``: the launch scales the runs were measured at."""
     names = {n for run in runs for n in results(run)}
     out = {}
     for name in sorted(names):
@@ -87,15 +93,22 @@ def summarise(
             continue
         # paired: launches a side per trial, as the worker chose them
         launches = {getattr(results(r).get(name), "launches", None) for r in runs} - {None}
-        out[name] = benchmark(values, floor, method == "paired", cap, launches)
+        scale = (in_force or {}).get(name, 1)
+        out[name] = benchmark(values, floor, method == "paired", cap, launches, scale)
     return out
 
 
 def benchmark(
-    values: list[float], floor: float, paired: bool, cap: float = POLICY.cap, launches=None
+    values: list[float],
+    floor: float,
+    paired: bool,
+    cap: float = POLICY.cap,
+    launches=None,
+    in_force: int = 1,
 ) -> calibration.Benchmark:
     """One benchmark's calibration from its run values (``run_value``, or a self-test's
-    A/A ratios)."""
+    A/A ratios), measured at launch scale ``in_force``; paired, the scale its spread
+    asks for (``Policy.launch_scale``)."""
     spread, mde = spread_and_mde(values, paired=paired)
     center = statistics.median(values)
     offset = abs(center - 1.0) if paired else 0.0
@@ -109,6 +122,7 @@ def benchmark(
         too_noisy=threshold > cap,
         runs=len(values),
         launches=tuple(sorted(launches)) if launches else None,
+        launch_scale=POLICY.launch_scale(spread, in_force) if paired else 1,
     )
 
 
@@ -205,21 +219,29 @@ def main(argv: list[str] | None = None) -> int:
     launch.precompile({"tree": tree}, args.bench)
     sides = {"base": tree, "head": tree}
     names = launch.list_names({"tree": tree}, args.bench, work) if gpus else []
+    # The launch scales in force (the file this run replaces): measured at, and raised from.
+    out = args.out or calibration.calibration_path()
+    try:
+        in_force = gs.launch_scales(out, args.method)
+    except calibration.CalibrationError as err:
+        print(f"calibrate: {err}; measuring at the workers' own launches", file=sys.stderr)
+        in_force = {}
+    scales = gs.write_launch_scales(in_force, work)
     runs = []
     for i in range(args.runs):
         print(f"calibrate: run {i + 1}/{args.runs}", file=sys.stderr, flush=True)
         out_file = work / f"calibrate-{i}.json"
         if args.method == "paired" and gpus:
             tag = f"calibrate{i}"
-            runs.append(fanout.paired_gpus(sides, args.bench, work, gpus, names, tag=tag))
+            got = fanout.paired_gpus(sides, args.bench, work, gpus, names, tag, launch_scale=scales)
+            runs.append(got)
         elif args.method == "paired":
-            runs.append(launch.run_paired(sides, args.bench, out_file))
+            runs.append(launch.run_paired(sides, args.bench, out_file, launch_scale=scales))
         else:
             runs.append(launch.run_worker(tree, args.bench, out_file))
     timer = fanout.timer_of(runs)
-    benchmarks = summarise(runs, floor, args.method)
+    benchmarks = summarise(runs, floor, args.method, in_force=in_force)
     failed = failures(benchmarks, benchmark_names(runs), args.runs)
-    out = args.out or calibration.calibration_path()
     record = calibration.Calibration(
         method=args.method,
         benchmarks=benchmarks,
@@ -246,6 +268,7 @@ def write_and_report(out: Path, record: calibration.Calibration, timer: str | No
         print(
             f"{name}: spread {b.spread:.2%}, detectable {b.mde:.2%}, "
             f"threshold {b.threshold:.1%}"
+            + (f", launches per trial x{b.launch_scale}" if b.launch_scale > 1 else "")
             + (f" TOO NOISY to gate (cap {POLICY.cap:.0%})" if b.too_noisy else "")
         )
     print(f"timer: {timer or 'the revision timing path (process mode)'}")
@@ -280,8 +303,10 @@ def from_selftest(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         p.error("--gpu: the checkpoint does not name its GPU; give it (e.g. 'NVIDIA H200')")
     floor = args.floor or POLICY.paired_floor
     runs = max((len(v) for v in ratios.values()), default=0)
+    # The launch scales the self-test's workers ran at (its checkpoint keeps them).
+    in_force = settings["launch_scales"]
     benchmarks = {
-        name: benchmark(values, floor, paired=True)
+        name: benchmark(values, floor, paired=True, in_force=in_force.get(name, 1))
         for name, values in sorted(ratios.items())
         if len(values) >= MIN_RUNS
     }

@@ -149,16 +149,20 @@ def measure_paired(
     out: Path,
     gpus: list[int] | None,
     log=print,
+    scales: Path | None = None,
 ) -> list[records.Record]:
-    """``rounds`` paired worker processes (sharded over ``gpus`` when given)."""
+    """``rounds`` paired worker processes (sharded over ``gpus`` when given); ``scales``,
+    the calibration's launch scales (``samples.launch_scale_file``)."""
     names = launch.list_names(trees, bench, out) if gpus else []
     runs = []
     for r in range(rounds):
         log(f"gate: paired run {r + 1}/{rounds}")
         if gpus:
-            runs.append(fanout.paired_gpus(trees, bench, out, gpus, names, tag=f"pair{r}"))
+            tag = f"pair{r}"
+            got = fanout.paired_gpus(trees, bench, out, gpus, names, tag, launch_scale=scales)
         else:
-            runs.append(launch.run_paired(trees, bench, out / f"pair-{r}.json"))
+            got = launch.run_paired(trees, bench, out / f"pair-{r}.json", launch_scale=scales)
+        runs.append(got)
     return runs
 
 
@@ -206,8 +210,10 @@ def compare(
     compile_start = time.perf_counter()
     launch.precompile(trees, bench, log=log)
     compile_s = time.perf_counter() - compile_start
+    calibration = calibration or calibration_path()
     if method == "paired":
-        measured = measure_paired(trees, bench, rounds, out, gpus, log)
+        scales = gs.launch_scale_file(calibration, out)
+        measured = measure_paired(trees, bench, rounds, out, gpus, log, scales)
         samples = gs.pool_paired(measured)
         how = f"paired: both revisions in {rounds} process(es), kernels launched in turn"
     else:
@@ -217,7 +223,6 @@ def compare(
             measured = fanout.interleave_gpus(trees, bench, rounds, out, gpus, log=log)
         samples = gs.pool(measured)
         how = f"process: {rounds} rounds, interleaved, one fresh process per side per round"
-    calibration = calibration or calibration_path()
     thresholds = gs.thresholds(calibration, method)
     verdicts = gd.decide_all(samples, threshold=threshold, thresholds=thresholds)
     found = evidence(trees, verdicts, out, log)
@@ -234,6 +239,10 @@ def compare(
         ),
         "wall time": f"{time.perf_counter() - start:.0f} s (compile {compile_s:.0f} s)",
     }
+    scaled = gs.launch_scales(calibration, method)
+    if scaled:
+        named = ", ".join(f"{name} x{k}" for name, k in sorted(scaled.items()))
+        context["launches"] = f"more per trial for noisy benchmarks ({calibration.name}): {named}"
     report = render_markdown(
         verdicts,
         passed=not gd.exit_code(verdicts),

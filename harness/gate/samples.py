@@ -4,6 +4,7 @@ Every payload is a ``harness.revisions.records`` record, told apart by its type.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from harness.gate import decide as gd
@@ -57,6 +58,35 @@ def thresholds(
         return max(floor, float(b.mde) + float(b.offset))
 
     return {name: one(b) for name, b in found.benchmarks.items()}
+
+
+def launch_scales(path: Path | None, method: str = "paired") -> dict[str, int]:
+    """``{benchmark: launch scale}`` of the calibration in ``path`` where a paired one
+    raises a benchmark's launches per trial above the worker's own sizing (none for
+    another method's file, or without a file)."""
+    if method != "paired" or path is None or not path.exists():
+        return {}
+    found = calibration.read(path)
+    if found.method != "paired":
+        return {}
+    return {name: b.launch_scale for name, b in found.benchmarks.items() if b.launch_scale > 1}
+
+
+def launch_scale_file(path: Path | None, work: Path, method: str = "paired") -> Path | None:
+    """The file the paired worker reads as ``--launch-scale``, written under ``work``
+    from the calibration in ``path`` (``launch_scales``); None where it scales nothing."""
+    return write_launch_scales(launch_scales(path, method), work)
+
+
+def write_launch_scales(scales: dict[str, int], work: Path) -> Path | None:
+    """``scales`` (benchmark -> launch scale) as the worker's ``--launch-scale`` file under
+    ``work``; None where there are none."""
+    if not scales:
+        return None
+    out = work / "launch-scale.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(scales, indent=1, sort_keys=True) + "\n")
+    return out
 
 
 def _absence(absent: dict[str, int], total: int, unit: str) -> tuple[str | None, list[str]]:

@@ -62,7 +62,7 @@ from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED
 from harness.gate import decide as gd
 from harness.gate import inject, selftest_args
 from harness.gate import samples as gs
-from harness.gate.selftest_args import Arm, arm_side
+from harness.gate.selftest_args import Arm, arm_side, one_or_all
 from harness.gate.selftest_state import (
     Checkpoint,
     gpu_key,
@@ -102,6 +102,7 @@ class Setup:
     cycles: Path | Mapping[str, Path] | None = None
     also: tuple[Arm, ...] = ()
     deadline: float | None = None
+    launch_scale: Path | None = None  # the calibration's (samples.launch_scale_file)
 
     @property
     def arms(self) -> tuple[Arm, ...]:
@@ -142,6 +143,7 @@ def _runs(setup, i, tag, gpu, only, cycles, log, calibrated, timers) -> list[dic
                 gpu=gpu,
                 only=only,
                 inject_cycles=given,
+                launch_scale=setup.launch_scale,
             )
             if given is None:
                 cycles.update(keep_cycles(setup.work, injected, payload, tag, log, calibrated))
@@ -195,8 +197,7 @@ def iterate(
     ``inject.SETTLE_ITERATIONS`` iterations (``settle_cycles``); where any moved, those
     iterations are dropped and run again. Iterations already in ``out`` (a resumed
     run's) count; ``save`` is called after each new one. Past ``setup.deadline`` it stops
-    early, judged by the last iteration that did not calibrate (the first, calibrating
-    one, took minutes more: H200, 290 s against about 50 s)."""
+    early, judged by the last iteration that did not calibrate (H200: 365 s, then 52)."""
     tag = tag_of(gpu)
     out = [] if out is None else out
     cycles = {**setup.given_cycles(), **(cycles or {})}
@@ -270,10 +271,6 @@ def split_iterate(
     return join_shards(out)
 
 
-def _one_or_all(values: list):
-    return values[0] if len(values) == 1 else list(values)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = selftest_args.parse(argv, __doc__)
     args.bench = args.bench or discovery.gate_subset(git.ROOT)
@@ -300,6 +297,26 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     calibrated_by = bool(arms[0].thresholds)
+    finished: dict = {}
+    calibrated: dict[str, dict[str, records.Injection]] = {}
+    settled: dict[str, bool] = {}
+    scales = gs.launch_scales(calibration, args.method)
+    save, resumed = None, lambda gpu: {}
+    if args.resume is not None:
+        settings = {"commit": sha, "bench": args.bench, "slowdown": one_or_all(args.slowdown)}
+        settings |= {"threshold": one_or_all(args.thresholds), "method": args.method}
+        settings |= {"rounds": args.rounds, "gpus": gpus}
+        settings |= {"calibration": calibration.name if calibrated_by else None}
+        sides = [arm.side for arm in arms]
+        checkpoint = Checkpoint(args.resume, settings, work, sides, device.gpu_name())
+        checkpoint.launch_scales = scales  # a resumed run keeps the ones it began with
+        try:
+            finished, calibrated = checkpoint.load()
+        except ValueError as err:
+            print(f"gate_selftest: error: {err}", file=sys.stderr)
+            return EXIT_FAILURE
+        save, resumed = (lambda: checkpoint.save(finished, calibrated)), checkpoint.resumed_cycles
+        settled, scales = checkpoint.settled, checkpoint.launch_scales
     start = time.perf_counter()
     deadline = None if args.stop_after is None else time.monotonic() + args.stop_after
     setup = Setup(
@@ -315,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         {arm.side: args.cycles_files[arm.slowdown] for arm in arms} if args.cycles_files else None,
         arms[1:],
         deadline,
+        gs.write_launch_scales(scales, work),
     )
     floors = ", ".join(f"{arm.threshold:.1%}" for arm in arms)
     log(
@@ -323,24 +341,6 @@ def main(argv: list[str] | None = None) -> int:
         if calibrated_by
         else f"gate_selftest: {args.method}; threshold {floors} for all (no calibration file)"
     )
-    finished: dict = {}
-    calibrated: dict[str, dict[str, records.Injection]] = {}
-    settled: dict[str, bool] = {}
-    save, resumed = None, lambda gpu: {}
-    if args.resume is not None:
-        settings = {"commit": sha, "bench": args.bench, "slowdown": _one_or_all(args.slowdown)}
-        settings |= {"threshold": _one_or_all(args.thresholds), "method": args.method}
-        settings |= {"rounds": args.rounds, "gpus": gpus}
-        settings |= {"calibration": calibration.name if calibrated_by else None}
-        sides = [arm.side for arm in arms]
-        checkpoint = Checkpoint(args.resume, settings, work, sides, device.gpu_name())
-        try:
-            finished, calibrated = checkpoint.load()
-        except ValueError as err:
-            print(f"gate_selftest: error: {err}", file=sys.stderr)
-            return EXIT_FAILURE
-        save, resumed = (lambda: checkpoint.save(finished, calibrated)), checkpoint.resumed_cycles
-        settled = checkpoint.settled
     loaded = len(join_shards(finished))
     if args.resume is not None:
         log(f"gate_selftest: resuming {args.resume}: {loaded} of {args.n} iterations finished")

@@ -144,3 +144,8 @@ class Arm:
 def arm_side(index: int, slowdown: float) -> str:
     """The injected side of the ``index``-th slowdown."""
     return "injected" if index == 0 else f"injected@{slowdown:g}"
+
+
+def one_or_all(values: list):
+    """A checkpoint's setting of a list option: its one value, or the list."""
+    return values[0] if len(values) == 1 else list(values)

@@ -187,6 +187,8 @@ class Checkpoint:
         # gpu key -> whether its cycles were settled (``settle_cycles``); a checkpoint
         # from before settling counts every GPU it holds as settled.
         self.settled: dict[str, bool] = {}
+        # benchmark -> launch scale the workers ran at (the calibration's, when it began)
+        self.launch_scales: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def load(self) -> tuple[dict, dict[str, dict[str, records.Injection]]]:
@@ -234,6 +236,8 @@ class Checkpoint:
                 path = cycles_file(self.work, tag_of(gpu), side)
                 path.write_text(json.dumps(record, indent=2) + "\n")
         self.settled.update(settled)
+        if "launch_scales" in data:
+            self.launch_scales = dict(data["launch_scales"])
         return finished, calibrated
 
     def resumed_cycles(self, gpu: int | None) -> dict[str, Path]:
@@ -265,6 +269,7 @@ class Checkpoint:
                 },
                 "cycles": cycles,
                 "settled": dict(self.settled),
+                "launch_scales": dict(self.launch_scales),
             }
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # One temporary file per process: two runs never write through the same one.
@@ -274,7 +279,9 @@ class Checkpoint:
 
 
 def aa_ratios(path: Path) -> tuple[dict, str | None, dict[str, list[float]]]:
-    """``(settings, gpu, {benchmark: ratios})`` of the self-test checkpoint at ``path``:
+    """``(settings, gpu, {benchmark: ratios})`` of the self-test checkpoint at ``path``
+    (its settings with ``launch_scales``, the scales its workers ran at: none before the
+    checkpoint kept them):
     per benchmark the ratio each finished A/A comparison read (paired: the median of its
     per-trial head/base ratios, what one calibration run gives), one per iteration. Every
     slowdown's A/A comparisons share these samples; the first's are read. ValueError
@@ -289,6 +296,7 @@ def aa_ratios(path: Path) -> tuple[dict, str | None, dict[str, list[float]]]:
                 for verdict in iteration[0]:
                     if verdict["ratio"] is not None:
                         out.setdefault(verdict["name"], []).append(float(verdict["ratio"]))
-        return dict(data["settings"]), data.get("gpu"), out
+        settings = {**data["settings"], "launch_scales": dict(data.get("launch_scales", {}))}
+        return settings, data.get("gpu"), out
     except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
         raise ValueError(f"{path}: not a self-test checkpoint ({err})") from None

@@ -91,17 +91,23 @@ def check_counts(trials: int, launches: int, warmup: int) -> None:
             raise ValueError(f"{name}={value!r}: must be an integer >= {low}")
 
 
-def launches_for(kernel_ms: float, flush_ms: float, budget_ms: float = TRIAL_BUDGET_MS) -> int:
+def launches_for(
+    kernel_ms: float, flush_ms: float, budget_ms: float = TRIAL_BUDGET_MS, scale: int = 1
+) -> int:
     """Launches a function gets per trial when one launch takes ``kernel_ms`` after a
     flush of ``flush_ms``: whole rounds of ``LAUNCH_ROUND`` that fit ``budget_ms``, at
-    least one and at most ``MAX_TRIAL_LAUNCHES``."""
+    least one and at most ``MAX_TRIAL_LAUNCHES``; a benchmark's launch scale (its
+    calibration's, for a noisy one) multiplies the budget and the ceiling."""
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ValueError(f"scale={scale!r}: must be an integer >= 1")
+    budget_ms *= scale
     for name, value in (("kernel_ms", kernel_ms), ("flush_ms", flush_ms), ("budget_ms", budget_ms)):
         if not (isinstance(value, (int, float)) and value >= 0 and value == value):
             raise ValueError(f"{name}={value!r}: must be a number >= 0")
     if kernel_ms + flush_ms <= 0:
         raise ValueError("kernel_ms + flush_ms: must be > 0")
     rounds = int(budget_ms // (LAUNCH_ROUND * (kernel_ms + flush_ms)))
-    return LAUNCH_ROUND * max(1, min(MAX_TRIAL_LAUNCHES // LAUNCH_ROUND, rounds))
+    return LAUNCH_ROUND * max(1, min(scale * MAX_TRIAL_LAUNCHES // LAUNCH_ROUND, rounds))
 
 
 @functools.cache

@@ -25,8 +25,9 @@ class CalibrationError(ValueError):
 class Benchmark:
     """One benchmark's calibration: the median of its run values, their robust relative
     spread, the A/A offset from 1 (paired), the minimum detectable effect, the threshold
-    the gate applies, whether it is too noisy to gate, the runs that measured it and
-    (paired) the launches a side per trial the worker chose."""
+    the gate applies, whether it is too noisy to gate, the runs that measured it,
+    (paired) the launches a side per trial the worker chose and the launch scale the
+    gate's workers apply to their own sizing (``Policy.launch_scale``)."""
 
     median: float | None = None
     spread: float | None = None
@@ -36,6 +37,7 @@ class Benchmark:
     too_noisy: bool = False
     runs: int | None = None
     launches: tuple[int, ...] | None = None
+    launch_scale: int = 1
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,11 @@ def from_dict(data: dict, where: str = "calibration") -> Calibration:
                 f"{where}: {name}: 'threshold' must be a fraction, got {value!r}"
             )
         body = {k: v for k, v in entry.items() if k in known}
+        scale = body.get("launch_scale", 1)
+        if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+            raise CalibrationError(
+                f"{where}: {name}: 'launch_scale' must be an integer >= 1, got {scale!r}"
+            )
         if body.get("launches") is not None:
             body["launches"] = tuple(body["launches"])
         benchmarks[name] = Benchmark(**body)
@@ -107,6 +114,8 @@ def to_dict(record: Calibration) -> dict:
     for entry in data["benchmarks"].values():
         if entry["launches"] is None:
             del entry["launches"]
+        if entry["launch_scale"] == 1:
+            del entry["launch_scale"]
     return data
 
 

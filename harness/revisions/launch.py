@@ -78,10 +78,12 @@ def run_paired(
     trials: int = 20,
     launches: int | None = None,
     inject_cycles: Path | Sequence[Path] | None = None,
+    launch_scale: Path | None = None,
 ) -> records.PairedRun | records.Fatal:
     """Run the worker once on all ``trees`` (side -> tree) paired: each side's kernels
     built by its own suite, then launched in turn in this one process. ``inject_cycles``
-    as for ``run_worker``."""
+    as for ``run_worker``; ``launch_scale``, a JSON file of benchmarks' launch scales
+    (``samples.launch_scale_file``)."""
     cmd = command("paired", out_file) + ["--bench", bench]
     for side, tree in trees.items():
         cmd += ["--side", f"{side}={tree}"]
@@ -91,6 +93,8 @@ def run_paired(
     if launches is not None:  # else the worker's own, per benchmark
         cmd += ["--launches", str(launches)]
     cmd += cycles_options(inject_cycles)
+    if launch_scale is not None:
+        cmd += ["--launch-scale", str(launch_scale)]
     if only is not None:
         cmd += ["--only", str(only)]
     return read(cmd, pinned_env(gpu), next(iter(trees.values())), out_file)

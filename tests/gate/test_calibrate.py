@@ -220,7 +220,7 @@ def test_calibrate_shards_over_gpus_as_the_gate_does(monkeypatch, tmp_path):
 
     calls = []
 
-    def paired_gpus(trees, bench, out, gpus, names, tag="pair"):
+    def paired_gpus(trees, bench, out, gpus, names, tag="pair", launch_scale=None):
         calls.append((gpus, names, tag))
         return _paired_run({"gemm.Quiet(a)": 1.0}, timer="cupti")
 

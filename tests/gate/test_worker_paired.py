@@ -572,3 +572,44 @@ def test_a_contract_sides_failed_compile_names_the_combination(worker, monkeypat
         and "does not compile" in error
     )
     assert results["gemm.Fam(1)"].sides["base"].latency
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "cannot read it"),
+        ("[1]", "must be an object"),
+        ('{"a": 0}', "must be an object"),
+        ('{"a": 1.5}', "must be an object"),
+    ],
+)
+def test_a_bad_launch_scale_file_is_a_usage_error_naming_the_option(
+    worker, tmp_path, capsys, text, message
+):
+    import argparse
+
+    path = tmp_path / "scales.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        worker.launch_scales(argparse.ArgumentParser(), path)
+    assert exit_.value.code == 2
+    assert f"--launch-scale={path}: {message}" in capsys.readouterr().err
+
+
+def test_a_launch_scale_file_gives_each_benchmark_its_scale(worker, tmp_path):
+    path = tmp_path / "scales.json"
+    path.write_text('{"a": 3}')
+    assert worker.launch_scales(None, path) == {"a": 3}
+    assert worker.launch_scales(None, None) == {}
+
+
+def test_a_scaled_benchmark_gets_its_scale_times_the_launches(worker, monkeypatch, tmp_path):
+    base, head = _tree(tmp_path / "a", "base"), _tree(tmp_path / "b", "head")
+    monkeypatch.setattr(worker.interleave, "interleaved", fake_timer([]))
+    scales = {"gemm.Fam(1)": 3}
+    results = worker.run_paired({"base": base, "head": head}, None, {}, scales=scales)
+    own = worker.interleave.launches_for(1.0, 0.1)
+    assert results["gemm.Fam(1)"].launches == worker.interleave.launches_for(1.0, 0.1, scale=3)
+    assert results["gemm.Fam(1)"].launches > own
+    assert results["gemm.Fam(2)"].launches == own

@@ -10,6 +10,8 @@ that side's own operator registry (``common.prepare``; a revision from before th
 operator contract by its suite's ``prepare``), and then the sides' kernels are launched
 in turn, launch by launch, by ``harness/measure/interleave.py``. Clock and power drift
 then reaches every side alike, and each trial gives one ratio per side against the first.
+``--launch-scale FILE`` gives a noisy benchmark more launches per trial (its calibration's
+launch scale times the worker's own sizing).
 
 Test-only (the gate self-test): ``--inject SIDE=FRACTION`` launches that side's kernel
 with a delay calibrated to the fraction, measured on the trials themselves, every side
@@ -18,6 +20,7 @@ cycles instead and measures none.
 """
 
 import importlib
+import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -147,9 +150,9 @@ def measure_one(name, prepared, runnable, injected, setting, found: dict):
     """Each ``runnable`` side's ``records.Side`` of benchmark ``name``, measured; the
     other fields of its ``records.Paired`` go to ``found`` as they are known (so a failed
     launch keeps the injection calibrated before it). ``setting``: the nvml reader,
-    trials, launches (None: sized to the kernel), calibration clock, flush ms and given
-    cycles."""
-    nvml, trials, launches, clock, flush, cycles = setting
+    trials, launches (None: sized to the kernel), calibration clock, flush ms, given
+    cycles and launch scales (benchmark -> scale of the sizing)."""
+    nvml, trials, launches, clock, flush, cycles, scales = setting
     fns, delayed = [], {}
     ref = prepared[runnable[0]][name]
     shared = True
@@ -163,7 +166,8 @@ def measure_one(name, prepared, runnable, injected, setting, found: dict):
         fns.append(fn)
     n = launches
     if n is None:
-        n = interleave.launches_for(common.paired_median_ms(fns[0], launches=6), flush)
+        ms = common.paired_median_ms(fns[0], launches=6)
+        n = interleave.launches_for(ms, flush, scale=scales.get(name, 1))
     # Calibrated on the trials the gate runs next: every side, delayed one included.
     found.update(shared_inputs=shared, launches=n, injection={})
     order = [(i, side) for i, side in enumerate(runnable) if side in delayed]
@@ -202,13 +206,15 @@ def run_paired(
     trials: int = 20,
     launches: int | None = None,
     cycles: dict[str, int] | None = None,
+    scales: dict[str, int] | None = None,
 ) -> dict:
     """``{name: records.Paired}``: per combination every side's latencies (or why none),
     the per-trial ratios to the first side, the launches per side and trial, the GPU's
     state and whether the sides shared inputs; an ``injected`` side (test-only, side ->
     fraction) launches its kernel's delayed build, calibrated to that fraction, or with
     ``cycles[name]`` where ``cycles`` are given. ``launches`` None: each benchmark's from
-    its kernel's time (``interleave.launches_for``)."""
+    its kernel's time (``interleave.launches_for``), times its launch scale in
+    ``scales`` (a noisy benchmark's, from the calibration)."""
     trees = list(dict.fromkeys(t.resolve() for t in sides.values()))
     prepared = {}
     for side, tree in sides.items():
@@ -222,7 +228,7 @@ def run_paired(
     calibrating = any(injected.values()) and cycles is None
     clock = injection.injection_clock(common.paired_median_ms) if calibrating else None
     flush = None if launches is not None else clock[2] if clock else injection.flush_ms()
-    setting = (nvml, trials, launches, clock, flush, cycles)
+    setting = (nvml, trials, launches, clock, flush, cycles, scales or {})
     names = list(dict.fromkeys(n for p in prepared.values() for n in p))
     results = {}
     for name in names:
@@ -246,6 +252,23 @@ def run_paired(
         )
         print(f"  {name}: {status or 'ok'}", file=sys.stderr, flush=True)
     return results
+
+
+def launch_scales(parser, path: Path | None) -> dict[str, int]:
+    """``--launch-scale FILE``'s ``{benchmark: scale}``; a usage error naming the option
+    where the file is unreadable or not an object of integers >= 1."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        parser.error(f"--launch-scale={path}: cannot read it as JSON ({err})")
+    bad = not isinstance(data, dict) or any(
+        isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in data.values()
+    )
+    if bad:
+        parser.error(f"--launch-scale={path}: must be an object of benchmark -> integer >= 1")
+    return data
 
 
 def main() -> int:
@@ -275,7 +298,16 @@ def main() -> int:
         f"of {interleave.LAUNCH_ROUND} as fit {interleave.TRIAL_BUDGET_MS:g} ms of GPU time "
         f"a side, at most {interleave.MAX_TRIAL_LAUNCHES}: short kernels get more)",
     )
+    parser.add_argument(
+        "--launch-scale",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="JSON object of benchmark -> integer >= 1: that benchmark's launches per trial "
+        "are its own sizing times this (the calibration's, for a noisy benchmark)",
+    )
     args = parser.parse_args()
+    scales = launch_scales(parser, args.launch_scale)
     first = args.side[0][0]
     if first in dict(args.inject):
         parser.error(
@@ -288,7 +320,9 @@ def main() -> int:
     def make():
         only = common.names_in(args.only)
         inj = dict(args.inject)
-        results = run_paired(sides, args.bench, inj, only, args.trials, args.launches, cycles)
+        results = run_paired(
+            sides, args.bench, inj, only, args.trials, args.launches, cycles, scales
+        )
         return records.PairedRun(
             tuple(sides), results, timer=common.timer_text(), tilelang=common.tilelang_version()
         )
