@@ -12,7 +12,7 @@ from asv_bench import gemm
 from harness.gate import run as gate
 from harness.gate import samples as gs
 from harness.report.gate import render_markdown
-from harness.revisions import fanout, git, launch, records
+from harness.revisions import calibration, fanout, git, launch, records
 from harness.suite import discovery
 from tests.conftest import NO_GPU
 from tests.fakes import FakeCase, paired_run, process_run
@@ -471,3 +471,26 @@ class _NoNvml:
     @staticmethod
     def open_nvml():
         return None
+
+
+def test_the_gate_runs_noisy_benchmarks_at_their_launch_scale_and_says_so(
+    fake_gate, monkeypatch, tmp_path
+):
+    calls, given = [], []
+    fake = _fake_paired_run(set(), calls)
+
+    def run_paired(*args, launch_scale=None, **kw):
+        given.append(launch_scale)
+        return fake(*args, **kw)
+
+    monkeypatch.setattr(launch, "run_paired", run_paired)
+    cal = tmp_path / "h200.json"
+    benchmarks = {
+        "gemm.S(0)": calibration.Benchmark(threshold=0.01, launch_scale=3),
+        "gemm.S(1)": calibration.Benchmark(threshold=0.01),
+    }
+    calibration.write(cal, calibration.Calibration(method="paired", benchmarks=benchmarks))
+    shas = {"base": "a" * 40, "head": "b" * 40}
+    result = gate.compare(shas, ".", 1, tmp_path / "out", calibration=cal, method="paired")
+    assert json.loads(given[0].read_text()) == {"gemm.S(0)": 3}
+    assert "more per trial for noisy benchmarks (h200.json): gemm.S(0) x3" in result.report
