@@ -9,7 +9,8 @@
   run again (``settle_cycles``); each GPU settles once.
 - **The checkpoint** (``--resume FILE``). After every finished iteration the self-test
   rewrites FILE with its settings, each GPU's finished iterations (the gate's verdicts,
-  A/A and injected, per slowdown), the injection calibrations and each GPU's cycles.
+  A/A and injected, per slowdown), the injection calibrations, each GPU's cycles and
+  whether they were settled, and the launch scales its workers ran at.
   Started again with the same FILE and settings, it loads them and runs only the
   iterations still missing, with the same cycles, so an n = 20 run can span several
   shorter sessions on one GPU.
