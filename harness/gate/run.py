@@ -152,7 +152,7 @@ def measure_paired(
     scales: Path | None = None,
 ) -> list[records.Record]:
     """``rounds`` paired worker processes (sharded over ``gpus`` when given); ``scales``,
-    the calibration's launch scales (``samples.launch_scale_file``)."""
+    the calibration's launch scales (``samples.write_launch_scales``)."""
     names = launch.list_names(trees, bench, out) if gpus else []
     runs = []
     for r in range(rounds):
@@ -211,8 +211,9 @@ def compare(
     launch.precompile(trees, bench, log=log)
     compile_s = time.perf_counter() - compile_start
     calibration = calibration or calibration_path()
+    scaled = gs.launch_scales(calibration, method)
     if method == "paired":
-        scales = gs.launch_scale_file(calibration, out)
+        scales = gs.write_launch_scales(scaled, out)
         measured = measure_paired(trees, bench, rounds, out, gpus, log, scales)
         samples = gs.pool_paired(measured)
         how = f"paired: both revisions in {rounds} process(es), kernels launched in turn"
@@ -239,7 +240,6 @@ def compare(
         ),
         "wall time": f"{time.perf_counter() - start:.0f} s (compile {compile_s:.0f} s)",
     }
-    scaled = gs.launch_scales(calibration, method)
     if scaled:
         named = ", ".join(f"{name} x{k}" for name, k in sorted(scaled.items()))
         context["launches"] = f"more per trial for noisy benchmarks ({calibration.name}): {named}"

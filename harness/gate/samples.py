@@ -72,15 +72,9 @@ def launch_scales(path: Path | None, method: str = "paired") -> dict[str, int]:
     return {name: b.launch_scale for name, b in found.benchmarks.items() if b.launch_scale > 1}
 
 
-def launch_scale_file(path: Path | None, work: Path, method: str = "paired") -> Path | None:
-    """The file the paired worker reads as ``--launch-scale``, written under ``work``
-    from the calibration in ``path`` (``launch_scales``); None where it scales nothing."""
-    return write_launch_scales(launch_scales(path, method), work)
-
-
 def write_launch_scales(scales: dict[str, int], work: Path) -> Path | None:
-    """``scales`` (benchmark -> launch scale) as the worker's ``--launch-scale`` file under
-    ``work``; None where there are none."""
+    """``scales`` (benchmark -> launch scale, ``launch_scales``) as the file the paired
+    worker reads as ``--launch-scale``, under ``work``; None where there are none."""
     if not scales:
         return None
     out = work / "launch-scale.json"

@@ -102,7 +102,7 @@ class Setup:
     cycles: Path | Mapping[str, Path] | None = None
     also: tuple[Arm, ...] = ()
     deadline: float | None = None
-    launch_scale: Path | None = None  # the calibration's (samples.launch_scale_file)
+    launch_scale: Path | None = None  # the calibration's (samples.write_launch_scales)
 
     @property
     def arms(self) -> tuple[Arm, ...]:

@@ -83,7 +83,7 @@ def run_paired(
     """Run the worker once on all ``trees`` (side -> tree) paired: each side's kernels
     built by its own suite, then launched in turn in this one process. ``inject_cycles``
     as for ``run_worker``; ``launch_scale``, a JSON file of benchmarks' launch scales
-    (``samples.launch_scale_file``)."""
+    (``samples.write_launch_scales``)."""
     cmd = command("paired", out_file) + ["--bench", bench]
     for side, tree in trees.items():
         cmd += ["--side", f"{side}={tree}"]

@@ -60,9 +60,10 @@ def test_the_file_keeps_a_launch_scale_only_where_it_scales(tmp_path):
     assert data["benchmarks"]["b"]["launch_scale"] == 3
     assert gs.launch_scales(path) == {"b": 3}
     assert gs.launch_scales(path, "process") == {}
-    written = gs.launch_scale_file(path, tmp_path / "work")
+    written = gs.write_launch_scales(gs.launch_scales(path), tmp_path / "work")
     assert json.loads(written.read_text()) == {"b": 3}
-    assert gs.launch_scale_file(_calibration_file(tmp_path / "q.json", {"a": 1}), tmp_path) is None
+    quiet = _calibration_file(tmp_path / "q.json", {"a": 1})
+    assert gs.write_launch_scales(gs.launch_scales(quiet), tmp_path) is None
 
 
 @pytest.mark.parametrize("bad", [0, 2.5, "2", True])
@@ -101,7 +102,8 @@ def test_the_gate_measures_with_the_calibrations_scales(monkeypatch, tmp_path):
         return FakePairedWorker()(trees, bench, out_file)
 
     monkeypatch.setattr(launch, "run_paired", run_paired)
-    scales = gs.launch_scale_file(_calibration_file(tmp_path / "c.json", {"x": 2}), tmp_path)
+    cal = _calibration_file(tmp_path / "c.json", {"x": 2})
+    scales = gs.write_launch_scales(gs.launch_scales(cal), tmp_path)
     gate.measure_paired({"base": tmp_path, "head": tmp_path}, ".", 2, tmp_path, None, print, scales)
     assert got == [scales, scales]
 
