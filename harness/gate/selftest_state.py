@@ -224,6 +224,9 @@ class Checkpoint:
             }
             held = dict.fromkeys([*data["iterations"], *data.get("cycles", {})], True)
             settled = {str(k): bool(v) for k, v in data.get("settled", held).items()}
+            scales = data.get("launch_scales")
+            if scales is not None:
+                scales = {str(k): int(v) for k, v in scales.items()}
         except _Differs as differs:
             key, theirs = differs.args
             raise ValueError(
@@ -237,8 +240,8 @@ class Checkpoint:
                 path = cycles_file(self.work, tag_of(gpu), side)
                 path.write_text(json.dumps(record, indent=2) + "\n")
         self.settled.update(settled)
-        if "launch_scales" in data:
-            self.launch_scales = dict(data["launch_scales"])
+        if scales is not None:
+            self.launch_scales = scales
         return finished, calibrated
 
     def resumed_cycles(self, gpu: int | None) -> dict[str, Path]:

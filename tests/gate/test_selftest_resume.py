@@ -4,6 +4,8 @@ settings by name."""
 
 import json
 
+import pytest
+
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED
 from harness.gate import selftest, selftest_state
 from harness.revisions import git, launch
@@ -129,6 +131,22 @@ def test_a_damaged_checkpoint_is_refused_not_a_traceback(monkeypatch, tmp_path, 
     _run(tmp_path, checkpoint)
     data = json.loads(checkpoint.read_text())
     data["iterations"]["all"][0][0][0].pop("status")  # a verdict cut short
+    checkpoint.write_text(json.dumps(data))
+    _offline(monkeypatch, tmp_path, StoppingPairedWorker())
+    assert _run(tmp_path, checkpoint)[0] == EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert "not a self-test checkpoint" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("key", "value"), [("settled", [1]), ("launch_scales", ["x"])])
+def test_a_damaged_settled_or_scales_field_is_refused_not_a_traceback(
+    monkeypatch, tmp_path, capsys, key, value
+):
+    checkpoint = tmp_path / "selftest.json"
+    _offline(monkeypatch, tmp_path, StoppingPairedWorker(stop_at=3))
+    _run(tmp_path, checkpoint)
+    data = json.loads(checkpoint.read_text())
+    data[key] = value
     checkpoint.write_text(json.dumps(data))
     _offline(monkeypatch, tmp_path, StoppingPairedWorker())
     assert _run(tmp_path, checkpoint)[0] == EXIT_FAILURE
