@@ -336,8 +336,9 @@ class GemmConfig:
         if self.smem_bytes > self.smem_limit:
             raise ValueError(
                 f"GemmConfig.num_stages={self.num_stages}: needs {self.smem_bytes} bytes of shared "
-                f"memory ((block_m + block_n) * block_k * 2 B * stages, plus block_m * block_n "
-                f"* 2 B for a shared-memory epilogue), must be <= {self.smem_limit}"
+                f"memory ((block_m + block_n) * block_k * 2 B * stages; a shared-memory "
+                "epilogue's block_m * block_n * 2 B reuse them, or come on top under a "
+                f"persistent or stream-K grid), must be <= {self.smem_limit}"
             )
 
     @property
@@ -388,11 +389,19 @@ class GemmConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """Shared memory of the A and B stages, plus the C tile for a shared epilogue."""
+        """Dynamic shared memory of the kernel: the A and B stages, and the C tile where
+        the epilogue (or split-K's reduce-add) stages it. TileLang's planner puts the C
+        tile in the stages' memory, dead once the K loop is done (the hand-written
+        pipeline writes back after its branches for that reason); under a persistent or
+        stream-K grid the loop over tiles keeps the stages live through every write-back,
+        so there it comes on top (checked against the compiled kernels for sm_90a)."""
         stages = (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
-        staged_c = self.smem_epilogue or self.split_k > 1
-        epilogue = self.block_m * self.block_n * ELEMENT_BYTES if staged_c else 0
-        return stages + epilogue
+        if not (self.smem_epilogue or self.split_k > 1):
+            return stages
+        c_tile = self.block_m * self.block_n * ELEMENT_BYTES
+        if self.persistent or self.stream_k:
+            return stages + c_tile
+        return max(stages, c_tile)
 
 
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:

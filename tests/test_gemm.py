@@ -67,11 +67,19 @@ def test_shape_rejects(kwargs, field, rule):
         ({"stream_k": 132, "split_k": 2}, "split_k=2", "must be 1 with stream_k=132"),
         ({"stream_k": 132, "persistent": 132}, "persistent=132", "must be 0 with stream_k"),
         ({"stream_k": 132, "async_mma": True}, "async_mma=True", "stream_k=0"),
-        # 128x256x64 in 4 stages fits (192 KiB), but not with the 64 KiB C tile staged.
+        # 128x256x64 in 4 stages fits (192 KiB) with the C tile in the stages' memory, but
+        # not under a persistent grid, whose stages stay live through the write-back.
         (
-            {"block_n": 256, "block_k": 64, "threads": 256, "num_stages": 4, "smem_epilogue": True},
+            {
+                "block_n": 256,
+                "block_k": 64,
+                "threads": 256,
+                "num_stages": 4,
+                "smem_epilogue": True,
+                "persistent": 132,
+            },
             "num_stages=4",
-            "shared-memory epilogue",
+            "come on top under a persistent or stream-K grid",
         ),
         # 256x256 tile over 128 threads: 512 fp32 accumulators per thread.
         ({"block_m": 256, "block_n": 256, "threads": 128}, "threads=128", "accumulators"),
@@ -144,6 +152,10 @@ def test_config_accepts_neighbours_of_the_refused(kwargs):
 
 def test_config_checks_smem_against_given_limit():
     GemmConfig(128, 256, 64, 256, 4)  # 196 KiB: fits the 227 KiB of sm_90
+    assert GemmConfig(128, 256, 64, 256, 4, smem_epilogue=True).smem_bytes == 196608
+    assert GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, stream_k=132).smem_bytes == (
+        147456 + 65536
+    )
     with pytest.raises(ValueError, match="shared memory"):
         GemmConfig(128, 256, 64, 256, 4, smem_limit=100 * 1024)
 
@@ -376,6 +388,40 @@ def test_sm90a_codegen_of_the_async_pipeline(layout):
     assert "full[0].init(128)" in src  # every producer thread arrives
 
 
+# The shared-memory model against what TileLang's planner allocates: the C tile in the
+# stages' memory (TileLang's pipeline, the hand-written one, split-K), on top of them under
+# a persistent or stream-K grid.
+SMEM_CASES = [
+    GemmConfig(128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True),
+    GemmConfig(128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True),
+    GemmConfig(128, 128, 64, 128, 3, split_k=3),
+    GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
+    GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, stream_k=132),
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("config", SMEM_CASES, ids=lambda c: c.id)
+def test_smem_bytes_is_what_the_kernel_allocates(config):
+    from harness.measure.resources import dynamic_smem
+
+    kernel = compile_gemm(GemmShape(2048, 2048, 2048), config, arch="sm_90a")
+    assert dynamic_smem(kernel.jit_kernel.get_host_source()) == config.smem_bytes
+
+
+@requires_nvcc
+def test_async_write_back_reuses_the_stages():
+    """128x256x64 in 4 stages with the C tile staged: 192 KiB only because the tile sits
+    in B's stages, which the write-back (after the producer/consumer branches) reuses."""
+    config = GemmConfig(128, 256, 64, 256, 4, smem_epilogue=True, async_mma=True)
+    src = compile_gemm(GemmShape(4096, 4096, 4096), config, arch="sm_90a").source
+    b_at = src[src.index("void* B_shared") :].split(";")[0]
+    c_at = src[src.index("void* C_shared") :].split(";")[0]
+    assert b_at.split("+")[-1] == c_at.split("+")[-1]  # the same offset
+    epilogue = src[src.index("wait_wgmma<0>") :]
+    assert "stmatrix" in epilogue and "tma_store" in epilogue
+
+
 def test_async_consumers_share_one_register_file():
     from kernels.gemm_async import consumer_registers
 
@@ -514,6 +560,9 @@ OPTION_CONFIGS = [
     # shared-memory epilogue and swizzle, one and two consumer warpgroups.
     GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, async_mma=True),
     GemmConfig(128, 128, 64, 128, 4, async_mma=True),
+    # The C tile written back through the stages' memory: 4 stages of the wide tiles.
+    GemmConfig(128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True),
+    GemmConfig(256, 128, 64, 256, 4, swizzle=8, smem_epilogue=True),
 ]
 SIZES = [(1000, 1000, 1000), (4097, 1031, 515), (256, 512, 128), (16, 1024, 2048)]
 OPTION_SIZES = [(4097, 1031, 515), (16, 1024, 2048), (2048, 2304, 256)]
