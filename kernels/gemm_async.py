@@ -25,10 +25,12 @@ and it holds one stage fewer ahead than TileLang's own (the tuning log's 4096^3:
 The write-back comes after the two branches, not inside the consumers' one: TileLang's
 shared-memory planner then sees the stages dead before the C tile is written and puts the
 tile in their memory, as it does for its own pipeline (``GemmConfig.smem_bytes``), so
-that 128x256x64 fits 4 stages and the shared-memory epilogue in 192 KiB.
+that 128x256x64 fits 4 stages and the shared-memory epilogue in 192 KiB. Both roles
+meet there at one register count (``epilogue_registers``), so ptxas keeps the
+accumulators in registers through the write-back.
 """
 
-from kernels.gemm import REGISTER_FILE, GemmConfig, GemmShape
+from kernels.gemm import REGISTER_FILE, GemmConfig, GemmShape, register_cap
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
@@ -40,6 +42,18 @@ def consumer_registers(consumers: int) -> int:
     producer has given its own back: all of the register file, shared by the block."""
     share = (REGISTER_FILE - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumers
     return min(MAX_REGISTERS, share // 8 * 8)
+
+
+def epilogue_registers(consumers: int) -> int:
+    """Registers every thread holds for the write-back after the two branches: the
+    producer raises its count to this and the consumers lower theirs, so that ptxas sees
+    one count where the branches meet. It is the block's even share of the register
+    file (``register_cap``, what the kernel launches with), never above what the
+    consumers hold: the producer's raise waits for registers that the consumers' lowering
+    frees, and asks no more than the launch gave. Without it ptxas compiled the code
+    after the branches to the producer's count and spilled the accumulators (sm_90a,
+    128x256x64 over 256 consumers: 2,784 bytes of spill stores; none with it)."""
+    return min(consumer_registers(consumers), register_cap(consumers) // 8 * 8)
 
 
 def make_gemm_async(shape: GemmShape, config: GemmConfig):
@@ -108,6 +122,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
                             barrier=full[stage],
                         )
                     T.barrier_arrive(full[stage])
+                T.inc_max_nreg(epilogue_registers(consumers))
             else:
                 T.inc_max_nreg(consumer_registers(consumers))
                 # Registers hold garbage at launch and every K step accumulates.
@@ -123,6 +138,8 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
                     if ko > 0:
                         T.barrier_arrive(empty[(ko + stages - 1) % stages])
                 T.wait_wgmma(0)
+                if epilogue_registers(consumers) < consumer_registers(consumers):
+                    T.dec_max_nreg(epilogue_registers(consumers))
             # The write-back, after the branches: every load has landed and every product
             # has read its stage by now, and out here TileLang's shared-memory planner
             # sees that, so the C tile reuses the stages' memory.
