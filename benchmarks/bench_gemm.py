@@ -158,6 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
         "waited for) of torch.matmul and, with --run-tilelang, of each TileLang kernel",
     )
     o.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="processes that compile the sweep's kernels in parallel before it is timed "
+        "(default: one per core but one)",
+    )
+    o.add_argument(
         "--report", type=output_file, help="write the stage-04 markdown report (and its plots) here"
     )
     o.add_argument(
@@ -510,6 +517,8 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
     progress = progress_bar(console, transient=True)
     try:
         with progress:
+            if args.run_tilelang and args.budget is None:
+                precompile_sweep(shapes, todo, progress, args.workers)
             task = progress.add_task("sweep", total=len(shapes) * len(todo))
             for shape in shapes:
                 source = None
@@ -542,6 +551,24 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
         if jsonl:
             jsonl.close()
     return results, False
+
+
+def precompile_sweep(shapes: list[GemmShape], entries: list, progress, workers) -> None:
+    """Compile every valid (shape, config) of the sweep in parallel into TileLang's disk
+    cache before the first timing (one compile is 3-5 s on one core); a kernel that
+    fails here fails again in its own row, with its error."""
+    from harness.suite.discovery import Combination
+    from harness.suite.precompile import precompile
+
+    configs = [e for e in entries if isinstance(e, GemmConfig)]
+    combos = [Combination(s.id, "gemm", s, c) for s in shapes for c in configs]
+    if len(combos) < 2:
+        return  # one kernel: its row compiles it
+    task = progress.add_task(f"compiling {len(combos)} kernels", total=len(combos))
+    precompile(
+        combos, workers=workers, log=lambda line: line.startswith("[") and progress.advance(task)
+    )
+    progress.remove_task(task)
 
 
 def first_use_pick(shape: GemmShape, args, console):
