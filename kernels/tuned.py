@@ -88,9 +88,11 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       stages (memory-bound, so deep pipelines), epilogue direct or shared, and K split
       over 2/4/8 blocks (TMA reduce-add into C) while that stays within 4 waves.
     - Everything else: tiles 128x256 and 256x128 (two consumer warpgroups) and 128x128
-      (one), block_K 64 with 3-5 stages (block_K 64/128 with 1-2 stages when K <= 256,
+      (one), plus 128x192 (two) where it covers the SMs better than 128x256
+      (``NARROW_WIDE``), block_K 64 with 3-5 stages (block_K 64/128 with 1-2 stages when K <= 256,
       where a tile sees one or two K steps), warp policy square/col/row on the
-      two-warpgroup tiles, the epilogue direct or through shared memory, and the block
+      two-warpgroup tiles (with the plain order and direct epilogue; on 128x192 with
+      every order and epilogue), the epilogue direct or through shared memory, and the block
       order plain, swizzled (panels 4, 8, 16) or persistent (one block per SM); plus
       block_K 128 with 2 stages on the two-warpgroup tiles; plus, where a two-warpgroup
       tile's output tiles leave more than ``STREAM_K_IDLE`` of the SMs' block slots idle
@@ -135,13 +137,16 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
         bks = (64, 128) if small_k else (64,)
         stages = (1, 2) if small_k else (3, 4, 5)
         tiles = [(128, 256, 256), (256, 128, 256), (128, 128, 128)]
+        if covers_better(shape, sms, NARROW_WIDE, (128, 256)):
+            tiles.append((*NARROW_WIDE, 256))
         orders = [{}, {"swizzle": 4}, {"swizzle": 8}, {"swizzle": 16}, {"persistent": sms}]
         for (bm, bn, th), bk, st, ep, order in itertools.product(
             tiles, bks, stages, (False, True), orders
         ):
-            if st == 5 and bm != bn:
-                continue  # the wide tiles fit at most 4 stages of block_K 64
-            policies = ("square", "col", "row") if th == 256 and not (ep or order) else ("square",)
+            if st == 5 and (bm, bn) in ((128, 256), (256, 128)):
+                continue  # they fit at most 4 stages of block_K 64
+            every_policy = (bm, bn) == NARROW_WIDE or (th == 256 and not (ep or order))
+            policies = ("square", "col", "row") if every_policy else ("square",)
             for policy in policies:
                 out.append(
                     _valid(
@@ -181,6 +186,45 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
     return list(dict.fromkeys(c for c in out if c is not None))
 
 
+# The narrower two-warpgroup tile: 192 columns (two warpgroups of 128x96, or of 64x192
+# under the row policy), three quarters of 128x256's work per tile, up to 5 stages. It
+# joins the space where its tiles cover the SMs better than 128x256's (``covers_better``):
+# mid shapes under a wave (1536^2: 96 tiles against 72 on an H200's SMs; 1000x3000: 128
+# against 96) and shapes whose last wave of 128x256 tiles runs part-empty (3000x5000:
+# 4.9 waves against 3.6; square8192: 20.8 against 15.5). Its warp policy matters as no
+# other tile's does, so every policy is searched with every order and epilogue: on the
+# H200 (bf16, 4 stages, shared-memory epilogue) the row policy's 64x192 slices ran
+# 0.878x torch on 1000x3000x2400 against 0.653x for the square policy's 128x96, and
+# 0.974x against 0.774x on 3072x5120x7040.
+NARROW_WIDE = (128, 192)
+
+
+# The heuristic takes the narrower wide tile only where A's rows start on this many
+# bytes. Its grid has a third more tile columns than 128x256's, each reading all of A, and
+# on the one H200 shape of the record whose A rows do not (3000x5000x7000, rows of 14,000
+# bytes) it ran 0.648x torch against 128x256's 0.702x; on the aligned ones it won
+# (1536^2 NT 0.826x against 0.661x, 1000x3000x2400 NT 1.016x against 0.813x, 384x384x24576
+# NT split 16 1.097x against 0.888x). The search space keeps it either way.
+NARROW_A_ALIGN = 32
+
+
+def narrow_fits(shape: GemmShape) -> bool:
+    """Whether the heuristic may pick the narrower wide tile for ``shape``: A's rows are
+    a whole number of ``NARROW_A_ALIGN`` bytes."""
+    return (shape.k * ELEMENT_BYTES) % NARROW_A_ALIGN == 0
+
+
+def covers_better(shape: GemmShape, sms: int, tile: tuple, than: tuple) -> bool:
+    """Whether ``tile``'s output tiles keep more of the SMs' block slots busy with useful
+    work than ``than``'s do: the share of slots they fill over their waves, over the
+    padding they compute (``fill`` / ``waste``)."""
+
+    def covered(bm: int, bn: int) -> float:
+        return fill(output_tiles(shape, bm, bn), sms) / waste(shape, bm, bn)
+
+    return covered(*tile) > covered(*than)
+
+
 # Stream-K (kernels/schedules.py) can win back at most the block slots that the last,
 # partial wave of output tiles leaves idle; searched where that is over this share
 # (square4096 in 128x256 tiles: 512 tiles; over 4 waves of an H200's SMs, 3.0% idle).
@@ -188,12 +232,16 @@ STREAM_K_IDLE = 0.01
 
 
 def stream_k_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
-    """Stream-K twins of the two-warpgroup tiles (128x256, 256x128) whose output tiles
-    leave more than ``STREAM_K_IDLE`` of the SMs' slots idle: block_K 64, 3 or 4 stages,
-    the epilogue direct or through shared memory (3 stages only: 4 leave no room for the
-    C tile), tiles taken in row-major order or in panels of 8 or 16 tile rows."""
+    """Stream-K twins of the two-warpgroup tiles (128x256, 256x128, and 128x192 where the
+    space has it) whose output tiles leave more than ``STREAM_K_IDLE`` of the SMs' slots
+    idle: block_K 64, 3 or 4 stages, the epilogue direct or through shared memory (3
+    stages only on the wider tiles: 4 leave no room for the C tile), tiles taken in
+    row-major order or in panels of 8 or 16 tile rows."""
     out = []
-    for bm, bn in ((128, 256), (256, 128)):
+    tiles = [(128, 256), (256, 128)]
+    if covers_better(shape, sms, NARROW_WIDE, (128, 256)):
+        tiles.append(NARROW_WIDE)
+    for bm, bn in tiles:
         if 1 - fill(output_tiles(shape, bm, bn), sms) <= STREAM_K_IDLE:
             continue
         for st, ep, panel in itertools.product((3, 4), (False, True), (0, 8, 16)):
@@ -270,6 +318,11 @@ TILES = (
     Tile(GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True), 1.0),
     # 0.85-1.00 of the winner, 0.973 the median of eight.
     Tile(GemmConfig(256, 128, 64, 256, 3, swizzle=8, smem_epilogue=True), 0.97),
+    # The narrower wide tile (``NARROW_WIDE``), row policy: not a large case's tile, so
+    # its efficiency is per SM slot it covers, against 128x256's best, on the aligned
+    # shapes of the H200 tile sweep (reports/tiles_h200.jsonl): 0.927-0.970, 0.949 the
+    # median of four.
+    Tile(GemmConfig(128, 192, 64, 256, 4, swizzle=8, policy="row", smem_epilogue=True), 0.95),
     # One warpgroup: 0.73-0.80 of the winner (fp16), 0.794 the median.
     Tile(GemmConfig(128, 128, 64, 128, 4, swizzle=8, smem_epilogue=True), 0.79),
     # The thin cases' winner (decode64, attn_pv; within 4% on decode16). Not timed on a
@@ -376,6 +429,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       the best score wins (the first of a tie). So a tile that divides M and N beats one
       that pads them, 128x256 wins wherever it fills the SMs (every large case's winner),
       and smaller tiles win where it leaves SMs idle.
+    - 128x192 (``NARROW_WIDE``, row policy, 0.95) is scored alike, but only where A's
+      rows are 32-byte aligned (``narrow_fits``): where it covers the SMs better than
+      128x256 it wins (1536^2 NT: 0.826x torch against 0.661x on the H200).
     - Stream-K (``stream_k_score``) for the two-warpgroup tiles where their output tiles
       are a wave or more: every SM busy at 0.90 of the plain grid's pace, so it wins where
       the last wave leaves over a tenth of the slots idle (2500x1800x4000: 256x128 tiles
@@ -398,6 +454,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         return config
     best_value, best = score(shape, TILES[0], sms)
     for tile in TILES[1:]:
+        if (tile.config.block_m, tile.config.block_n) == NARROW_WIDE and not narrow_fits(shape):
+            continue
         value, config = score(shape, tile, sms)
         if value > best_value:
             best_value, best = value, config

@@ -334,6 +334,24 @@ def test_sm90a_codegen_of_options(shape, config, expect):
         assert "blockIdx.y" not in src  # one grid dimension; tiles come from the loop
 
 
+@requires_nvcc
+@pytest.mark.parametrize(
+    "policy, slice_n",
+    [("square", 96), ("row", 192)],
+)
+def test_sm90a_codegen_of_the_narrower_wide_tile(policy, slice_n):
+    """128x192 over two warpgroups: 128x96 each (two 64-row wgmma), or 64x192 under the
+    row policy; 5 stages of block_K 64 with the C tile in their memory, no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig(128, 192, 64, 256, 5, smem_epilogue=True, policy=policy)
+    kernel = compile_gemm(GemmShape(1536, 1536, 1536, "bfloat16", "NT"), config, arch="sm_90a")
+    assert f", 64, {slice_n}, 16," in kernel.source  # the wgmma's M, N, K
+    resources = sm90a_resources(kernel)
+    assert resources.spill_bytes == 0 and resources.has_wgmma and resources.has_tma
+    assert resources.smem_bytes >= config.smem_bytes
+
+
 STREAM_K_CODEGEN = [
     (GemmShape(4096, 4096, 4096, dtype), GemmConfig.from_id(config))
     for dtype in ("float16", "bfloat16")
@@ -420,6 +438,48 @@ def test_async_write_back_reuses_the_stages():
     assert b_at.split("+")[-1] == c_at.split("+")[-1]  # the same offset
     epilogue = src[src.index("wait_wgmma<0>") :]
     assert "stmatrix" in epilogue and "tma_store" in epilogue
+
+
+# The hand-written pipeline's configs the tuner's --async-mma twins cover: one and two
+# consumer warpgroups, the C tile staged or not, the tiles of the wide space.
+ASYNC_SPILL_CASES = [
+    GemmConfig(128, 256, 64, 256, 3, swizzle=16, async_mma=True),
+    GemmConfig(128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True),
+    GemmConfig(256, 128, 64, 256, 4, swizzle=8, smem_epilogue=True, async_mma=True),
+    GemmConfig(128, 192, 64, 256, 4, smem_epilogue=True, async_mma=True),
+    GemmConfig(128, 128, 64, 128, 4, smem_epilogue=True, async_mma=True),
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("config", ASYNC_SPILL_CASES, ids=lambda c: c.id)
+def test_async_pipeline_keeps_its_accumulators_in_registers(config):
+    """The write-back after the branches runs at one register count for both roles
+    (``epilogue_registers``): without it ptxas spilled 2-3 KB of accumulators there."""
+    from harness.measure.resources import sm90a_resources
+    from kernels.gemm_async import consumer_registers, epilogue_registers
+
+    kernel = compile_gemm(GemmShape(4096, 4096, 4096, "bfloat16"), config, arch="sm_90a")
+    assert sm90a_resources(kernel).spill_bytes == 0
+    src = kernel.source
+    meet = epilogue_registers(config.threads)
+    assert f"warpgroup_reg_alloc<{meet}>" in src  # the producer, after its loads
+    if meet < consumer_registers(config.threads):
+        assert f"warpgroup_reg_dealloc<{meet}>" in src  # the consumers, after their products
+
+
+def test_async_roles_meet_within_what_the_block_launches_with():
+    """The producer's raise must be met by registers the launch gave the block: the
+    consumers' lowering frees them, and the sum never passes the register file."""
+    from kernels.gemm import register_cap
+    from kernels.gemm_async import PRODUCER_THREADS, consumer_registers, epilogue_registers
+
+    assert epilogue_registers(256) == 168 and epilogue_registers(128) == 240
+    for consumers in (128, 256, 384):
+        meet = epilogue_registers(consumers)
+        assert meet % 8 == 0 and meet <= consumer_registers(consumers)
+        assert meet <= register_cap(consumers)
+        assert (consumers + PRODUCER_THREADS) * meet <= 65536
 
 
 def test_async_consumers_share_one_register_file():
@@ -563,6 +623,13 @@ OPTION_CONFIGS = [
     # The C tile written back through the stages' memory: 4 stages of the wide tiles.
     GemmConfig(128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True),
     GemmConfig(256, 128, 64, 256, 4, swizzle=8, smem_epilogue=True),
+    # The narrower wide tile (kernels.tuned.NARROW_WIDE): 5 stages with the C tile in
+    # their memory, the row policy, and the hand-written pipeline.
+    GemmConfig(128, 192, 64, 256, 5, swizzle=8, smem_epilogue=True),
+    GemmConfig(128, 192, 64, 256, 4, policy="row"),
+    GemmConfig(128, 192, 64, 256, 4, swizzle=8, policy="row", smem_epilogue=True),
+    GemmConfig(128, 192, 64, 256, 4, policy="row", split_k=4),
+    GemmConfig(128, 192, 64, 256, 4, smem_epilogue=True, async_mma=True),
 ]
 SIZES = [(1000, 1000, 1000), (4097, 1031, 515), (256, 512, 128), (16, 1024, 2048)]
 OPTION_SIZES = [(4097, 1031, 515), (16, 1024, 2048), (2048, 2304, 256)]
@@ -618,6 +685,7 @@ STREAM_K_SIZES = {
         (1000, 1032, 515),  # A's rows unaligned: loaded without TMA
     ],
     "b256x128x64_t256_s3_w8_e_sk132": [(8192, 8192, 8192)],
+    "b128x192x64_t256_s3_w8_e_sk132": [(1536, 1536, 1536), (3000, 5000, 7000)],
     "b128x128x64_t128_s4_sk7": [(1000, 1000, 1000)],
     "b128x128x64_t128_s3_w4_e_sk7": [(1000, 1000, 1000)],
     "b128x128x64_t128_s3_sk132": [(256, 512, 128)],

@@ -15,6 +15,7 @@ import pytest
 from kernels import GemmConfig, GemmShape, compile_gemm, tuned
 from kernels.tuned import (
     CASES,
+    NARROW_WIDE,
     TILES,
     TunedTableError,
     UntunedGpuWarning,
@@ -28,6 +29,7 @@ from kernels.tuned import (
 from tests.conftest import requires_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
+NARROW_TILE = next(t for t in TILES if (t.config.block_m, t.config.block_n) == NARROW_WIDE)
 # An SM count for the search space and the heuristic; any GPU's would do.
 SMS = 132
 
@@ -79,6 +81,31 @@ def test_stream_k_is_searched_where_the_last_wave_is_partial():
     for name in ("decode16", "decode64", "attn_qk_t", "attn_pv"):
         assert not any(c.stream_k for c in candidates(case_shape(name, "bfloat16"), 132))
     assert not heuristic(square, 132).stream_k  # opt-in: only a tuned row picks it
+
+
+def test_the_narrower_wide_tile_joins_where_it_covers_the_sms_better():
+    """128x192 (``NARROW_WIDE``) where its tiles fill more of the SMs' slots, over their
+    padding, than 128x256's: 1536^2 (96 tiles against 72 of 132 SMs) and 3000x5000 (4.9
+    waves against 3.6, less idle for a little more padding), with its stream-K twins; not
+    4096^2 (704 tiles in 6 waves against 512 in 4), nor 1536^2 on 72 SMs (72 tiles in one
+    whole wave against 96 in two)."""
+    from kernels.tuned import NARROW_WIDE, covers_better
+
+    def narrow(shape, sms=SMS):
+        return [c for c in candidates(shape, sms) if (c.block_m, c.block_n) == NARROW_WIDE]
+
+    mid = GemmShape(1536, 1536, 1536, "bfloat16", "NT")
+    odd = GemmShape(3000, 5000, 7000, "bfloat16")
+    for shape in (mid, odd):
+        found = narrow(shape)
+        assert {c.num_stages for c in found} == {3, 4, 5}
+        assert {c.policy for c in found} == {"square", "row", "col"}
+        assert any(c.stream_k == SMS for c in found) and any(c.smem_epilogue for c in found)
+        assert all(c.threads == 256 for c in found)
+    assert not narrow(case_shape("square4096", "float16"))
+    assert covers_better(mid, 132, NARROW_WIDE, (128, 256))
+    assert not covers_better(mid, 72, NARROW_WIDE, (128, 256))
+    assert not narrow(mid, 72)
 
 
 def test_the_heuristic_follows_the_sm_count():
@@ -179,7 +206,9 @@ def test_tile_efficiencies_are_the_tuning_logs():
         if "quick_ms" in row:
             times.setdefault(row["shape"], {})[row["config"]] = row["quick_ms"]
     large = ("square4096", "square8192", "mlp_up", "mlp_down")
-    for tile in TILES[:-1]:  # the thin tile was not timed on a large shape
+    # The thin tile was not timed on a large shape, the narrower wide tile is not a large
+    # case's: each has its own evidence.
+    for tile in [t for t in TILES[:-1] if t is not NARROW_TILE]:
         ratios = [
             min(times[shape.id].values()) / times[shape.id][tile.config.id]
             for shape in (case_shape(n, d) for n in large for d in ("float16", "bfloat16"))
@@ -187,6 +216,53 @@ def test_tile_efficiencies_are_the_tuning_logs():
         ]
         assert len(ratios) >= 4, tile.config.id
         assert tile.efficiency == pytest.approx(statistics.median(ratios), abs=0.01)
+
+
+def test_the_narrower_wide_tiles_efficiency_is_the_tile_sweeps():
+    """128x192's efficiency: on each aligned shape of the H200 tile sweep (M a multiple of
+    128, rows of C a multiple of 128 bytes), its best plain config's speedup over
+    128x256's best, per SM slot covered (``fill`` / ``waste`` of each); the median."""
+    best: dict[tuple, float] = {}
+    for line in (ROOT / "reports" / "tiles_h200.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "meta" in row or not row.get("tilelang_ms"):
+            continue
+        config = GemmConfig.from_id(row["config"])
+        if config.stream_k or config.async_mma or config.split_k > 1:
+            continue
+        key = (row["shape"], (config.block_m, config.block_n))
+        best[key] = max(best.get(key, 0.0), row["torch_ms"] / row["tilelang_ms"])
+    ratios = []
+    for (shape_id, tile), speedup in best.items():
+        m, n, k = (int(part[1:]) for part in shape_id.split("_")[:3])
+        if tile != NARROW_WIDE or m % 128 or (2 * n) % 128:
+            continue
+        shape = GemmShape(m, n, k)
+
+        def covered(bm, bn, shape=shape):
+            return tuned.fill(tuned.output_tiles(shape, bm, bn), SMS) / tuned.waste(shape, bm, bn)
+
+        wide = best[(shape_id, (128, 256))]
+        ratios.append((speedup / wide) / (covered(*NARROW_WIDE) / covered(128, 256)))
+    assert len(ratios) >= 4
+    assert NARROW_TILE.efficiency == pytest.approx(statistics.median(ratios), abs=0.01)
+
+
+def test_the_narrower_wide_tile_wins_where_it_covers_the_sms_and_128x256_does_not():
+    # 1536^2: 96 tiles of 128x192 against 72 of 128x256 on 132 SMs; 10000x8000: 128x256's
+    # 20 waves pad less than 128x192's 26.
+    config = heuristic(GemmShape(1536, 1536, 1536, "bfloat16", "NT"), SMS)
+    assert config == NARROW_TILE.config
+    assert (config.policy, config.smem_epilogue) == ("row", True)
+    wide = heuristic(GemmShape(10000, 8000, 6000, "bfloat16"), SMS)
+    assert (wide.block_m, wide.block_n) == (128, 256)
+    # 3000x5000x7000 covers the SMs better in 128x192 tiles (4.9 waves against 3.6), but
+    # A's rows of 14,000 bytes are not 32-byte aligned: 128x256; with K = 7040 it moves.
+    odd = heuristic(GemmShape(3000, 5000, 7000, "bfloat16"), SMS)
+    assert (odd.block_m, odd.block_n) == (128, 256)
+    assert heuristic(GemmShape(3000, 5000, 7040, "bfloat16"), SMS) == NARROW_TILE.config
+    assert not tuned.narrow_fits(GemmShape(3000, 5000, 7000))
+    assert tuned.narrow_fits(GemmShape(3000, 5000, 7040))
 
 
 def test_stream_k_where_a_partial_last_wave_idles_the_sms_and_nowhere_else():
