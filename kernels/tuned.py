@@ -201,10 +201,12 @@ NARROW_WIDE = (128, 192)
 
 # The heuristic takes the narrower wide tile only where A's rows start on this many
 # bytes. Its grid has a third more tile columns than 128x256's, each reading all of A, and
-# on the one H200 shape of the record whose A rows do not (3000x5000x7000, rows of 14,000
-# bytes) it ran 0.648x torch against 128x256's 0.702x; on the aligned ones it won
-# (1536^2 NT 0.826x against 0.661x, 1000x3000x2400 NT 1.016x against 0.813x, 384x384x24576
-# NT split 16 1.097x against 0.888x). The search space keeps it either way.
+# on the one H200 shape measured whose A rows do not (3000x5000x7000, rows of 14,000
+# bytes) it lost: 0.660x torch against 128x256's 0.715x in the tile sweep
+# (reports/tiles_h200.jsonl). Off the table, where A's rows are aligned, it won: 1536^2 NT
+# 0.824x against 0.661x, 1000x3000x2400 NT 1.016x against 0.813x, 384x384x24576 NT split
+# 16 1.103x against 0.888x (reports/offtable_h200.json, against the record before it).
+# The search space keeps it either way.
 NARROW_A_ALIGN = 32
 
 
@@ -431,7 +433,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       and smaller tiles win where it leaves SMs idle.
     - 128x192 (``NARROW_WIDE``, row policy, 0.95) is scored alike, but only where A's
       rows are 32-byte aligned (``narrow_fits``): where it covers the SMs better than
-      128x256 it wins (1536^2 NT: 0.826x torch against 0.661x on the H200).
+      128x256 it wins (1536^2 NT: 0.824x torch against 0.661x on the H200).
     - Stream-K (``stream_k_score``) for the two-warpgroup tiles where their output tiles
       are a wave or more: every SM busy at 0.90 of the plain grid's pace, so it wins where
       the last wave leaves over a tenth of the slots idle (2500x1800x4000: 256x128 tiles
