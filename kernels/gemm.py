@@ -446,16 +446,11 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     argument, ``delay_cycles``, and every thread of every block spins that many SM clock
     cycles once the block's barriers are set up, before its pipeline starts. The gate's
     self-test slows a kernel this way, with no second launch."""
-    if delay and config.async_mma:
-        raise ValueError(
-            f"GemmConfig.async_mma={config.async_mma}: the test-only delay is built into "
-            "the TileLang-scheduled kernel only (async_mma=False)"
-        )
     check_combination(shape, config)
     if config.async_mma:
         from kernels.gemm_async import make_gemm_async
 
-        return make_gemm_async(shape, config)
+        return make_gemm_async(shape, config, delay)
     # No ``from __future__ import annotations`` in this module: TileLang evaluates the
     # T.Tensor annotations below against this closure.
     import tilelang.cuda.language as TC
@@ -465,7 +460,6 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     block_M, block_N, block_K = config.block_m, config.block_n, config.block_k
     dtype, accum_dtype = shape.dtype, config.accum_dtype
     trans_B = shape.layout == "NT"
-    b_shape = shape.b_shape
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
     policy = {
         "square": T.GemmWarpPolicy.Square,
@@ -561,6 +555,16 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 split = config.split_k > 1
                 tile(A, B, C, *buffers, by, bx, bz * k_steps, k_steps, split)
 
+    return entry_point(shape, launch, delay)
+
+
+def entry_point(shape: GemmShape, launch, delay: bool):
+    """The kernel's signature around ``launch`` (a ``T.macro`` taking A, B, C and the
+    test-only delay's cycles, None without it): A, B and C of ``shape``, and with
+    ``delay`` a fourth argument, ``delay_cycles``. Both pipelines share it."""
+    import tilelang.language as T
+
+    M, N, K, dtype, b_shape = shape.m, shape.n, shape.k, shape.dtype, shape.b_shape
     if delay:
 
         @T.prim_func

@@ -30,7 +30,15 @@ meet there at one register count (``epilogue_registers``), so ptxas keeps the
 accumulators in registers through the write-back.
 """
 
-from kernels.gemm import REGISTER_FILE, GemmConfig, GemmShape, register_cap
+from kernels.gemm import (
+    DELAY_FUNCTION,
+    DELAY_SOURCE,
+    REGISTER_FILE,
+    GemmConfig,
+    GemmShape,
+    entry_point,
+    register_cap,
+)
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
@@ -56,9 +64,11 @@ def epilogue_registers(consumers: int) -> int:
     return min(consumer_registers(consumers), register_cap(consumers) // 8 * 8)
 
 
-def make_gemm_async(shape: GemmShape, config: GemmConfig):
+def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     """The TileLang program for ``shape`` under ``config`` (``config.async_mma``); the
-    caller, ``make_gemm``, has checked the rows it loads by TMA (``check_combination``)."""
+    caller, ``make_gemm``, has checked the rows it loads by TMA (``check_combination``).
+    ``delay`` (test-only, as ``make_gemm``'s): a fourth argument, ``delay_cycles``, that
+    every thread spins once the barriers are set up, before the roles split."""
     # TileLang evaluates the T.Tensor annotations against this closure (no postponed
     # annotations in this module).
     import tilelang.cuda.language as TC
@@ -69,17 +79,12 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
     stages, consumers = config.num_stages, config.threads
     dtype, accum_dtype = shape.dtype, config.accum_dtype
     trans_B = shape.layout == "NT"
-    b_shape = shape.b_shape
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
     k_steps = T.ceildiv(K, block_K)
     c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
 
-    @T.prim_func
-    def gemm(
-        A: T.Tensor((M, K), dtype),
-        B: T.Tensor(b_shape, dtype),
-        C: T.Tensor((M, N), dtype),
-    ):
+    @T.macro
+    def launch(A, B, C, delay):
         with T.Kernel(
             T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=consumers + PRODUCER_THREADS
         ) as (bx, by):
@@ -91,6 +96,9 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
             empty = T.alloc_barrier([consumers] * stages)  # every consumer thread
             if config.swizzle:
                 T.use_swizzle(panel_size=config.swizzle)
+            if delay is not None:
+                T.import_source(DELAY_SOURCE)
+                T.call_extern("handle", DELAY_FUNCTION, delay)
             tx = T.get_thread_binding()
             if tx >= consumers:
                 T.dec_max_nreg(PRODUCER_REGISTERS)
@@ -150,4 +158,4 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig):
                 else:
                     T.copy(C_local, C[by * block_M, bx * block_N])
 
-    return gemm
+    return entry_point(shape, launch, delay)
