@@ -58,9 +58,9 @@ def epilogue_registers(consumers: int) -> int:
     one count where the branches meet. It is the block's even share of the register
     file (``register_cap``, what the kernel launches with), never above what the
     consumers hold: the producer's raise waits for registers that the consumers' lowering
-    frees, and asks no more than the launch gave. Without it ptxas compiled the code
-    after the branches to the producer's count and spilled the accumulators (sm_90a,
-    128x256x64 over 256 consumers: 2,784 bytes of spill stores; none with it)."""
+    frees, and asks no more than the launch gave. Without it ptxas spilled the
+    accumulators around the write-back (sm_90a, 128x256x64 over 256 consumers: 2,784
+    bytes of spill stores; none with it)."""
     return min(consumer_registers(consumers), register_cap(consumers) // 8 * 8)
 
 
