@@ -557,18 +557,11 @@ def precompile_sweep(shapes: list[GemmShape], entries: list, progress, workers) 
     """Compile every valid (shape, config) of the sweep in parallel into TileLang's disk
     cache before the first timing (one compile is 3-5 s on one core); a kernel that
     fails here fails again in its own row, with its error."""
-    from harness.suite.discovery import Combination
-    from harness.suite.precompile import precompile
+    from harness.suite.precompile import compile_gemms
 
-    configs = [e for e in entries if isinstance(e, GemmConfig)]
-    combos = [Combination(s.id, "gemm", s, c) for s in shapes for c in configs]
-    if len(combos) < 2:
-        return  # one kernel: its row compiles it
-    task = progress.add_task(f"compiling {len(combos)} kernels", total=len(combos))
-    precompile(
-        combos, workers=workers, log=lambda line: line.startswith("[") and progress.advance(task)
-    )
-    progress.remove_task(task)
+    pairs = [(s, c) for s in shapes for c in entries if isinstance(c, GemmConfig)]
+    if len(pairs) > 1:  # one kernel: its row compiles it
+        compile_gemms(pairs, progress, workers)
 
 
 def first_use_pick(shape: GemmShape, args, console):

@@ -298,8 +298,7 @@ def run_meta(args, spec, argv: list[str]) -> dict:
 
 def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeResult], bool]:
 
-    from harness.suite.discovery import Combination
-    from harness.suite.precompile import precompile
+    from harness.suite.precompile import compile_gemms
 
     picks, to_tune = [], {}
     for s in shapes:
@@ -312,19 +311,12 @@ def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeRes
             to_tune[s.shape] = first_use.plan(s.shape, spec.sm_count, args.budget.candidates)
     pairs = [(s.shape, c) for s, c in picks]
     pairs += [(shape, c) for shape, plan in to_tune.items() for c in plan]
-    # precompile walks the suite's combinations (operator, shape, config).
-    combos = list(dict.fromkeys(Combination(shape.id, "gemm", shape, c) for shape, c in pairs))
     rows: list[ShapeResult] = []
     progress = progress_bar(console, transient=True)
     try:
         with progress:
-            task = progress.add_task(f"compiling {len(combos)} kernels", total=len(combos))
-            precompile(
-                combos,
-                workers=args.workers,
-                log=lambda line: line.startswith("[") and progress.advance(task),
-            )
-            progress.reset(task, total=len(picks))
+            compile_gemms(pairs, progress, args.workers)
+            task = progress.add_task("shapes", total=len(picks))
             say = _printer(progress.console)
             for entry, config in picks:
                 source = source_of(entry.shape, spec.name)

@@ -143,8 +143,6 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
         for (bm, bn, th), bk, st, ep, order in itertools.product(
             tiles, bks, stages, (False, True), orders
         ):
-            if st == 5 and (bm, bn) in ((128, 256), (256, 128)):
-                continue  # they fit at most 4 stages of block_K 64
             every_policy = (bm, bn) == NARROW_WIDE or (th == 256 and not (ep or order))
             policies = ("square", "col", "row") if every_policy else ("square",)
             for policy in policies:

@@ -35,6 +35,7 @@ def _run(*args):
             ["-m", "harness.suite.precompile", "asv_bench.gemm", "--workers", "0"],
             "--workers: 0 must be >= 1",
         ),
+        (["-m", "benchmarks.bench_gemm", "--workers", "0"], "--workers: 0 must be >= 1"),
         (["-m", "harness.gate.calibrate", "--runs", "1"], "--runs=1: must be >= 3"),
         (["-m", "harness.gate.selftest", "--slowdown", "3"], "must be a fraction between 0 and 1"),
         (["-m", "harness.gate.selftest", "--n", "0"], "--n: 0 must be >= 1"),

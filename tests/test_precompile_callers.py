@@ -83,3 +83,29 @@ def test_the_tuner_drops_the_configs_precompile_failed(monkeypatch, tmp_path):
     Tuner(args, console=Console(file=io.StringIO()), spec=spec).run()
     assert compiled and all(c.operator == "gemm" for c in compiled)
     assert compiled[0].config not in ranked and len(ranked) == len(compiled) - 1
+
+
+def test_the_timing_commands_compile_each_gemm_once_under_a_progress_task(monkeypatch):
+    """``compile_gemms`` (bench_gemm's sweep, the off-table command): repeated pairs are
+    one kernel, the failures come back by precompile's key, and its task is gone after."""
+    from rich.progress import Progress
+
+    seen = []
+
+    def fake_precompile(combos, workers=None, log=print):
+        seen.extend(combos)
+        for i, c in enumerate(seen, 1):
+            log(f"[{i}/{len(seen)}] {c.shape.id} {c.config.id}")
+        return {(seen[0].operator, seen[0].shape, seen[0].config): "boom"}
+
+    monkeypatch.setattr(precompile_module, "precompile", fake_precompile)
+    shape, other = GemmShape(256, 256, 128), GemmShape(512, 256, 128)
+    config = GemmConfig(128, 128, 32, 128, 3)
+    progress = Progress(console=Console(file=io.StringIO()))
+    with progress:
+        failed = precompile_module.compile_gemms(
+            [(shape, config), (other, config), (shape, config)], progress
+        )
+    assert [(c.operator, c.shape) for c in seen] == [("gemm", shape), ("gemm", other)]
+    assert failed == {("gemm", shape, config): "boom"}
+    assert not progress.tasks

@@ -90,6 +90,19 @@ def precompile(
     return failed
 
 
+def compile_gemms(pairs: Iterable[tuple], progress, workers: int | None = None) -> dict:
+    """``precompile`` for the dense GEMM's (shape, config) ``pairs`` (repeats compiled
+    once), shown as a task of ``progress`` (a rich Progress) that is removed when done;
+    the commands that time kernels call it before their first timing."""
+    combos = list(dict.fromkeys(Combination(s.id, "gemm", s, c) for s, c in pairs))
+    task = progress.add_task(f"compiling {len(combos)} kernels", total=len(combos))
+    failed = precompile(
+        combos, workers=workers, log=lambda line: line.startswith("[") and progress.advance(task)
+    )
+    progress.remove_task(task)
+    return failed
+
+
 def stamp_path() -> Path:
     root = Path(os.environ.get("TILELANG_CACHE_DIR", "~/.tilelang/cache")).expanduser()
     return root / "tilelang-gemm-perf-precompiled.json"
