@@ -78,8 +78,10 @@ __device__ __forceinline__ void {DELAY_FUNCTION}(long long cycles) {{
 
 # Warp partition of the tile among the consumer warps (T.GemmWarpPolicy).
 POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
+# GemmConfig.multicast: the operand a two-block cluster shares ("" for none).
+MULTICASTS = ("", "a", "b")
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(?:_m([ab]))?"
 )
 
 
@@ -216,6 +218,11 @@ class GemmConfig:
     # last, partial wave evenly (kernels/schedules.py); a tile split between blocks is
     # summed by atomic adds into C, zeroed first over the rows those tiles cover. 0: off.
     stream_k: int = 0
+    # Two-block clusters (async_mma only): the pair of blocks shares one operand's tile,
+    # which one TMA multicast lands in both blocks' shared memory, so the L2 serves it
+    # once per pair. "b": the pair is two M tiles of one N column and shares B's tile;
+    # "a": two N tiles of one M row sharing A's. "" leaves clusters off.
+    multicast: str = ""
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -267,6 +274,16 @@ class GemmConfig:
                 f"GemmConfig.async_mma={self.async_mma}: needs persistent=0, split_k=1, "
                 f"stream_k=0 and policy='square' (got {self.persistent}, {self.split_k}, "
                 f"{self.stream_k}, {self.policy!r})"
+            )
+        if self.multicast not in MULTICASTS:
+            raise ValueError(
+                f"GemmConfig.multicast={self.multicast!r}: must be one of {list(MULTICASTS)}"
+            )
+        if self.multicast and not self.async_mma:
+            raise ValueError(
+                f"GemmConfig.multicast={self.multicast!r}: needs async_mma=True (the "
+                "multicast loads and the pair's shared stage releases are the hand-written "
+                "pipeline's)"
             )
         if self.stream_k and self.split_k > 1:
             raise ValueError(
@@ -347,7 +364,7 @@ class GemmConfig:
         ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
         epilogue, ``_p16`` persistent grid of 16 blocks, ``_k4`` K split over 4 blocks,
         ``_sk16`` stream-K over 16 blocks, ``_a`` the hand-written asynchronous
-        pipeline."""
+        pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]
         tail += "_e" if self.smem_epilogue else ""
@@ -355,6 +372,7 @@ class GemmConfig:
         tail += f"_k{self.split_k}" if self.split_k > 1 else ""
         tail += f"_sk{self.stream_k}" if self.stream_k else ""
         tail += "_a" if self.async_mma else ""
+        tail += f"_m{self.multicast}" if self.multicast else ""
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
             f"{tail}"
@@ -367,10 +385,10 @@ class GemmConfig:
         if found is None:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
-                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks>, _a "
-                "in that order"
+                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks>, _a, "
+                "_ma or _mb in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy = found.groups()
+        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, mc = found.groups()
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
         return cls(
             int(bm),
@@ -385,6 +403,7 @@ class GemmConfig:
             split_k=int(split or 1),
             stream_k=int(sk or 0),
             async_mma=bool(asy),
+            multicast=mc or "",
         )
 
     @property

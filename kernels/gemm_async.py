@@ -43,6 +43,7 @@ from kernels.gemm import (
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
 MAX_REGISTERS = 240
+PAIR_MASK = 0b11  # both blocks of a two-block cluster receive a multicast tile
 
 
 def consumer_registers(consumers: int) -> int:
@@ -82,18 +83,52 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
     k_steps = T.ceildiv(K, block_K)
     c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
+    tiles_m, tiles_n = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
+    pair = config.multicast
+    paired = bool(pair)
+    # A cluster pairs two blocks along the grid's x, which TileLang's cluster-aware
+    # rasterisation keeps together: x runs over the axis along which the pair's blocks
+    # differ (M tiles when they share B, N tiles when they share A), rounded up to whole
+    # pairs; a block past the matrix loads zeros and writes nothing.
+    if pair == "b":
+        grid = (2 * T.ceildiv(tiles_m, 2), tiles_n)
+    elif pair == "a":
+        grid = (2 * T.ceildiv(tiles_n, 2), tiles_m)
+    else:
+        grid = (tiles_n, tiles_m)
+    cluster = {"cluster_dims": (2, 1, 1)} if paired else {}
+    # With a pair, both blocks' consumers must release a stage before either producer
+    # refills it (the multicast writes into both): one elected thread of every consumer
+    # warp arrives on its own block's barrier and on its partner's.
+    releases = 2 * consumers // 32 if paired else consumers
+    a_mask = PAIR_MASK if pair == "a" else None
+    b_mask = PAIR_MASK if pair == "b" else None
+
+    @T.macro
+    def release(empty, stage, tx):
+        if paired:
+            if tx % 32 == 0:
+                T.mbarrier_arrive(empty[stage])
+                T.mbarrier_arrive(empty[stage], 1 - TC.block_rank_in_cluster())
+        else:
+            T.barrier_arrive(empty[stage])
 
     @T.macro
     def launch(A, B, C, delay):
-        with T.Kernel(
-            T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=consumers + PRODUCER_THREADS
-        ) as (bx, by):
+        with T.Kernel(*grid, threads=consumers + PRODUCER_THREADS, **cluster) as (gx, gy):
+            if pair == "b":
+                bm, bn = gx, gy
+            else:
+                bm, bn = gy, gx
             A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
             B_shared = T.alloc_shared((stages, *b_tile), dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             C_shared = T.alloc_shared(c_tile, dtype)
             full = T.alloc_barrier([PRODUCER_THREADS] * stages)  # every producer thread
-            empty = T.alloc_barrier([consumers] * stages)  # every consumer thread
+            if paired:
+                empty = T.alloc_cluster_barrier([releases] * stages)
+            else:
+                empty = T.alloc_barrier([releases] * stages)  # every consumer thread
             if config.swizzle:
                 T.use_swizzle(panel_size=config.swizzle)
             if delay is not None:
@@ -110,24 +145,29 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                     # thread to issue them (it must: a branch that leaves one thread
                     # alive deadlocks the warp-wide election). That thread posts the
                     # bytes to expect before its own arrival, and the stage is full once
-                    # all producer threads have arrived and the bytes have landed.
+                    # all producer threads have arrived and the bytes have landed. A
+                    # shared tile is issued by the pair's first block into both blocks'
+                    # stage, and lands on each block's own barrier.
                     k0 = ko * block_K
                     T.tma_copy(
-                        A[by * block_M : (by + 1) * block_M, k0 : k0 + block_K],
+                        A[bm * block_M : (bm + 1) * block_M, k0 : k0 + block_K],
                         A_shared[stage, :, :],
                         barrier=full[stage],
+                        cluster_mask=a_mask,
                     )
                     if trans_B:
                         T.tma_copy(
-                            B[bx * block_N : (bx + 1) * block_N, k0 : k0 + block_K],
+                            B[bn * block_N : (bn + 1) * block_N, k0 : k0 + block_K],
                             B_shared[stage, :, :],
                             barrier=full[stage],
+                            cluster_mask=b_mask,
                         )
                     else:
                         T.tma_copy(
-                            B[k0 : k0 + block_K, bx * block_N : (bx + 1) * block_N],
+                            B[k0 : k0 + block_K, bn * block_N : (bn + 1) * block_N],
                             B_shared[stage, :, :],
                             barrier=full[stage],
+                            cluster_mask=b_mask,
                         )
                     T.barrier_arrive(full[stage])
                 T.inc_max_nreg(epilogue_registers(consumers))
@@ -144,7 +184,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                     # The previous step's batch is done: its stage may be refilled.
                     T.wait_wgmma(1)
                     if ko > 0:
-                        T.barrier_arrive(empty[(ko + stages - 1) % stages])
+                        release(empty, (ko + stages - 1) % stages, tx)
                 T.wait_wgmma(0)
                 if epilogue_registers(consumers) < consumer_registers(consumers):
                     T.dec_max_nreg(epilogue_registers(consumers))
@@ -154,8 +194,11 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             if tx < consumers:
                 if config.smem_epilogue:
                     T.copy(C_local, C_shared)
-                    T.copy(C_shared, C[by * block_M, bx * block_N])
+                    T.copy(C_shared, C[bm * block_M, bn * block_N])
                 else:
-                    T.copy(C_local, C[by * block_M, bx * block_N])
+                    T.copy(C_local, C[bm * block_M, bn * block_N])
+            if paired:
+                # A block leaves only once its partner has made its last release on it.
+                TC.cluster_sync()
 
     return entry_point(shape, launch, delay)

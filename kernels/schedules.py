@@ -171,10 +171,16 @@ class StreamK:
 
 
 def grid_blocks(shape: Any, config: Any) -> int:
-    """Blocks in one launch's grid."""
+    """Blocks in one launch's grid: under two-block clusters (``config.multicast``) the
+    axis the pair differs on is rounded up to whole pairs."""
     if config.persistent or config.stream_k:
         return config.persistent or config.stream_k
-    return -(-shape.m // config.block_m) * -(-shape.n // config.block_n) * config.split_k
+    tiles_m, tiles_n = -(-shape.m // config.block_m), -(-shape.n // config.block_n)
+    if config.multicast == "b":
+        tiles_m += tiles_m % 2
+    elif config.multicast == "a":
+        tiles_n += tiles_n % 2
+    return tiles_m * tiles_n * config.split_k
 
 
 def added_rows(shape: Any, config: Any) -> int | None:

@@ -101,7 +101,8 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       where a tile's output tiles are less than a wave, K split 2-16 ways on 128x128 and
       128x256 (``split_k_candidates``).
     - With ``async_mma``: also each supported config on the hand-written asynchronous
-      pipeline (``_a``, kernels/gemm_async.py). 256x256 tiles are
+      pipeline (``_a``, kernels/gemm_async.py), and those of the two-warpgroup tiles
+      again in two-block clusters sharing the wider operand (``PAIRED``). 256x256 tiles are
       left out: four consumer warpgroups plus the producer leave ~100 registers a thread
       for 128 accumulators.
     """
@@ -171,8 +172,8 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
             out += split_k_candidates(shape, sms)
     if async_mma:
         # The hand-written asynchronous pipeline (kernels/gemm_async.py) as a twin of every
-        # config it supports.
-        out += [
+        # config it supports, and the two-warpgroup tiles' also in pairs (``PAIRED``).
+        twins = [
             _twin(c)
             for c in out
             if c is not None
@@ -180,6 +181,13 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
             and not c.persistent
             and c.split_k == 1
             and not c.stream_k
+        ]
+        twins = [c for c in twins if c is not None]
+        out += twins
+        out += [
+            replace(c, multicast=PAIRED[c.block_m, c.block_n])
+            for c in twins
+            if (c.block_m, c.block_n) in PAIRED
         ]
     return list(dict.fromkeys(c for c in out if c is not None))
 
@@ -196,6 +204,11 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
 # 0.974x against 0.774x on 3072x5120x7040.
 NARROW_WIDE = (128, 192)
 
+# Two-block clusters in the search space (``GemmConfig.multicast``): each two-warpgroup
+# tile shares its wider operand's tile, which a pair then reads from the L2 once: B's for
+# the 256- and 192-column tiles, A's for 256x128.
+PAIRED = {(128, 256): "b", NARROW_WIDE: "b", (256, 128): "a"}
+
 
 # The heuristic takes the narrower wide tile only where A's rows start on this many
 # bytes. Its grid has a third more tile columns than 128x256's, each reading all of A, and
@@ -205,13 +218,50 @@ NARROW_WIDE = (128, 192)
 # 0.824x against 0.661x, 1000x3000x2400 NT 1.016x against 0.813x, 384x384x24576 NT split
 # 16 1.103x against 0.888x (reports/offtable_h200.json, against the record before it).
 # The search space keeps it either way.
-NARROW_A_ALIGN = 32
+# The L2's sector, in bytes: the unit it serves a load in.
+SECTOR_BYTES = 32
+NARROW_A_ALIGN = SECTOR_BYTES
 
 
 def narrow_fits(shape: GemmShape) -> bool:
     """Whether the heuristic may pick the narrower wide tile for ``shape``: A's rows are
     a whole number of ``NARROW_A_ALIGN`` bytes."""
     return (shape.k * ELEMENT_BYTES) % NARROW_A_ALIGN == 0
+
+
+# The L2 serves 32-byte sectors: a TMA row of 128 bytes that starts 16 bytes into one
+# reads five. Where B's rows start off that boundary, 128x256 tiles are bound by their
+# loads of B (two thirds of the bytes a tile loads), and the heuristic scores them as
+# their twin in two-block clusters (``PAIRED_TILE``), which reads B's tile from the L2
+# once per pair, at ``PAIR_GAIN`` times the plain tile's pace. On the H200 (bench_gemm,
+# CUPTI, against torch.matmul; reports/pairs_h200.jsonl) the twin ran, where B's rows
+# are off: 3000x5000x7000 bf16 0.917x against the plain tile's 0.708x, 4000x3000x5000
+# fp16 0.971x against 0.772x, 5000^3 NT bf16 0.856x against 0.744x, 3072x5000x7040 fp16
+# 0.908x against 0.819x, 2500x1800x4000 fp16 0.604x against 0.564x (a grid of 1.2 waves,
+# where stream-K's 256x128 tiles ran 0.762x and stay the pick). Where only A's are off
+# it did not gain (2000x6000x3000 fp16 0.944x against 0.959x, 6000x4000x3496 0.952x
+# against 0.966x), nor where both are aligned (6144^3 fp16 0.973x against 0.981x,
+# 4096x11008x4096 bf16 0.983x against 0.998x).
+PAIRED_TILE = GemmConfig(
+    128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True, multicast="b"
+)
+# The median of those five gains (1.30, 1.26, 1.15, 1.11, 1.07).
+PAIR_GAIN = 1.15
+
+
+def row_bytes(shape: GemmShape) -> dict[str, int]:
+    """Bytes per row of A and of B, as the kernel loads them."""
+    b_row = shape.k if shape.layout == "NT" else shape.n
+    return {"A": shape.k * ELEMENT_BYTES, "B": b_row * ELEMENT_BYTES}
+
+
+def pair_fits(shape: GemmShape) -> bool:
+    """Whether the heuristic scores 128x256 as its two-block twin (``PAIRED_TILE``) on
+    ``shape``: B's rows start off a sector boundary, and the twin can load both operands
+    (TMA: 16-byte aligned rows)."""
+    rows = row_bytes(shape)
+    aligned = all(r % TMA_ALIGN == 0 for r in rows.values())
+    return aligned and rows["B"] % SECTOR_BYTES != 0
 
 
 def covers_better(shape: GemmShape, sms: int, tile: tuple, than: tuple) -> bool:
@@ -402,11 +452,14 @@ def with_split(config: GemmConfig, split: int) -> GemmConfig:
 def score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmConfig]:
     """Expected throughput of ``tile`` on ``shape``, relative (higher is better): the
     tile's efficiency, times the SMs its blocks (split where that pays) keep busy, over the
-    padding it computes; and the config that gets it."""
+    padding it computes; and the config that gets it. An unsplit 128x256 grid where B's
+    rows are off a sector (``pair_fits``) is its two-block twin, ``PAIR_GAIN`` faster."""
     c = tile.config
     tiles = output_tiles(shape, c.block_m, c.block_n)
     split = split_for(shape, tiles, sms)
     value = tile.efficiency * fill(tiles * split, sms) / waste(shape, c.block_m, c.block_n)
+    if split == 1 and (c.block_m, c.block_n) == (128, 256) and pair_fits(shape):
+        return value * PAIR_GAIN, PAIRED_TILE
     return value, with_split(c, split)
 
 
@@ -436,6 +489,11 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       are a wave or more: every SM busy at 0.90 of the plain grid's pace, so it wins where
       the last wave leaves over a tenth of the slots idle (2500x1800x4000: 256x128 tiles
       stream-K 0.0756 ms; plain 0.0949, 128x128 0.0947, persistent 128x128 0.0934).
+    - Where B's rows start off a 32-byte sector, an unsplit grid of 128x256 tiles is
+      scored as its twin in two-block clusters sharing B, 1.15x its pace (``pair_fits``,
+      ``PAIR_GAIN``: 3000x5000x7000 bf16 0.917x torch against 0.708x on the H200), so it
+      also wins over stream-K where the plain tile would not (5000^3 NT bf16: 0.856x,
+      stream-K 0.731x).
     - Split-K (``split_for``), in every branch but the first: where a tile's output tiles
       fill fewer than half the SMs (small M and N, long K), K is split 2-16 ways, the
       most that keeps the blocks within one wave and 1024 of K per split (decode16: 32

@@ -67,6 +67,8 @@ def test_shape_rejects(kwargs, field, rule):
         ({"stream_k": 132, "split_k": 2}, "split_k=2", "must be 1 with stream_k=132"),
         ({"stream_k": 132, "persistent": 132}, "persistent=132", "must be 0 with stream_k"),
         ({"stream_k": 132, "async_mma": True}, "async_mma=True", "stream_k=0"),
+        ({"multicast": "c", "async_mma": True}, "multicast='c'", "one of"),
+        ({"multicast": "b"}, "multicast='b'", "needs async_mma=True"),
         # 128x256x64 in 4 stages fits (192 KiB) with the C tile in the stages' memory, but
         # not under a persistent grid, whose stages stay live through the write-back.
         (
@@ -182,6 +184,8 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True, async_mma=True),
         GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, stream_k=132),
         GemmConfig(256, 128, 64, 256, 4, policy="col", stream_k=7),
+        GemmConfig(128, 256, 64, 256, 4, swizzle=16, async_mma=True, multicast="b"),
+        GemmConfig(256, 128, 64, 256, 4, smem_epilogue=True, async_mma=True, multicast="a"),
     ],
     ids=lambda c: c.id,
 )
@@ -379,6 +383,39 @@ def test_sm90a_codegen_of_stream_k(shape, config):
     else:
         assert "AtomicAddx2" in src and "tma_store" not in src
     assert kernel.blocks == config.stream_k
+
+
+MULTICAST_CODEGEN = [
+    (GemmShape(4096, 4096, 4096, "float16"), "b128x256x64_t256_s4_w16_e_a_mb"),
+    (GemmShape(3000, 5000, 7000, "bfloat16"), "b128x256x64_t256_s4_w8_a_mb"),  # 24 x 20
+    (GemmShape(2500, 1800, 4000, "float16", "NT"), "b256x128x64_t256_s4_e_a_ma"),  # 10 x 15
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("shape, id", MULTICAST_CODEGEN, ids=lambda v: getattr(v, "id", v))
+def test_sm90a_codegen_of_the_two_block_clusters(shape, id):
+    """Clusters of two along the grid's x, which runs over the axis the pair differs on,
+    rounded up to whole pairs; the shared tile by one multicast from the pair's first
+    block; the stage released by one thread per consumer warp on both blocks; a cluster
+    barrier before the exit; no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id(id)
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    shared, own = ("B_desc", "A_desc") if config.multicast == "b" else ("A_desc", "B_desc")
+    assert f"tma_load_multicast({shared}" in src and f"tma_load_multicast({own}" not in src
+    assert f"tl::tma_load({own}" in src
+    assert f"empty[0].init({2 * config.threads // 32})" in src
+    assert ".arrive((1 - tl::block_rank_in_cluster()))" in src
+    assert src.rstrip().rstrip("}").rstrip().endswith("tl::cluster_sync();")
+    if config.swizzle:
+        assert f"rasterization2DRowWithCluster<{config.swizzle // 2}, 2>" in src
+    tiles_m, tiles_n = -(-shape.m // config.block_m), -(-shape.n // config.block_n)
+    along, across = (tiles_m, tiles_n) if config.multicast == "b" else (tiles_n, tiles_m)
+    assert kernel.blocks == (along + along % 2) * across
+    assert sm90a_resources(kernel).spill_bytes == 0
 
 
 def test_async_pipeline_needs_aligned_rows_of_a_and_b():
@@ -687,15 +724,23 @@ STREAM_K_SIZES = {
     "b128x128x64_t128_s3_sk132": [(256, 512, 128)],
     "b64x128x64_t128_s4_e_sk132": [(16, 1024, 2048)],
 }
-STREAM_K_CASES = [
-    (GemmShape(*size, dtype, layout), GemmConfig.from_id(config))
-    for config, sizes in STREAM_K_SIZES.items()
-    for size in sizes
-    for dtype in ("float16", "bfloat16")
-    for layout in ("NN", "NT")
-    if layout == "NN" or size[0] < 4096  # NT once per config, on the small sizes
-    if _supported(GemmShape(*size, dtype, layout), GemmConfig.from_id(config))
-]
+
+
+def cases_of(sizes_by_config: dict[str, list[tuple[int, int, int]]]) -> list[tuple]:
+    """``(shape, config)`` for each config id and size, in both dtypes; NT only on the
+    sizes below 4096 rows; the combinations TMA supports (``_supported``)."""
+    return [
+        (GemmShape(*size, dtype, layout), GemmConfig.from_id(config))
+        for config, sizes in sizes_by_config.items()
+        for size in sizes
+        for dtype in ("float16", "bfloat16")
+        for layout in ("NN", "NT")
+        if layout == "NN" or size[0] < 4096
+        if _supported(GemmShape(*size, dtype, layout), GemmConfig.from_id(config))
+    ]
+
+
+STREAM_K_CASES = cases_of(STREAM_K_SIZES)
 
 
 def tile_errors(shape: GemmShape, config: GemmConfig, got, ref):
@@ -734,19 +779,49 @@ def test_tile_errors_flag_one_wrong_tile():
     "shape, config", STREAM_K_CASES, ids=[f"{s.id}-{c.id}" for s, c in STREAM_K_CASES]
 )
 def test_stream_k_matches_float64_reference_tile_by_tile(shape, config):
+    # The wrapper zeroes only the stream-K tiles' rows: the rest keep the poison.
+    check_tile_by_tile(shape, config, seeds=(21, 22))
+
+
+def check_tile_by_tile(shape: GemmShape, config: GemmConfig, seeds: tuple[int, ...]) -> None:
+    """Fresh inputs and a NaN-poisoned output for each seed: every output written, and
+    every tile within the tolerance of the float64 reference (``tile_errors``)."""
     from harness.ops.gemm import GEMM
 
     kernel = compile_gemm(shape, config)
-    for seed in (21, 22):  # fresh inputs and a fresh poisoned output each launch
+    for seed in seeds:
         inputs = GEMM.inputs(shape, seed)
-        inputs.out.fill_(float("nan"))  # the wrapper zeroes only the stream-K tiles' rows
+        inputs.out.fill_(float("nan"))
         kernel(inputs.a, inputs.b, inputs.out)
         torch.cuda.synchronize()
         assert not torch.isnan(inputs.out).any(), "outputs never written"
         (ref,) = GEMM.reference(inputs)
-        errors = tile_errors(shape, config, inputs.out, ref)
-        worst = float(errors.max())
+        worst = float(tile_errors(shape, config, inputs.out, ref).max())
         assert worst <= GEMM.tolerance(shape), f"worst tile rel err {worst:.1e}"
+
+
+# Two-block clusters (``GemmConfig.multicast``): both shared operands, the C tile staged
+# or written from registers, one and two consumer warpgroups; pair axes of odd length
+# (1152 / 128 = 9 M tiles, 1408 / 128 = 11 N tiles: a last pair with a block past C),
+# a single tile along it (M = 16), many laps of the stages (K = 4096), NN and NT.
+MULTICAST_SIZES = {
+    "b128x256x64_t256_s4_w16_e_a_mb": [(1152, 1408, 1024), (16, 1024, 2048), (4096, 4096, 4096)],
+    "b128x256x64_t256_s4_w8_a_mb": [(1152, 1408, 1024), (3000, 5000, 7000)],
+    "b256x128x64_t256_s4_w8_e_a_ma": [(1152, 1408, 1024), (2500, 1800, 4000)],
+    "b128x128x64_t128_s4_a_ma": [(1152, 1408, 1024), (16, 1024, 2048)],
+}
+MULTICAST_CASES = cases_of(MULTICAST_SIZES)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize(
+    "shape, config", MULTICAST_CASES, ids=[f"{s.id}-{c.id}" for s, c in MULTICAST_CASES]
+)
+def test_two_block_clusters_match_float64_reference_tile_by_tile(shape, config):
+    """A pair that loads the wrong shared tile, or refills a stage its partner still
+    reads, spoils whole tiles: checked tile by tile, into a NaN-poisoned output."""
+    check_tile_by_tile(shape, config, seeds=(31, 32))
 
 
 @pytest.mark.gpu

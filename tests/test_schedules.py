@@ -3,6 +3,7 @@ K step of every output tile exactly once, its tile order is the swizzled grid's,
 rows it adds into are the rows zeroed before launch."""
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -124,3 +125,10 @@ def test_grid_blocks_of_each_schedule():
     assert grid_blocks(shape, GemmConfig(128, 256, 64, 256, 3, stream_k=132)) == 132
     assert grid_blocks(shape, GemmConfig(128, 256, 64, 256, 3, persistent=66)) == 66
     assert grid_blocks(shape, GemmConfig(64, 128, 64, 128, 3, split_k=4)) == 64 * 32 * 4
+    # Two-block clusters round the pair's axis up to whole pairs: 3000 / 128 = 24 M
+    # tiles, 5000 / 256 = 20 N tiles; 2500 / 256 = 10 M tiles and 1800 / 128 = 15 N tiles.
+    pair = GemmConfig(128, 256, 64, 256, 4, async_mma=True, multicast="b")
+    assert grid_blocks(GemmShape(3000, 5000, 7000), pair) == 24 * 20
+    pair = GemmConfig(256, 128, 64, 256, 4, async_mma=True, multicast="a")
+    assert grid_blocks(GemmShape(2500, 1800, 4000), pair) == 10 * 16
+    assert grid_blocks(GemmShape(2500, 1800, 4000), replace(pair, multicast="b")) == 10 * 15

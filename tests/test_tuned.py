@@ -256,13 +256,82 @@ def test_the_narrower_wide_tile_wins_where_it_covers_the_sms_and_128x256_does_no
     assert (config.policy, config.smem_epilogue) == ("row", True)
     wide = heuristic(GemmShape(10000, 8000, 6000, "bfloat16"), SMS)
     assert (wide.block_m, wide.block_n) == (128, 256)
-    # 3000x5000x7000 covers the SMs better in 128x192 tiles (4.9 waves against 3.6), but
+    # 3000x5120x7000 covers the SMs better in 128x192 tiles (4.9 waves against 3.6), but
     # A's rows of 14,000 bytes are not 32-byte aligned: 128x256; with K = 7040 it moves.
-    odd = heuristic(GemmShape(3000, 5000, 7000, "bfloat16"), SMS)
-    assert (odd.block_m, odd.block_n) == (128, 256)
-    assert heuristic(GemmShape(3000, 5000, 7040, "bfloat16"), SMS) == NARROW_TILE.config
+    # (With N = 5000, B's rows are off a sector too, and 128x256's pair twin wins.)
+    odd = heuristic(GemmShape(3000, 5120, 7000, "bfloat16"), SMS)
+    assert (odd.block_m, odd.block_n, odd.multicast) == (128, 256, "")
+    assert heuristic(GemmShape(3000, 5120, 7040, "bfloat16"), SMS) == NARROW_TILE.config
+    assert heuristic(GemmShape(3000, 5000, 7040, "bfloat16"), SMS) == tuned.PAIRED_TILE
     assert not tuned.narrow_fits(GemmShape(3000, 5000, 7000))
     assert tuned.narrow_fits(GemmShape(3000, 5000, 7040))
+
+
+def _pair_log() -> dict[str, dict[str, float]]:
+    """``{shape id: {config id: speedup}}`` of the two-block cluster sweeps (the H200)."""
+    out: dict[str, dict[str, float]] = {}
+    for line in (ROOT / "reports" / "pairs_h200.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "meta" not in row and row.get("speedup"):
+            out.setdefault(row["shape"], {})[row["config"]] = row["speedup"]
+    return out
+
+
+def _shape_of(shape_id: str) -> GemmShape:
+    m, n, k, dtype, *nt = shape_id.split("_")
+    dtype = {"f16": "float16", "bf16": "bfloat16"}[dtype]
+    return GemmShape(int(m[1:]), int(n[1:]), int(k[1:]), dtype, "NT" if nt else "NN")
+
+
+def test_the_pair_twin_is_taken_where_b_rows_are_off_a_sector():
+    # 3000x5000x7000: B's rows of 10,000 bytes start 16 bytes into a sector. 5000^3 NT:
+    # B's rows are K's, and the twin outscores stream-K, which the plain tile would not.
+    assert heuristic(GemmShape(3000, 5000, 7000, "bfloat16"), SMS) == tuned.PAIRED_TILE
+    assert heuristic(GemmShape(5000, 5000, 5000, "bfloat16", "NT"), SMS) == tuned.PAIRED_TILE
+    assert (
+        tuned.stream_k_score(GemmShape(5000, 5000, 5000), TILES[0], SMS)[0]
+        > tuned.score(GemmShape(5000, 5000, 5000, "bfloat16", "NT"), TILES[0], SMS)[0]
+        / tuned.PAIR_GAIN
+    )
+    # Aligned, or only A's rows off (6000 bytes): the plain tile.
+    for shape in [GemmShape(6144, 6144, 6144), GemmShape(2000, 6000, 3000)]:
+        assert not heuristic(shape, SMS).multicast, shape
+    # B's rows not 16-byte aligned (N = 5004): no TMA, no twin.
+    assert not heuristic(GemmShape(3000, 5004, 7000), SMS).multicast
+    # Only a plain grid of 128x256 changes: stream-K's pick (2500x1800x4000) stays.
+    assert heuristic(GemmShape(2500, 1800, 4000), SMS).stream_k == SMS
+
+
+def test_the_pair_twin_rule_is_the_sweeps():
+    """In the H200 sweeps, the twin beats its plain tile's best (128x256, 3 or 4 stages,
+    panel 16, C staged) by over 5% on every shape whose B rows are off a sector, and by
+    under 2% on every other; ``PAIR_GAIN`` is the median gain where they are off (the
+    rule's evidence, recomputed)."""
+    plain = [f"b128x256x64_t256_{tail}" for tail in ("s3_w16_e", "s4_w16_e", "s4_w16_e_a")]
+    seen, gains = {True: 0, False: 0}, []
+    for shape_id, got in _pair_log().items():
+        if tuned.PAIRED_TILE.id not in got or not all(c in got for c in plain[:1]):
+            continue
+        shape = _shape_of(shape_id)
+        gain = got[tuned.PAIRED_TILE.id] / max(got[c] for c in plain if c in got)
+        off = tuned.row_bytes(shape)["B"] % tuned.SECTOR_BYTES != 0
+        seen[off] += 1
+        assert gain > 1.05 if off else gain < 1.02, (shape_id, round(gain, 3))
+        if off:
+            gains.append(gain)
+    assert seen[True] >= 4 and seen[False] >= 6
+    assert tuned.PAIR_GAIN == pytest.approx(statistics.median(gains), abs=0.01)
+
+
+def test_pair_twins_join_the_space_with_the_async_pipeline():
+    shape = case_shape("square4096", "float16")
+    assert not any(c.multicast for c in candidates(shape, SMS))
+    paired = [c for c in candidates(shape, SMS, async_mma=True) if c.multicast]
+    assert paired and all(c.async_mma for c in paired)
+    assert {(c.block_m, c.block_n, c.multicast) for c in paired} == {
+        (128, 256, "b"),
+        (256, 128, "a"),
+    }
 
 
 def test_stream_k_where_a_partial_last_wave_idles_the_sms_and_nowhere_else():
