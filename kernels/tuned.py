@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kernels.gemm import ELEMENT_BYTES, TMA_ALIGN, GemmConfig, GemmShape
+from kernels.gemm import ELEMENT_BYTES, SHORT_DTYPES, TMA_ALIGN, GemmConfig, GemmShape
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
 # The keys of a GPU's entry in the table.
@@ -44,10 +44,12 @@ CASES = {
 
 
 def case_shape(name: str, dtype: str) -> GemmShape:
+    """The shape of case ``name`` in ``dtype`` (``float16``, or its short name ``f16`` as
+    the benchmarks' parameters give it)."""
     if name not in CASES:
         raise ValueError(f"case={name!r}: must be one of {sorted(CASES)}")
     m, n, k, layout = CASES[name]
-    return GemmShape(m, n, k, dtype, layout)
+    return GemmShape(m, n, k, SHORT_DTYPES.get(dtype, dtype), layout)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ COMMANDS = [
     ("-m", "harness.suite.scaling"),
     ("-m", "harness.suite.precompile"),
     ("-m", "harness.suite.asv_stats"),
+    ("-m", "harness.suite.agreement"),
     ("-m", "harness.suite.results_branch"),
     # The publish workflow runs it without site-packages (it may hold the push token).
     ("-S", "-m", "harness.suite.results_branch"),

@@ -43,6 +43,7 @@ def _run(*args):
         (["-m", "benchmarks.tune_gemm", "--top", "0"], "--top: 0 must be >= 1"),
         (["-m", "benchmarks.tune_gemm", "--bf16-from", "-1"], "--bf16-from: -1 must be >= 0"),
         (["-m", "harness.suite.asv_stats", "/nonexistent/results"], "no asv result files"),
+        (["-m", "harness.suite.agreement", "/nonexistent/results"], "no asv result files"),
         (["-m", "harness.gate.selftest", "--gpus", "0,x"], "must be 'all' or indices like 0,1"),
         (["-m", "harness.gate", "HEAD", "HEAD", "--gpus", "one"], "must be 'all' or indices"),
         (["-m", "harness.suite.run", "--gpus", "-1"], "must be 'all' or indices like 0,1"),

@@ -65,13 +65,18 @@ def spread(stored: dict[str, tuple[list[list[str]], list]]) -> dict[str, dict]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def results_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """A command's parser whose first argument is what ``load`` reads: an asv results
+    file, or a machine's folder (its newest file)."""
     p = argparse.ArgumentParser(
-        prog="python -m harness.suite.asv_stats",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("path", type=Path, help="an asv results file, or a machine's folder")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = results_parser("python -m harness.suite.asv_stats", __doc__)
     args = p.parse_args(argv)
     try:
         table = spread(load(args.path))
