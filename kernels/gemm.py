@@ -285,6 +285,12 @@ class GemmConfig:
                 "multicast loads and the pair's shared stage releases are the hand-written "
                 "pipeline's)"
             )
+        if self.multicast and self.swizzle % 2:
+            # TileLang rasterises a clustered grid by whole pairs: panel / 2 pairs.
+            raise ValueError(
+                f"GemmConfig.swizzle={self.swizzle}: must be even with multicast="
+                f"{self.multicast!r} (the panel holds whole two-block clusters)"
+            )
         if self.stream_k and self.split_k > 1:
             raise ValueError(
                 f"GemmConfig.split_k={self.split_k}: must be 1 with stream_k={self.stream_k} "

@@ -28,6 +28,17 @@ tile in their memory, as it does for its own pipeline (``GemmConfig.smem_bytes``
 that 128x256x64 fits 4 stages and the shared-memory epilogue in 192 KiB. Both roles
 meet there at one register count (``epilogue_registers``), so ptxas keeps the
 accumulators in registers through the write-back.
+
+With ``config.multicast`` the blocks run in clusters of two that share one operand's tile
+(two M tiles of one N column share B's, two N tiles of one M row share A's): the pair's
+first block issues that tile's TMA load once, multicast into both blocks' stage, and each
+block's ``full`` barrier counts its bytes; each block still loads its own other operand.
+A stage is refilled only once both blocks' consumers are done with it, so one thread of
+every consumer warp releases it on its own block's ``empty`` barrier and on its
+partner's, and a block waits for its partner (a cluster barrier) before it exits, so
+that no release lands on a block that has gone. The L2 then serves the shared tile once
+per pair: what shapes whose rows of B start off a 32-byte sector are short of
+(``kernels.tuned.pair_fits``).
 """
 
 from kernels.gemm import (

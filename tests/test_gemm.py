@@ -69,6 +69,7 @@ def test_shape_rejects(kwargs, field, rule):
         ({"stream_k": 132, "async_mma": True}, "async_mma=True", "stream_k=0"),
         ({"multicast": "c", "async_mma": True}, "multicast='c'", "one of"),
         ({"multicast": "b"}, "multicast='b'", "needs async_mma=True"),
+        ({"multicast": "a", "async_mma": True, "swizzle": 5}, "swizzle=5", "must be even"),
         # 128x256x64 in 4 stages fits (192 KiB) with the C tile in the stages' memory, but
         # not under a persistent grid, whose stages stay live through the write-back.
         (

@@ -49,6 +49,7 @@ UNSUPPORTED = {
     "persistent": 0,
     "split_k": 1,
     "async_mma": False,
+    "multicast": "",
 }
 
 

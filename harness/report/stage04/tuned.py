@@ -122,6 +122,7 @@ KNOBS = {
     "split K (_k)": lambda c: replace(c, split_k=1),
     "stream-K (_sk)": lambda c: replace(c, stream_k=0),
     "hand-written async pipeline (_a)": lambda c: replace(c, async_mma=False),
+    "two-block clusters (_mb/_ma)": lambda c: replace(c, multicast=""),
 }
 ASYNC = "hand-written async pipeline (_a)"
 PERSISTENT = "persistent grid (_p)"
