@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import statistics
 import sys
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from harness.suite import asv_stats
 from kernels import tuned
 
 TRACK = "gemm.Tuned.track_vs_torch"
-WITHIN = 0.01  # the issue's bar: the tuner and asv within 1% on every case
+WITHIN = 0.01  # the bar: the tuner and asv within 1% on every case
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +58,6 @@ def table_speedups(path: Path, gpu: str) -> dict[str, tuple[str, float]]:
     """``{shape id: (config id, speedup)}`` of ``gpu``'s rows in the tuned table at
     ``path``: the speedup the tuner recorded (the median over its rounds of torch's
     latency over the kernel's), else torch's median over the kernel's."""
-    import json
-
     table = tuned.load(path)  # validates the rows
     if gpu not in table:
         raise ValueError(f"{path}: no rows for GPU {gpu!r} (has {list(table)})")
