@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from harness.measure import metrics
+from harness.suite import result_files
 
 
 def _newest(path: Path) -> Path:
@@ -29,10 +30,13 @@ def _newest(path: Path) -> Path:
 
 
 def load(path: Path) -> dict[str, tuple[list[list[str]], list]]:
-    """``{benchmark: (params, samples per combination)}`` from an asv results file."""
-    from asv.results import Results
-
-    results = Results.load(str(_newest(path)))
+    """``{benchmark: (params, samples per combination)}`` from an asv results file;
+    ValueError naming the file where it is damaged (``result_files.load``)."""
+    file = _newest(path)
+    try:
+        results = result_files.load(file)
+    except ValueError as err:
+        raise ValueError(f"{file}: not a readable asv results file ({err})") from None
     out = {}
     for key in results.get_all_result_keys():
         params = results.get_result_params(key)

@@ -99,3 +99,13 @@ def test_results_without_the_tuned_track_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         agreement.main([str(tmp_path / "r" / "h200"), "--table", str(_table(tmp_path, ROWS))])
     assert "no gemm.Tuned.track_vs_torch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ['{"results": {', "{}", "[1]"])
+def test_a_damaged_results_file_is_bad_input_not_a_disagreement(tmp_path, capsys, text):
+    damaged = tmp_path / "abc-existing-py.json"
+    damaged.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        agreement.main([str(damaged), "--table", str(_table(tmp_path, ROWS))])
+    assert exit_.value.code == 2
+    assert f"{damaged}: not a readable asv results file" in capsys.readouterr().err
