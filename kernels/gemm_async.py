@@ -50,6 +50,7 @@ from kernels.gemm import (
     entry_point,
     register_cap,
 )
+from kernels.schedules import pair_grid
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
@@ -86,7 +87,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     import tilelang.cuda.language as TC
     import tilelang.language as T
 
-    M, N, K = shape.m, shape.n, shape.k
+    K = shape.k
     block_M, block_N, block_K = config.block_m, config.block_n, config.block_k
     stages, consumers = config.num_stages, config.threads
     dtype, accum_dtype = shape.dtype, config.accum_dtype
@@ -94,19 +95,12 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
     k_steps = T.ceildiv(K, block_K)
     c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
-    tiles_m, tiles_n = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
     pair = config.multicast
     paired = bool(pair)
     # A cluster pairs two blocks along the grid's x, which TileLang's cluster-aware
-    # rasterisation keeps together: x runs over the axis along which the pair's blocks
-    # differ (M tiles when they share B, N tiles when they share A), rounded up to whole
-    # pairs; a block past the matrix loads zeros and writes nothing.
-    if pair == "b":
-        grid = (2 * T.ceildiv(tiles_m, 2), tiles_n)
-    elif pair == "a":
-        grid = (2 * T.ceildiv(tiles_n, 2), tiles_m)
-    else:
-        grid = (tiles_n, tiles_m)
+    # rasterisation keeps together (``pair_grid``); a block past the matrix, in a last
+    # pair that the rounding completes, loads zeros and writes nothing.
+    grid = pair_grid(shape, config)
     cluster = {"cluster_dims": (2, 1, 1)} if paired else {}
     # With a pair, both blocks' consumers must release a stage before either producer
     # refills it (the multicast writes into both): one elected thread of every consumer

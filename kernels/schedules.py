@@ -170,17 +170,26 @@ class StreamK:
         return min(rows) * block_m
 
 
-def grid_blocks(shape: Any, config: Any) -> int:
-    """Blocks in one launch's grid: under two-block clusters (``config.multicast``) the
-    axis the pair differs on is rounded up to whole pairs."""
-    if config.persistent or config.stream_k:
-        return config.persistent or config.stream_k
+def pair_grid(shape: Any, config: Any) -> tuple[int, int]:
+    """The (x, y) grid of two-block clusters (``config.multicast``), which pair blocks
+    along x: x runs over the axis the pair's blocks differ on (M tiles where they share
+    B's tile, N tiles where they share A's), rounded up to whole pairs, y over the other;
+    without clusters x runs over N tiles and y over M tiles."""
     tiles_m, tiles_n = -(-shape.m // config.block_m), -(-shape.n // config.block_n)
     if config.multicast == "b":
-        tiles_m += tiles_m % 2
-    elif config.multicast == "a":
-        tiles_n += tiles_n % 2
-    return tiles_m * tiles_n * config.split_k
+        return tiles_m + tiles_m % 2, tiles_n
+    if config.multicast == "a":
+        return tiles_n + tiles_n % 2, tiles_m
+    return tiles_n, tiles_m
+
+
+def grid_blocks(shape: Any, config: Any) -> int:
+    """Blocks in one launch's grid (``pair_grid`` times the K splits, or the persistent
+    blocks)."""
+    if config.persistent or config.stream_k:
+        return config.persistent or config.stream_k
+    x, y = pair_grid(shape, config)
+    return x * y * config.split_k
 
 
 def added_rows(shape: Any, config: Any) -> int | None:

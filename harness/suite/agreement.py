@@ -13,7 +13,6 @@ within ``--within`` (relative), 1 some case outside it, 2 bad input (no such fil
 
 from __future__ import annotations
 
-import ast
 import itertools
 import json
 import statistics
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from harness.cli import fraction
 from harness.suite import asv_stats
+from harness.suite.series import param_value
 from kernels import tuned
 
 TRACK = "gemm.Tuned.track_vs_torch"
@@ -44,14 +44,6 @@ class Case:
     def difference(self) -> float:
         """asv's speedup relative to the tuner's (+0.01: asv 1% higher)."""
         return self.asv / self.tuner - 1
-
-
-def _value(text: str) -> str:
-    """asv stores a parameter as its repr (``'square4096'``)."""
-    try:
-        return str(ast.literal_eval(text))
-    except (ValueError, SyntaxError):
-        return text
 
 
 def table_speedups(path: Path, gpu: str) -> dict[str, tuple[str, float]]:
@@ -76,7 +68,7 @@ def cases(stored: dict, rows: dict[str, tuple[str, float]]) -> list[Case]:
     params, samples = stored[TRACK]
     out = []
     for combo, got in zip(itertools.product(*params), samples, strict=False):
-        name, dtype = (_value(p) for p in combo)
+        name, dtype = (str(param_value(p)) for p in combo)
         if not got or name not in tuned.CASES:
             continue
         row = rows.get(tuned.case_shape(name, dtype).id)

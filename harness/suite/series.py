@@ -46,10 +46,12 @@ class Series:
     def combination(self) -> str:
         """The gate's (and the calibration file's) name of this parameter combination."""
         family = self.key.rsplit(".", 1)[0]
-        return discovery.combination_name(family, tuple(_literal(p) for p in self.params))
+        return discovery.combination_name(family, tuple(param_value(p) for p in self.params))
 
 
-def _literal(text: str):
+def param_value(text: str):
+    """A parameter value as asv stores it (its repr: ``'square4096'``, ``128``), read
+    back; text that is no literal as it is."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
