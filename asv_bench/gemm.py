@@ -54,8 +54,6 @@ if TYPE_CHECKING:
 # default target), at most 10 batches or 5 s; batches taken while NVML reports throttling
 # are re-taken.
 TIMING = {"warmup": 10, "repeat": 50, "target_rsd": 0.005, "max_rounds": 10, "budget_s": 5.0}
-RATIO_ROUNDS = 10  # kernel and its baseline alternate; one ratio of medians per round
-RATIO_TIMING = {"warmup": 5, "repeat": 20}
 # One setup_cache measures a whole family (up to 16 combinations, all its tracks), where
 # asv's timeout would give it as long as one track's process.
 SETUP_CACHE_TIMEOUT = 1200  # seconds
@@ -188,7 +186,10 @@ class _GpuFamily:
         }
 
     def measure_all(self) -> dict:
-        """Every combination of the family: what ``setup_cache`` hands the tracks."""
+        """Every combination of the family: what ``setup_cache`` hands the tracks. Where
+        the runner asks (``discovery.SECONDS_ENV``), the seconds this took, in all (the
+        CUDA context and the first imports included) and per combination, are recorded."""
+        began = time.perf_counter()
         reason = _device.no_gpu_reason()
         if reason:
             return {"no_gpu": f"GPU track skipped: {reason}"}
@@ -201,6 +202,7 @@ class _GpuFamily:
             if only is None or self.combination_name(c) in only
         ]
         results: dict[tuple, dict] = {}
+        seconds: dict[str, float] = {}
         for i, params in enumerate(combos, 1):
             start = time.perf_counter()
             try:
@@ -213,12 +215,15 @@ class _GpuFamily:
                 entry = {"error": "".join(traceback.format_exception(err)).strip()}
                 status = f"error: {traceback.format_exception_only(err)[-1].strip()}"
             results[params] = entry
+            name = self.combination_name(params)
+            seconds[name] = time.perf_counter() - start
             print(
-                f"[{i}/{len(combos)}] {self.combination_name(params)}: {status} "
-                f"({time.perf_counter() - start:.1f} s)",
+                f"[{i}/{len(combos)}] {name}: {status} ({seconds[name]:.1f} s)",
                 file=sys.stderr,
                 flush=True,
             )
+        unit = _discovery.unit_of(self.family())
+        _discovery.record_seconds(unit, time.perf_counter() - began, seconds)
         return {"combinations": results}
 
     def _measure_latency(self, p: _Prepared) -> list[float]:
@@ -236,14 +241,11 @@ class _GpuFamily:
         return timing.samples_s
 
     def _measure_vs_torch(self, p: _Prepared) -> list[float]:
-        from harness.measure.timing import measure
+        # The tuner's confirmation measures the same way (``harness.measure.versus``), so
+        # the tuned table's speedups are what this track reads.
+        from harness.measure.versus import versus
 
-        ratios = []
-        for _ in range(RATIO_ROUNDS):
-            kernel = measure(p.launch, **RATIO_TIMING).median_ms
-            ref = measure(p.baseline.fn, **RATIO_TIMING).median_ms
-            ratios.append(kernel / ref)
-        return ratios
+        return versus(p.launch, p.baseline.fn).ratios
 
     # What asv runs: read back, no GPU.
 

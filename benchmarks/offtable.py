@@ -19,8 +19,9 @@ outside ``kernels.tuned.CASES`` in the categories below, both dtypes, NN and NT)
 2. the kernel is checked once against a float64 reference on fresh inputs, into a
    NaN-poisoned output (``harness.measure.correctness``); a wrong result is not timed;
 3. the kernel and torch.matmul are launched in turn, launch by launch, the L2 flushed
-   before each (``harness.measure.interleave``, each launch's kernel time from CUPTI, or
-   CUDA events where CUPTI records nothing), ``--rounds`` trials; a trial's speedup is
+   before each (``harness.measure.versus``, the tuner's and the suite's way too: each
+   launch's kernel time from CUPTI, or CUDA events where CUPTI records nothing),
+   ``--rounds`` trials; a trial's speedup is
    torch's mean latency over the kernel's (strays left out), and the shape's speedup is
    the median over trials, with their range.
 
@@ -44,7 +45,6 @@ import datetime as dt
 import json
 import shlex
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,34 +230,11 @@ def source_of(shape: GemmShape, gpu: str | None) -> str:
     return first_use.TABLE if found else first_use.HEURISTIC
 
 
-def interleaved_trials(fns, rounds: int, warmup: int, timer: str) -> tuple[list, int, str]:
-    """``fns`` launched in turn (``harness.measure.interleave``): the per-function,
-    per-trial latencies, the launches per trial (as many as fit the trial's GPU budget,
-    from one probe trial's wall time) and the timer that recorded them."""
-    import torch
-
-    from harness.measure import interleave
-
-    start = time.perf_counter()
-    interleave.interleaved(fns, trials=1, launches=interleave.LAUNCH_ROUND, warmup=warmup)
-    torch.cuda.synchronize()
-    per_launch = (
-        (time.perf_counter() - start) * 1e3 / (len(fns) * (interleave.LAUNCH_ROUND + warmup))
-    )
-    launches = interleave.launches_for(per_launch, 0.0)
-    try:
-        got = interleave.interleaved(fns, trials=rounds, launches=launches, warmup=0, timer=timer)
-    except interleave.kernel_timer.CuptiUnavailable:
-        timer = "event (CUPTI recorded nothing)"
-        got = interleave.interleaved(fns, trials=rounds, launches=launches, warmup=0)
-    return got, launches, timer
-
-
 def measure_shape(entry: OffTableShape, config: GemmConfig, source: str, args) -> ShapeResult:
     """Check, then time the kernel alternated with torch.matmul; a build or launch error
     or a wrong result is a row with the error."""
     from harness.measure.cases import Case
-    from harness.measure.interleave import trial_center
+    from harness.measure.versus import versus
 
     shape = entry.shape
     base = dict(categories=entry.categories, config=config.id, source=source)
@@ -267,18 +244,16 @@ def measure_shape(entry: OffTableShape, config: GemmConfig, source: str, args) -
         base.update(rel_error=check.rel_error, correct=check.ok)
         if not check.ok:
             return ShapeResult.of(shape, **base, error=f"wrong result: {check}")
-        fns = [case.tilelang_fn(config), case.torch_fn]
-        got, launches, timer = interleaved_trials(fns, args.rounds, args.warmup, args.timer)
+        got = versus(case.tilelang_fn(config), case.torch_fn, args.rounds, args.warmup, args.timer)
     except Exception as err:  # a config that fails to build or launch is a row, not the end
         return ShapeResult.of(shape, **base, error=f"{type(err).__name__}: {err}".splitlines()[0])
-    kernel_ms, torch_ms = ([trial_center(t) for t in per_fn] for per_fn in got)
     return ShapeResult.of(
         shape,
         **base,
-        kernel_ms=tuple(kernel_ms),
-        torch_ms=tuple(torch_ms),
-        launches=launches,
-        timer=timer,
+        kernel_ms=got.kernel_ms,
+        torch_ms=got.baseline_ms,
+        launches=got.launches,
+        timer=got.timer,
     )
 
 

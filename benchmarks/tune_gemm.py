@@ -10,8 +10,15 @@ For each case, in fp16 first:
    in parallel into TileLang's disk cache;
 2. each is timed briefly (``--quick-repeat`` launches, L2 flushed) to rank them;
 3. the ``--top`` fastest are checked against a float64 reference on fresh random inputs,
-   then timed against torch.matmul on the same inputs in alternating batches (six
-   rounds of 25 launches each way); the winner has the best median per-round ratio.
+   then timed against torch.matmul on the same inputs, launched in turn, the way the
+   suite's ``track_vs_torch`` measures (``harness.measure.versus``: 10 trials, CUPTI
+   kernel times); the winner has the best median per-trial ratio.
+
+``--remeasure`` skips steps 1 and 2: each case's recorded config (the table's row for this
+GPU) is checked and measured again by step 3 alone, and its row's figures replaced
+(``measured`` gives the date), the config kept. That is how the table's speedups are
+brought to what asv measures today without re-tuning
+(``python -m harness.suite.agreement`` compares them).
 bf16 then ranks fp16's ``--bf16-from`` best configs (the dtype changes neither the tile
 shapes nor the instruction mix, only the operand type of the same wgmma; 0 ranks the
 whole space again), and goes through step 3 the same way.
@@ -46,6 +53,7 @@ from harness.cli import (
     progress_bar,
 )
 from harness.measure import device, metrics
+from harness.measure.versus import TRIALS
 from kernels import GemmConfig, GemmShape
 from kernels.tuned import (
     CASES,
@@ -59,9 +67,6 @@ from kernels.tuned import (
 
 PROG = "python3 -m benchmarks.tune_gemm"
 QUICK = {"warmup": 3}
-# Confirmation: this many alternating kernel/torch batches, each of these launches.
-ROUNDS = 6
-ROUND = {"warmup": 5, "repeat": 25}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--async-mma",
         action="store_true",
         help="also search the hand-written asynchronous pipeline (_a configs)",
+    )
+    p.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="measure each case's recorded config again (no search) and update its figures",
     )
     p.add_argument("--list", action="store_true", help="print the cases and spaces, then exit")
     p.add_argument(
@@ -148,8 +158,8 @@ class Tuner:
                     # How the winners were picked, for the report's account of it.
                     "top": args.top,
                     "quick_repeat": args.quick_repeat,
-                    "rounds": ROUNDS,
-                    "round_launches": ROUND["repeat"],
+                    "trials": TRIALS,
+                    "remeasure": args.remeasure,
                     **spec.record(),
                     **device.versions(),
                 }
@@ -189,11 +199,36 @@ class Tuner:
             progress.advance(task)
         return sorted(ranked, key=lambda r: r[0])
 
+    def measured(self, case, config: GemmConfig) -> dict:
+        """One checked config against torch.matmul, as the suite's ``track_vs_torch``
+        measures it (``harness.measure.versus``: launched in turn, ``versus.TRIALS``
+        trials), with the GPU's clocks and throttling while it ran."""
+        from harness.measure.versus import versus
+
+        fn = case.tilelang_fn(config)
+        if self.nvml is None:
+            got, state = versus(fn, case.torch_fn), None
+        else:
+            got, state = self.nvml.during(lambda: versus(fn, case.torch_fn))
+        speedups = got.speedups
+        return {
+            "config": config.id,
+            "tilelang_ms": metrics.median(list(got.kernel_ms)),
+            "torch_ms": metrics.median(list(got.baseline_ms)),
+            "speedup": got.speedup,
+            "ratio_spread": [min(speedups), max(speedups)],
+            "median_rsd": metrics.median_rsd(list(got.kernel_ms)),
+            "timer": got.timer,
+            "sm_clock_mhz": None
+            if state is None
+            else [state.min_sm_clock_mhz or state.sm_clock_mhz, state.sm_clock_mhz],
+            "throttled": None if state is None else state.throttled() is not None,
+        }
+
     def confirm(self, case, ranked) -> dict | None:
-        """Check the top configs, then time each against torch.matmul in alternating
-        batches (kernel, torch, kernel, torch, ...): clocks and temperature drift over a
-        run, and alternation lets both see the same drift. The speedup is the median of
-        the per-round ratios."""
+        """Check the top configs, then time each against torch.matmul launched in turn
+        (``measured``): clocks and temperature drift over a run, and alternation lets both
+        see the same drift. The speedup is the median of the per-trial ratios."""
         finals = []
         for _, config in ranked[: self.args.top]:
             check = case.check(config, seed=1)
@@ -201,28 +236,7 @@ class Tuner:
                 self.console.print(f"[red]{case.shape.id} {config.id}: wrong result {check}[/]")
                 self.log({"shape": case.shape.id, "config": config.id, "wrong": str(check)})
                 continue
-            kernel_ms, torch_ms, ratios, clocks, throttled = [], [], [], [], False
-            for _ in range(ROUNDS):
-                k = case.time_tilelang(config, **ROUND, nvml=self.nvml)
-                t = case.time_torch(**ROUND, nvml=self.nvml)
-                kernel_ms += k.samples_ms
-                torch_ms += t.samples_ms
-                ratios.append(t.median_ms / k.median_ms)
-                clocks += [*k.clocks_mhz, *t.clocks_mhz]
-                throttled |= k.throttled or t.throttled
-            finals.append(
-                {
-                    "config": config.id,
-                    "tilelang_ms": metrics.median(kernel_ms),
-                    "torch_ms": metrics.median(torch_ms),
-                    "speedup": metrics.median(ratios),
-                    "ratio_spread": [min(ratios), max(ratios)],
-                    "median_rsd": metrics.median_rsd(kernel_ms),
-                    "rel_error": check.rel_error,
-                    "sm_clock_mhz": [min(clocks), max(clocks)] if clocks else None,
-                    "throttled": throttled,
-                }
-            )
+            finals.append({**self.measured(case, config), "rel_error": check.rel_error})
         if not finals:
             return None
         best = max(finals, key=lambda f: f["speedup"])
@@ -240,68 +254,145 @@ class Tuner:
         self.log({"shape": case.shape.id, "winner": row})
         return row
 
-    def run(self) -> tuple[list[tuple[GemmShape, dict]], bool]:
-        from harness.measure.cases import Case
-        from harness.suite.discovery import Combination
-        from harness.suite.precompile import precompile
-
-        args = self.args
+    def guarded(self, body) -> tuple[list[tuple[GemmShape, dict]], bool]:
+        """``body(done)``, which appends each recorded case to ``done``: the cases and
+        whether Ctrl-C stopped it (what was recorded stays), the log closed either way."""
         done: list[tuple[GemmShape, dict]] = []
-        fp16_ranked: dict[str, list] = {}
-        progress = progress_bar(self.console)
         try:
-            with progress:
-                # fp16 of every case, then bf16: one compile pool per phase.
-                for dtype in sorted(args.dtype, key=lambda d: d != "float16"):
-                    spaces = {}
-                    for name in args.case:
-                        shape = case_shape(name, dtype)
-                        if dtype == "bfloat16" and args.bf16_from and name in fp16_ranked:
-                            spaces[shape] = [c for _, c in fp16_ranked[name][: args.bf16_from]]
-                        else:
-                            spaces[shape] = candidates(
-                                shape, self.spec.sm_count, async_mma=args.async_mma
-                            )
-                    combos = [
-                        Combination(shape.id, "gemm", shape, c)
-                        for shape, space in spaces.items()
-                        for c in space
-                    ]
-                    task = progress.add_task(
-                        f"compiling {len(combos)} {dtype} kernels", total=len(combos)
-                    )
-                    failed = precompile(
-                        combos, workers=args.workers, log=lambda line, t=task: progress.advance(t)
-                    )
-                    progress.remove_task(task)
-                    for name, (shape, space) in zip(args.case, spaces.items(), strict=True):
-                        space = [c for c in space if ("gemm", shape, c) not in failed]
-                        task = progress.add_task(f"{shape.id}: ranking", total=len(space))
-                        case = Case(shape)
-                        ranked = self.rank(case, space, progress, task)
-                        if dtype == "float16":
-                            fp16_ranked[name] = ranked
-                        progress.update(task, description=f"{shape.id}: confirming top {args.top}")
-                        row = self.confirm(case, ranked)
-                        progress.remove_task(task)
-                        del case
-                        if row is None:
-                            self.console.print(f"[red]{shape.id}: no correct config[/]")
-                            continue
-                        record_winner(args.out, self.gpu, self.spec.sm_count, shape, row)
-                        done.append((shape, row))
-                        self.console.print(
-                            f"{shape.id}: {row['config']} {row['tilelang_ms']:.4f} ms, "
-                            f"torch {row['torch_ms']:.4f} ms, speedup {row['speedup']:.3f} "
-                            f"({len(ranked)} configs ranked)"
-                        )
+            body(done)
         except KeyboardInterrupt:
-            self.console.print(f"[red]interrupted[/]: {len(done)} cases recorded in {args.out}")
+            self.console.print(
+                f"[red]interrupted[/]: {len(done)} cases recorded in {self.args.out}"
+            )
             return done, True
         finally:
             if self.jsonl:
                 self.jsonl.close()
         return done, False
+
+    def remeasure(self) -> tuple[list[tuple[GemmShape, dict]], bool]:
+        """Each selected case's recorded config on this GPU checked and measured again
+        (``measured``), its row's figures replaced and the config kept; a case without a
+        row is reported and left out."""
+        return self.guarded(self._remeasure)
+
+    def _remeasure(self, done: list) -> None:
+        from harness.measure.cases import Case
+        from harness.suite.discovery import Combination
+        from harness.suite.precompile import precompile
+
+        args = self.args
+        table = json.loads(args.out.read_text()) if args.out.exists() else {}
+        rows = table.get(self.gpu, {}).get(CONFIGS_KEY, {})
+        todo = []
+        for dtype in args.dtype:
+            for name in args.case:
+                shape = case_shape(name, dtype)
+                if shape.id in rows:
+                    todo.append((shape, rows[shape.id]))
+                else:
+                    self.console.print(
+                        f"[yellow]{shape.id}: no row for {self.gpu} in {args.out}[/]"
+                    )
+        progress = progress_bar(self.console)
+        with progress:
+            combos = [
+                Combination(sh.id, "gemm", sh, GemmConfig.from_id(r["config"])) for sh, r in todo
+            ]
+            task = progress.add_task(f"compiling {len(combos)} kernels", total=len(combos))
+            precompile(combos, workers=args.workers, log=lambda _l: progress.advance(task))
+            progress.remove_task(task)
+            task = progress.add_task("remeasuring", total=len(todo))
+            for shape, old in todo:
+                config = GemmConfig.from_id(old["config"])
+                progress.update(task, description=f"{shape.id} {config.id}")
+                try:
+                    case = Case(shape)
+                    check = case.check(config, seed=1)
+                    figures = self.measured(case, config) if check.ok else None
+                    del case
+                except Exception as err:  # a row that fails to build or run stays as it is
+                    self.console.print(f"[red]{shape.id} {config.id}: {err}[/]")
+                    self.log({"shape": shape.id, "config": config.id, "error": str(err)})
+                    continue
+                finally:
+                    progress.advance(task)
+                if figures is None:
+                    self.console.print(f"[red]{shape.id} {config.id}: wrong result {check}[/]")
+                    self.log({"shape": shape.id, "config": config.id, "wrong": str(check)})
+                    continue
+                row = {
+                    **old,
+                    **figures,
+                    "rel_error": check.rel_error,
+                    "tflops": metrics.tflops(shape.flops, figures["tilelang_ms"] * 1e-3),
+                    "measured": dt.date.today().isoformat(),
+                }
+                self.log({"shape": shape.id, "remeasured": row})
+                record_winner(args.out, self.gpu, self.spec.sm_count, shape, row)
+                done.append((shape, row))
+                self.console.print(
+                    f"{shape.id}: {config.id} speedup {old.get('speedup', float('nan')):.3f}"
+                    f" -> {row['speedup']:.3f} ({row['timer']})"
+                )
+
+    def run(self) -> tuple[list[tuple[GemmShape, dict]], bool]:
+        """Tune every selected case (the steps in this module's docstring)."""
+        return self.guarded(self._tune)
+
+    def _tune(self, done: list) -> None:
+        from harness.measure.cases import Case
+        from harness.suite.discovery import Combination
+        from harness.suite.precompile import precompile
+
+        args = self.args
+        fp16_ranked: dict[str, list] = {}
+        progress = progress_bar(self.console)
+        with progress:
+            # fp16 of every case, then bf16: one compile pool per phase.
+            for dtype in sorted(args.dtype, key=lambda d: d != "float16"):
+                spaces = {}
+                for name in args.case:
+                    shape = case_shape(name, dtype)
+                    if dtype == "bfloat16" and args.bf16_from and name in fp16_ranked:
+                        spaces[shape] = [c for _, c in fp16_ranked[name][: args.bf16_from]]
+                    else:
+                        spaces[shape] = candidates(
+                            shape, self.spec.sm_count, async_mma=args.async_mma
+                        )
+                combos = [
+                    Combination(shape.id, "gemm", shape, c)
+                    for shape, space in spaces.items()
+                    for c in space
+                ]
+                task = progress.add_task(
+                    f"compiling {len(combos)} {dtype} kernels", total=len(combos)
+                )
+                failed = precompile(
+                    combos, workers=args.workers, log=lambda line, t=task: progress.advance(t)
+                )
+                progress.remove_task(task)
+                for name, (shape, space) in zip(args.case, spaces.items(), strict=True):
+                    space = [c for c in space if ("gemm", shape, c) not in failed]
+                    task = progress.add_task(f"{shape.id}: ranking", total=len(space))
+                    case = Case(shape)
+                    ranked = self.rank(case, space, progress, task)
+                    if dtype == "float16":
+                        fp16_ranked[name] = ranked
+                    progress.update(task, description=f"{shape.id}: confirming top {args.top}")
+                    row = self.confirm(case, ranked)
+                    progress.remove_task(task)
+                    del case
+                    if row is None:
+                        self.console.print(f"[red]{shape.id}: no correct config[/]")
+                        continue
+                    record_winner(args.out, self.gpu, self.spec.sm_count, shape, row)
+                    done.append((shape, row))
+                    self.console.print(
+                        f"{shape.id}: {row['config']} {row['tilelang_ms']:.4f} ms, "
+                        f"torch {row['torch_ms']:.4f} ms, speedup {row['speedup']:.3f} "
+                        f"({len(ranked)} configs ranked)"
+                    )
 
 
 def summary(done: list[tuple[GemmShape, dict]]) -> list[str]:
@@ -321,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.remeasure and args.list:
+        parser.error("--remeasure: measures on a GPU; --list only prints the spaces")
     if args.sms is not None and not args.list:
         parser.error("--sms: only lists spaces (--list); tuning reads the GPU's SM count")
     if args.list:
@@ -351,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"tuning on {spec.name}, {spec.sm_count} SMs ({device.versions()}); table: {args.out}"
     )
-    done, interrupted = Tuner(args, console, spec).run()
+    tuner = Tuner(args, console, spec)
+    done, interrupted = tuner.remeasure() if args.remeasure else tuner.run()
     if done:
         console.print("\n".join(summary(done)), highlight=False)
     if interrupted:

@@ -78,6 +78,7 @@ def test_the_tuner_drops_the_configs_precompile_failed(monkeypatch, tmp_path):
         out=tmp_path / "t.json",
         jsonl=None,
         quick_repeat=5,
+        remeasure=False,
     )
     spec = SimpleNamespace(name="NVIDIA H200", sm_count=132, record=lambda: {"sm_count": 132})
     Tuner(args, console=Console(file=io.StringIO()), spec=spec).run()

@@ -31,6 +31,7 @@ def render(m: Mapping, cores_per_lane: int) -> str:
         b=f"{f['b']:.2f}",
         c=f"{f['c']:.2f}",
         points=f["points"],
+        basis=f.get("basis", "unit timings"),
         serial=", ".join(f"{k} {v:.0f} s" for k, v in m["serial"].items()),
         solo=", ".join(f"{u} {v:.0f} s" for u, v in m["solo"].items()),
         cpu_lane=f"{m['cpu_lane']:.0f}",

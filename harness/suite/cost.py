@@ -5,7 +5,12 @@ the per-unit seconds of real runs (the ``timing`` lines ``harness.suite.run`` pr
     python -m harness.suite.cost --render reports/cost_h200.json   # the table again
 
 An ``asv run`` of GPU units (one family, or a batch of whole families: ``gemm.A+gemm.B``)
-takes ``a + b * combinations + c * TFLOP`` seconds: ``a`` is asv's start-up and the
+takes ``a + b * combinations + c * TFLOP`` seconds. Where the logs hold the runner's
+``family`` lines (each GPU family process's seconds, per combination: ``discovery.SECONDS_ENV``),
+``b`` and ``c`` are fitted to every measured combination and ``a`` is the median of what
+each GPU run spent beyond its combinations (``cost_fit.fit_combinations``), and the plan's
+predicted seconds are each combination's own; older logs fit whole runs (``cost_fit.fit``).
+In both: ``a`` is asv's start-up and the
 family's process (CUDA context, kernel loads), ``b`` each combination's fixed cost
 (timing loops, track processes), ``c`` the launches themselves, which grow with the
 work. The model charges ``a`` once per ``asv run``, batch or family: the runs it was
@@ -41,12 +46,14 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.cli import positive_int
 from harness.report import cost as cost_table
 from harness.suite import discovery, run, shard
+from harness.suite.cost_fit import Fit as Fit  # re-exported: the model's fit type
+from harness.suite.cost_fit import UnitSize, fit, fit_combinations, is_cpu
 from harness.suite.weights import Calibration, combination_flops, cpu_combinations
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -54,27 +61,6 @@ GPU_COUNTS = (1, 2, 4, 8)
 # Cores per GPU of the H200 runner hosts the recorded runs come from: the model gives a
 # host of N GPUs N times as many (``shard.cpu_lanes``).
 CORES_PER_GPU = 16
-
-
-@dataclass(frozen=True, slots=True)
-class UnitSize:
-    """What a GPU unit measures: its valid combinations and their work."""
-
-    combinations: int
-    tflop: float
-
-
-@dataclass(frozen=True, slots=True)
-class Fit:
-    """``seconds = a + b * combinations + c * tflop`` for one GPU unit."""
-
-    a: float
-    b: float
-    c: float
-    points: int
-
-    def seconds(self, size: UnitSize) -> float:
-        return self.a + self.b * size.combinations + self.c * size.tflop
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +88,13 @@ class Run:
 
     units: dict[str, tuple[str, float]]  # unit -> (lane, seconds)
     steps: dict[str, float]  # precompile, measure, publish, total
+    # GPU family -> its combinations' measured seconds (``run.read_families``), where the
+    # runner recorded them.
+    combinations: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, lines: Iterable[str]) -> Run:
+        lines = list(lines)
         units, steps = {}, {}
         for step, lane, seconds in run.read_timings(lines):
             if lane:
@@ -113,7 +103,8 @@ class Run:
                 steps[step] = seconds
         if not units:
             raise ValueError("no unit timing lines (timing UNIT LANE: SECONDS s) in the log")
-        return cls(units, steps)
+        combos = {unit: spent["combinations"] for unit, _, spent in run.read_families(lines)}
+        return cls(units, steps, combos)
 
 
 def suite_combinations(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
@@ -133,28 +124,6 @@ def unit_sizes(root: Path = ROOT) -> dict[str, UnitSize]:
     return out
 
 
-def fit(observations: list[tuple[UnitSize, float]]) -> Fit:
-    """Least squares over ``(size, seconds)`` pairs, coefficients kept >= 0 (a negative
-    cost is noise in few points): a coefficient that comes out negative is dropped and
-    the rest refitted."""
-    import numpy as np
-
-    if not observations:
-        raise ValueError("fit: no (unit size, seconds) observations")
-    x = np.array([[1.0, s.combinations, s.tflop] for s, _ in observations])
-    y = np.array([sec for _, sec in observations])
-    keep = [0, 1, 2]
-    while True:
-        coef, *_ = np.linalg.lstsq(x[:, keep], y, rcond=None)
-        if (coef >= 0).all() or len(keep) == 1:
-            break
-        del keep[int(np.argmin(coef))]
-    full = [0.0, 0.0, 0.0]
-    for i, value in zip(keep, coef, strict=True):
-        full[i] = max(0.0, float(value))
-    return Fit(*full, points=len(observations))
-
-
 def model(
     runs: list[Run],
     sizes: Mapping[str, UnitSize],
@@ -171,16 +140,16 @@ def model(
         (_batch_size(u, sizes), sec)
         for r in runs
         for u, (lane, sec) in r.units.items()
-        if all(part in sizes and part not in solo for part in u.split("+")) and not _is_cpu(lane)
+        if all(part in sizes and part not in solo for part in u.split("+")) and not is_cpu(lane)
     ]
-    f = fit(obs)
+    f = fit_combinations(runs, weights or {}, solo) or fit(obs)
     base = runs[0]
-    cpu_pieces = [sec for lane, sec in base.units.values() if _is_cpu(lane)]
+    cpu_pieces = [sec for lane, sec in base.units.values() if is_cpu(lane)]
     # One lane's worth: every CPU piece after the first paid its own start-up.
     cpu = max(0.0, sum(cpu_pieces) - f.a * max(0, len(cpu_pieces) - 1))
     solo_s = sum(sec for u, (_, sec) in base.units.items() if u in solo)
     gpu_units = {
-        u: sec for u, (lane, sec) in base.units.items() if not _is_cpu(lane) and u not in solo
+        u: sec for u, (lane, sec) in base.units.items() if not is_cpu(lane) and u not in solo
     }
     lanes: dict[str, float] = {}
     for _u, (lane, sec) in base.units.items():
@@ -208,12 +177,13 @@ def model(
         "gpu_units": gpu_units,
         "sizes": {u: asdict(s) for u, s in sizes.items() if u not in solo},
     }
+    measured = {}
+    for r in reversed(runs):  # the base run's figures win where several runs timed one
+        measured.update({u: dict(cs) for u, cs in r.combinations.items() if u not in solo})
+    if measured:
+        m["measured"] = measured
     m["per_combination"] = per_combination(m, sizes, weights or {})
     return m
-
-
-def _is_cpu(lane: str) -> bool:
-    return lane.startswith("cpu")
 
 
 def _batch_size(key: str, sizes: Mapping[str, UnitSize]) -> UnitSize:
@@ -232,6 +202,7 @@ def per_combination(
     flops}}`` for GPU units (``combination_flops``) and ``{unit: {combination:
     None}}`` for CPU units (without them, the CPU lane is one combination)."""
     a = m["fit"]["a"]
+    timed = m.get("measured", {})  # each combination's own seconds, where recorded
     gpu = {u: cs for u, cs in combos.items() if u in sizes or u in m["solo"]}
     cpu = {u: cs for u, cs in combos.items() if u not in gpu}
     if not cpu and m["cpu_lane"]:
@@ -250,7 +221,8 @@ def per_combination(
         total = sum(w for ws in weight.values() for w in ws.values()) or 1.0
         share = max(0.0, seconds - a)
         for part, ws in weight.items():
-            out[part] = {c: [w, share * w / total] for c, w in ws.items()}
+            got = timed.get(part, {})
+            out[part] = {c: [w, got.get(c, share * w / total)] for c, w in ws.items()}
     for unit, fl in gpu.items():  # no run timed it (added since): the fit's seconds
         if unit not in out:
             out[unit] = {c: [cal.gpu(f), cal.gpu(f)] for c, f in fl.items()}

@@ -34,6 +34,10 @@ from typing import Any
 COMBINATIONS_ENV = "SUITE_COMBINATIONS"
 # Set by the runner when several CPU lanes run at once: the compile workers each may use.
 CPU_WORKERS_ENV = "SUITE_CPU_WORKERS"
+# Set by the runner for each ``asv run``: a file where each GPU family's process appends
+# one JSON line of what its ``setup_cache`` spent (``record_seconds``), read back after
+# the run (``read_seconds``) for the cost model.
+SECONDS_ENV = "SUITE_SECONDS_FILE"
 _COMMENT = re.compile(r'^((?:[^"/]|"(?:[^"\\]|\\.)*")*)//.*$')
 BENCH_PREFIXES = ("track_", "time_", "mem_", "peakmem_", "timeraw_")
 
@@ -72,6 +76,39 @@ def benchmark_dir(root: Path) -> Path:
 def combination_name(family: str, params: tuple) -> str:
     """Same form as asv's parameterised names: ``gemm.Stage(4096x4096x4096, 128, 3, f16)``."""
     return f"{family}({', '.join(str(p) for p in params)})"
+
+
+def record_seconds(unit: str, seconds: float, combinations: dict[str, float], environ=None):
+    """Append one family process's seconds (its whole ``setup_cache``, and each
+    combination's) to ``SECONDS_ENV``'s file, where the runner set it; else nothing."""
+    import os
+
+    path = (os.environ if environ is None else environ).get(SECONDS_ENV)
+    if not path:
+        return
+    line = json.dumps({"unit": unit, "seconds": seconds, "combinations": combinations})
+    with open(path, "a") as fh:  # one write per line: O_APPEND keeps lines whole
+        fh.write(line + "\n")
+
+
+def read_seconds(path: Path) -> dict[str, dict]:
+    """``{unit: {"seconds": s, "combinations": {name: s}}}`` of a ``SECONDS_ENV`` file
+    (empty where none was written: a run of CPU units, or one that failed before); a line
+    that is not such a record (a process killed mid-write) is left out."""
+    out: dict[str, dict] = {}
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+            unit, seconds, combos = rec["unit"], float(rec["seconds"]), rec["combinations"]
+            combos = {str(name): float(s) for name, s in combos.items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        out[str(unit)] = {"seconds": seconds, "combinations": combos}
+    return out
 
 
 def selected_combinations(environ=None) -> frozenset[str] | None:

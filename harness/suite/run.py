@@ -76,6 +76,38 @@ def timing_line(step: str, seconds: float, lane: str = "") -> str:
     return f"timing {step}{' ' + lane if lane else ''}: {seconds:.1f} s"
 
 
+_FAMILY = re.compile(r"^timing (\S+) (\S+) family: (\{.*\})$")
+
+
+def families_line(unit: str, spent: dict, lane: str) -> str:
+    """The log line of one GPU family process's seconds in an ``asv run``, whole and per
+    combination: ``timing gemm.Tuned gpu0 family: {"seconds": 23.7, "combinations":
+    {...}}`` (``read_timings`` passes over it; ``read_families`` reads it)."""
+    rounded = {
+        "seconds": round(spent["seconds"], 2),
+        "combinations": {n: round(s, 3) for n, s in spent["combinations"].items()},
+    }
+    return f"timing {unit} {lane} family: {json.dumps(rounded, sort_keys=True)}"
+
+
+def read_families(lines) -> list[tuple[str, str, dict]]:
+    """``(unit, lane, {"seconds": s, "combinations": {name: s}})`` of every
+    ``families_line`` in a log (a damaged one is left out)."""
+    out = []
+    for line in lines:
+        found = _FAMILY.match(line.strip())
+        if not found:
+            continue
+        try:
+            spent = json.loads(found.group(3))
+            seconds = float(spent["seconds"])
+            combos = {str(n): float(s) for n, s in spent["combinations"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        out.append((found.group(1), found.group(2), {"seconds": seconds, "combinations": combos}))
+    return out
+
+
 def read_timings(lines) -> list[tuple[str, str, float]]:
     """``(step, lane, seconds)`` of every ``timing_line`` in a log (other lines ignored;
     ``lane`` is "" for a step that has none)."""
@@ -95,6 +127,8 @@ class UnitRun:
     seconds: float = 0.0
     skipped: bool = False
     phases: dict[str, float] = field(default_factory=dict)  # asv_phases.phases of the run
+    # Each GPU family process's seconds, whole and per combination (discovery.read_seconds).
+    families: dict[str, dict] = field(default_factory=dict)
 
 
 def run_target(
@@ -130,18 +164,8 @@ def run_target(
         log(f"run {target.sha[:10]}: {selected - pending} of {selected} asv runs already stored")
     logs = target.tree / ".asv"
     logs.mkdir(parents=True, exist_ok=True)
-    for lane in lanes:
-        # Each lane's machine file is its own (``Target.asv``): the lanes start at once.
-        machine = lane.machine(target.machine)
-        subprocess.run(
-            target.asv(
-                "machine", "--yes", "--machine", machine, machine_file=target.machine_file(machine)
-            ),
-            cwd=target.tree,
-            env=environment(target, lane),
-            check=True,
-            capture_output=True,
-        )
+    # The lanes' machine files share a folder, which asv would create in each lane at once.
+    target.machine_file(target.machine).parent.mkdir(parents=True, exist_ok=True)
     runs: list[UnitRun] = []
     count = 0
     solo_left = [sum(job.solo for jobs in lanes.values() for job in jobs)]
@@ -150,8 +174,32 @@ def run_target(
         host_quiet.set()
     guard = threading.Lock()
 
+    def released(job: Job) -> None:
+        if job.solo:
+            with guard:
+                solo_left[0] -= 1
+                if not solo_left[0]:
+                    host_quiet.set()
+
     def work(lane: Lane, jobs: list[Job]) -> None:
         nonlocal count
+        # Each lane writes its own machine file (``Target.machine_file``) in its own
+        # thread: the lanes start at once, and a host of many lanes pays one
+        # ``asv machine`` in wall time, not one per lane. A CPU lane writes it before it
+        # waits for the host to go quiet.
+        try:
+            _machine(target, lane)
+        except (OSError, subprocess.CalledProcessError) as err:
+            why = getattr(err, "stderr", None) or b""
+            why = why.decode(errors="replace").strip().splitlines()[-1:] or [str(err)]
+            log(
+                f"run {target.sha[:10]} {lane.tag}: asv machine failed ({why[0]}); "
+                f"this lane's {len(jobs)} asv run(s) did not run"
+            )
+            for job in jobs:
+                runs.append(UnitRun(job.key, lane, EXIT_FAILURE))
+                released(job)
+            return
         if lane.cpu:
             host_quiet.wait()
         for job in jobs:
@@ -160,15 +208,16 @@ def run_target(
                 log(f"run {target.sha[:10]} {lane.tag}: [{count}/{pending}] {job.key}")
             try:
                 done = _run_unit(target, job.key, lane, list(job.bench), asv_args, log, job.combos)
+            except OSError as err:  # asv could not start: this run fails, the lane goes on
+                log(f"    asv did not start: {err}")
+                done = UnitRun(job.key, lane, EXIT_FAILURE)
             finally:
-                if job.solo:
-                    with guard:
-                        solo_left[0] -= 1
-                        if not solo_left[0]:
-                            host_quiet.set()
+                released(job)
             log(timing_line(job.key, done.seconds, lane.tag))
             if done.phases:
                 log(asv_phases.phases_line(job.key, done.phases, lane.tag))
+            for unit, spent in done.families.items():
+                log(families_line(unit, spent, lane.tag))
             runs.append(done)
 
     try:
@@ -191,11 +240,28 @@ def run_target(
     return EXIT_FAILURE if failed else EXIT_OK
 
 
+def _machine(target: Target, lane: Lane) -> None:
+    """``asv machine`` for ``lane``'s machine name, into the lane's own machine file."""
+    machine = lane.machine(target.machine)
+    subprocess.run(
+        target.asv(
+            "machine", "--yes", "--machine", machine, machine_file=target.machine_file(machine)
+        ),
+        cwd=target.tree,
+        env=environment(target, lane),
+        check=True,
+        capture_output=True,
+    )
+
+
 def _run_unit(target, unit, lane, bench, asv_args, log, combos=()) -> UnitRun:
     machine = lane.machine(target.machine)
     env = environment(target, lane)
     if combos:
         env[discovery.COMBINATIONS_ENV] = json.dumps(list(combos))
+    seconds_file = target.tree / ".asv" / f"seconds-{machine}.jsonl"
+    seconds_file.unlink(missing_ok=True)
+    env[discovery.SECONDS_ENV] = str(seconds_file)
     cmd = target.asv(
         "run",
         "-E",
@@ -225,7 +291,14 @@ def _run_unit(target, unit, lane, bench, asv_args, log, combos=()) -> UnitRun:
     seconds = time.perf_counter() - start
     if proc.returncode:
         log(f"    asv exited {proc.returncode}; its whole output is in {logfile}")
-    return UnitRun(unit, lane, proc.returncode, seconds, phases=asv_phases.phases(stamped, seconds))
+    return UnitRun(
+        unit,
+        lane,
+        proc.returncode,
+        seconds,
+        phases=asv_phases.phases(stamped, seconds),
+        families=discovery.read_seconds(seconds_file),
+    )
 
 
 def _chunks(stream, start: float) -> Iterator[tuple[float, str]]:
@@ -296,9 +369,16 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def _log(line: str) -> None:
-    # Lanes log from threads, and the log is read while the run goes on.
-    print(line, flush=True)
+    """One whole line to stdout, flushed. Lanes log from threads: ``print`` writes the
+    text and its newline in two calls, between which another lane's line could land
+    (``timing ... save 0.1 srun ...``), and the cost model would lose a glued timing line."""
+    with _LOG_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

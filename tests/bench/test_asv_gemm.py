@@ -12,6 +12,7 @@ import pytest
 from asv_runner.benchmarks._base import get_setup_cache_key
 
 from asv_bench import gemm
+from harness.measure import versus
 from harness.measure.timing import Timing
 from harness.ops.contract import Baseline
 from harness.suite import discovery
@@ -61,6 +62,7 @@ def gpu_here(monkeypatch):
     """A GPU as far as the suite can tell: fake inputs and baseline per shape, a fake
     build behind discovery's walk, a fake timer."""
     import harness.measure.timing
+    import harness.measure.versus
 
     monkeypatch.setattr(gemm._device, "no_gpu_reason", lambda: None)
     monkeypatch.setattr(gemm, "_NVML", [None])
@@ -77,6 +79,12 @@ def gpu_here(monkeypatch):
         return Timing((ms,) * repeat, "event", 0)
 
     monkeypatch.setattr(harness.measure.timing, "measure", measure)
+
+    def versus(kernel, ref, trials=harness.measure.versus.TRIALS, *args):
+        assert ref is baseline.fn
+        return harness.measure.versus.Versus((0.5,) * trials, (0.4,) * trials, 6, "cupti")
+
+    monkeypatch.setattr(harness.measure.versus, "versus", versus)
     return built
 
 
@@ -97,7 +105,7 @@ def test_setup_cache_measures_every_combination_once(gpu_here, capsys):
     assert list(entries) == [("ok", "f16"), ("invalid", "f16"), ("broken", "f16")]
     ok = entries[("ok", "f16")]
     assert set(ok) == {"track_latency", "track_vs_torch"}
-    assert ok["track_vs_torch"] == pytest.approx([0.5 / 0.4] * gemm.RATIO_ROUNDS)
+    assert ok["track_vs_torch"] == pytest.approx([0.5 / 0.4] * versus.TRIALS)
     assert ok["track_latency"] == pytest.approx([0.5e-3] * gemm.TIMING["repeat"])
     assert entries[("invalid", "f16")] == {"skipped": "block_m=100: must be a multiple of 16"}
     assert "illegal memory access" in entries[("broken", "f16")]["error"]
@@ -265,3 +273,25 @@ def test_tuned_family_plans_without_a_gpu_silently(monkeypatch):
         warnings.simplefilter("error")
         shape, config = gemm.Tuned().case("square4096", "f16")
     assert shape.m == 4096 and config is None
+
+
+def test_setup_cache_records_its_seconds_where_the_runner_asks(gpu_here, tmp_path, monkeypatch):
+    path = tmp_path / "seconds.jsonl"
+    monkeypatch.delenv(discovery.SECONDS_ENV, raising=False)
+    Fake().setup_cache()
+    assert not path.exists()  # a plain asv run records nothing
+    monkeypatch.setenv(discovery.SECONDS_ENV, str(path))
+    Fake().setup_cache()
+    Fake().setup_cache()
+    path.write_text(path.read_text() + '{"unit": "cut short", "secon\n')
+    got = discovery.read_seconds(path)
+    assert list(got) == ["test_asv_gemm.Fake"]  # the damaged line is left out
+    spent = got["test_asv_gemm.Fake"]
+    assert set(spent["combinations"]) == {
+        "test_asv_gemm.Fake(ok, f16)",
+        "test_asv_gemm.Fake(invalid, f16)",
+        "test_asv_gemm.Fake(broken, f16)",
+    }
+    assert all(s >= 0 for s in spent["combinations"].values())
+    assert spent["seconds"] >= sum(spent["combinations"].values())
+    assert discovery.read_seconds(tmp_path / "none.jsonl") == {}

@@ -194,6 +194,21 @@ def test_tuned_section_lists_every_case_and_who_reaches_parity():
     assert "Effect of each knob" not in text  # no tuner log, no knob comparisons
 
 
+def test_rows_measured_again_say_when_and_how():
+    from harness.measure.versus import TRIALS
+    from harness.report.stage04 import Tuned, render_tuned, tuned_rows
+
+    assert "measured again" not in render_tuned(_tuned())
+    raw = _table()["NVIDIA H200"]["configs"]
+    first = next(iter(raw))
+    raw[first] = {**raw[first], "measured": "2026-12-01"}
+    rows = tuned_rows(raw)
+    assert [r.measured for r in rows].count("2026-12-01") == 1
+    text = render_tuned(Tuned(rows, "NVIDIA H200", 132, {"top": 3}, (), {}))
+    assert "The figures of 1 of the 4 rows were measured again on 2026-12-01" in text
+    assert f"{TRIALS} trials of CUPTI kernel times" in text and "--remeasure" in text
+
+
 def test_knob_effects_compare_each_config_with_its_twin():
     from harness.report.stage04 import knob_effects
 

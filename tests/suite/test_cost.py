@@ -181,3 +181,65 @@ def test_the_families_of_a_batched_run_stay_gpu_work():
     m = cost.model([cost.Run.read(lines)], SIZES, {"gemm.Launch"}, _flops())
     solo_and_cpu = 9.0 + m["cpu_lane"]
     assert _cpu_ends(m, 1) == pytest.approx([solo_and_cpu])
+
+
+def _family_line(unit, combos, lane="gpu", extra=1.5):
+    from harness.suite.run import families_line
+
+    spent = {"seconds": sum(combos.values()) + extra, "combinations": combos}
+    return families_line(unit, spent, lane)
+
+
+def test_combination_timings_fit_b_and_c_and_leave_a_to_the_runs():
+    # Exact data: each combination b + c x TFLOP, each run a beyond its combinations.
+    b, c, a = 0.7, 1.3, 3.0
+    flops = {
+        "gemm.A": {f"gemm.A({i})": int(i * 0.4e12) for i in range(6)},
+        "gemm.B": {f"gemm.B({i})": int(i * 1.1e12) for i in range(4)},
+    }
+    flops["gemm.B"]["gemm.B(skipped)"] = None
+    spent = {
+        u: {n: b + c * f / 1e12 for n, f in cs.items() if f is not None} for u, cs in flops.items()
+    }
+    lines = [
+        timing_line("gemm.A", a + sum(spent["gemm.A"].values()), "gpu"),
+        _family_line("gemm.A", spent["gemm.A"]),
+        timing_line("gemm.B", a + sum(spent["gemm.B"].values()), "gpu"),
+        _family_line("gemm.B", spent["gemm.B"]),
+        timing_line("gemm.Launch", 9.0, "gpu"),
+        _family_line("gemm.Launch", {"gemm.Launch(x)": 8.0}),  # solo: not fitted
+        timing_line("static", 30.0, "cpu"),
+    ]
+    r = cost.Run.read(lines)
+    assert r.combinations["gemm.A"]["gemm.A(5)"] == pytest.approx(b + c * 2.0, abs=1e-3)
+    got = cost.fit_combinations([r], flops, {"gemm.Launch"})
+    assert (got.a, got.b, got.c) == pytest.approx((a, b, c), abs=0.01)
+    assert got.points == 10 and got.basis == "combination timings"
+    # The model plans with the fit and predicts with each combination's own seconds.
+    sizes = {
+        u: cost.UnitSize(len(s), sum(f or 0 for f in flops[u].values()) / 1e12)
+        for u, s in spent.items()
+    }
+    m = cost.model([r], sizes, {"gemm.Launch"}, flops)
+    assert m["fit"]["basis"] == "combination timings"
+    assert m["per_combination"]["gemm.B"]["gemm.B(3)"][1] == pytest.approx(
+        spent["gemm.B"]["gemm.B(3)"], abs=1e-3
+    )
+    assert "gemm.Launch" not in m["measured"]
+    assert "fitted on 10 combination timings" in cost.render({**m, "table": cost.table(m)})
+
+
+def test_without_combination_timings_the_fit_is_over_the_runs():
+    lines = _log(_seconds(), dict.fromkeys(SIZES, "gpu"))
+    assert cost.fit_combinations([cost.Run.read(lines)], {}, set()) is None
+    m = cost.model([cost.Run.read(lines)], SIZES, {"gemm.Launch"})
+    assert m["fit"]["basis"] == "unit timings" and "measured" not in m
+
+
+def test_a_damaged_family_line_is_left_out():
+    from harness.suite.run import read_families
+
+    good = _family_line("gemm.A", {"gemm.A(1)": 1.0})
+    assert [u for u, _, _ in read_families([good, good[:-5], "timing gemm.A gpu family: {}"])] == [
+        "gemm.A"
+    ]

@@ -554,3 +554,100 @@ def test_a_batch_resumes_with_only_its_missing_pieces(repo, monkeypatch, tmp_pat
     for lane in (Lane(), CPU_LANE):
         machine = lane.machine(repo.machine)
         assert machine in json.loads(repo.machine_file(machine).read_text())
+
+
+def test_a_lane_whose_asv_machine_fails_fails_alone_and_frees_the_cpu_lanes(monkeypatch, tmp_path):
+    """The lanes write their machine files in their own threads: one that cannot (asv
+    refuses) marks its runs failed and lets the CPU lanes go, never hangs them."""
+    ran = []
+
+    class FakePopen:
+        def __init__(self, cmd, **kwargs):
+            ran.append(kwargs["env"].get("CUDA_VISIBLE_DEVICES"))
+            self.stdout = io.BytesIO(b"[ 50.00%] \xc2\xb7\xc2\xb7\xc2\xb7 gemm.X  ok\n")
+            self.returncode = 0
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(result_files, "stored", lambda *a: set())
+    monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
+    monkeypatch.setattr(suite_run.os, "cpu_count", lambda: 32)
+    target = Target(ROOT, "abc", "h200")
+    lanes, _ = suite_jobs.plan_units(target, [], [0, 1])
+    # The lane that fails is the one with the host-timing (solo) family, which the CPU
+    # lanes wait for.
+    (solo_lane,) = [lane for lane, jobs in lanes.items() if any(j.solo for j in jobs)]
+    failing = lanes[solo_lane]
+    gpu = str(solo_lane.gpu)
+
+    def machine(cmd, **kwargs):
+        if kwargs["env"].get("CUDA_VISIBLE_DEVICES") == gpu:
+            raise subprocess.CalledProcessError(1, cmd, stderr=b"asv: error: no home\n")
+
+    monkeypatch.setattr(suite_run.subprocess, "run", machine)
+    monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
+    lines = []
+    code = suite_run.run_target(target, gpus=[0, 1], log=lines.append)
+    assert code == EXIT_FAILURE
+    other = "1" if gpu == "0" else "0"
+    assert gpu not in ran and "" in ran and other in ran  # the CPU lanes and the other GPU
+    (why,) = [line for line in lines if "asv machine failed" in line]
+    assert "asv: error: no home" in why and f"{len(failing)} asv run(s) did not run" in why
+    failed = [line for line in lines if "FAILED" in line]
+    assert len(failed) == len(failing)
+
+
+def test_log_lines_from_many_lanes_never_glue(monkeypatch):
+    writes = []
+
+    class Out:
+        def write(self, text):
+            writes.append(text)
+            time.sleep(0)  # give another thread the chance to write in between
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(suite_run.sys, "stdout", Out())
+    threads = [
+        threading.Thread(target=lambda i=i: [suite_run._log(f"timing u{i} gpu{i}: 1.0 s")] * 50)
+        for i in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(writes) == 8 and all(w.count("\n") == 1 and w.endswith(" s\n") for w in writes)
+
+
+def test_each_family_process_seconds_are_logged_after_its_run(monkeypatch, tmp_path):
+    from harness.suite import cost
+
+    class FakePopen:
+        def __init__(self, cmd, **kwargs):
+            path = kwargs["env"][discovery.SECONDS_ENV]
+            names = json.loads(kwargs["env"].get(discovery.COMBINATIONS_ENV, "[]"))
+            # What each GPU family's setup_cache appends (asv_bench.gemm.measure_all).
+            gpu = {u for u, e in discovery.listing(ROOT).items() if e["gpu"]}
+            for unit in sorted({n.split("(")[0] for n in names} & gpu):
+                combos = {n: 0.5 for n in names if n.startswith(unit + "(")}
+                discovery.record_seconds(unit, 1.0 + len(combos) / 2, combos, kwargs["env"])
+            self.stdout = io.BytesIO(b"")
+            self.returncode = 0
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(suite_run.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(result_files, "stored", lambda *a: set())
+    monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
+    lines = []
+    target = Target(ROOT, "abc", "h200")
+    assert suite_run.run_target(target, gpus=[0], log=lines.append) == EXIT_OK
+    run = cost.Run.read(lines)
+    assert run.combinations and all(set(s.values()) == {0.5} for s in run.combinations.values())
+    families = {unit for unit, _, _ in suite_run.read_families(lines)}
+    gpu_units = {u for u, e in discovery.listing(ROOT).items() if e["gpu"]}
+    assert families == gpu_units  # the solo family's too (the model leaves it out)

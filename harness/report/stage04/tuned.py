@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from harness.measure import metrics
+from harness.measure.versus import TRIALS as VERSUS_TRIALS
 from harness.report import offtable
 from harness.report.plots import Bar, Point
 from harness.report.stage04.common import (
@@ -40,6 +41,7 @@ class TunedRow:
     spread: tuple[float, float]  # lowest and highest round's ratio
     sm_clock_mhz: tuple[int, int] | None = None  # lowest and highest during the rounds
     throttled: bool | None = None  # NVML flagged a throttled batch; None: not recorded
+    measured: str | None = None  # date of ``tune_gemm --remeasure``'s figures; None: tuning's
 
     @property
     def tflops(self) -> float:
@@ -77,6 +79,7 @@ def tuned_rows(got: Mapping[str, dict]) -> list[TunedRow]:
                         spread,
                         None if not clocks else (min(clocks), max(clocks)),
                         row.get("throttled"),
+                        row.get("measured"),
                     )
                 )
     return rows
@@ -337,6 +340,10 @@ def render_tuned(tuned: Tuned) -> str:
         top=meta.get("top"),
         rounds=meta.get("rounds"),
         round_launches=meta.get("round_launches"),
+        remeasured=", ".join(sorted({r.measured for r in tuned.rows if r.measured})) or None,
+        remeasured_rows=sum(1 for r in tuned.rows if r.measured),
+        rows_count=len(tuned.rows),
+        versus_trials=VERSUS_TRIALS,
         table="\n".join(table),
         parity=", ".join(r.name for r in tuned.rows if r.speedup >= 1.0) or "none",
         below=", ".join(f"{r.name} ({r.speedup:.3f})" for r in tuned.rows if r.speedup < 1.0)
