@@ -1,12 +1,7 @@
 """The asv suite: the GEMM's GPU tracks in ``gemm``, its CPU-only tracks in ``static``,
 and the kernel families' classes (both kinds) in ``families``."""
 
-from asv_bench import _preimport
 from asv_bench.families import GATE_SUBSET as _FAMILIES_GATE
-
-# In asv's forkserver only: torch, TileLang and the measurement layer, imported once for
-# every benchmark process the server forks (``_preimport``).
-_preimport.preimport()
 
 # The PR gate's default subset (``nox -s gate`` without ``--bench``): combinations
 # spanning 128^3 to 8192^3, both dtypes, NN and NT, small and large tiles, and every
