@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -53,7 +54,7 @@ from harness.cli import positive_int
 from harness.report import cost as cost_table
 from harness.suite import discovery, run, shard
 from harness.suite.cost_fit import Fit as Fit  # re-exported: the model's fit type
-from harness.suite.cost_fit import UnitSize, fit, fit_combinations, is_cpu
+from harness.suite.cost_fit import UnitSize, first_and_rest, fit, fit_combinations, is_cpu
 from harness.suite.weights import Calibration, combination_flops, cpu_combinations
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -88,9 +89,13 @@ class Run:
 
     units: dict[str, tuple[str, float]]  # unit -> (lane, seconds)
     steps: dict[str, float]  # precompile, measure, publish, total
-    # GPU family -> its combinations' measured seconds (``run.read_families``), where the
-    # runner recorded them.
-    combinations: dict[str, dict[str, float]] = field(default_factory=dict)
+    # GPU family -> its process's seconds, whole and per combination in measuring order
+    # (``run.read_families``), where the runner recorded them.
+    families: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def combinations(self) -> dict[str, dict[str, float]]:
+        return {unit: spent["combinations"] for unit, spent in self.families.items()}
 
     @classmethod
     def read(cls, lines: Iterable[str]) -> Run:
@@ -103,8 +108,7 @@ class Run:
                 steps[step] = seconds
         if not units:
             raise ValueError("no unit timing lines (timing UNIT LANE: SECONDS s) in the log")
-        combos = {unit: spent["combinations"] for unit, _, spent in run.read_families(lines)}
-        return cls(units, steps, combos)
+        return cls(units, steps, {unit: spent for unit, _, spent in run.read_families(lines)})
 
 
 def suite_combinations(root: Path = ROOT) -> dict[str, dict[str, int | None]]:
@@ -179,7 +183,14 @@ def model(
     }
     measured = {}
     for r in reversed(runs):  # the base run's figures win where several runs timed one
-        measured.update({u: dict(cs) for u, cs in r.combinations.items() if u not in solo})
+        for u, combos in r.combinations.items():
+            if u in solo:
+                continue
+            # The first combination's seconds carry the process's start (``fit.process``):
+            # it counts as its family's typical one.
+            _, rest = first_and_rest(combos)
+            typical = statistics.median(rest.values()) if rest else 0.0
+            measured[u] = {**dict.fromkeys(list(combos)[:1], typical), **rest}
     if measured:
         m["measured"] = measured
     m["per_combination"] = per_combination(m, sizes, weights or {})
@@ -247,14 +258,17 @@ def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> tuple[dict[int, float
                 f"{c}#{i}" if i else c: wc for c, wc in cs.items() for i in range(copies)
             }
     weights = {u: {c: wc[0] for c, wc in cs.items()} for u, cs in combos.items()}
-    a = m["fit"]["a"]
+    a, process = m["fit"]["a"], m["fit"].get("process", 0.0)
     lanes_cpu = shard.cpu_lanes(m["cores_per_gpu"] * gpus)
-    planned = shard.plan_suite(weights, list(range(gpus)), a, solo, cpu_units, lanes_cpu)
+    planned = shard.plan_suite(
+        weights, list(range(gpus)), a, solo, cpu_units, lanes_cpu, process=process
+    )
 
     def seconds(b: shard.Batch) -> float:
         if b.alone(solo):
             return sum(m["solo"][p.unit] for p in b.pieces)
-        return a + sum(combos[p.unit][c][1] for p in b.pieces for c in p.combos)
+        starts = sum(process for p in b.pieces if p.unit not in cpu_units)
+        return a + starts + sum(combos[p.unit][c][1] for p in b.pieces for c in p.combos)
 
     start = sum(m["solo"].values())
     gpu = {g: sum(seconds(b) for b in bs) for g, bs in planned.gpu.items()}

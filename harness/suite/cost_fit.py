@@ -28,9 +28,13 @@ class Fit:
     # What the points are: "unit timings" (a run's seconds each) or "combination timings"
     # (``fit_combinations``: b and c over combinations, a over the runs' remainders).
     basis: str = "unit timings"
+    # Each family process's start (CUDA, its first kernel loads), paid once per piece of a
+    # family; 0 in a fit to whole runs, whose ``a`` holds it.
+    process: float = 0.0
 
     def seconds(self, size: UnitSize) -> float:
-        return self.a + self.b * size.combinations + self.c * size.tflop
+        """A unit run alone: one run's start-up, one family process, its combinations."""
+        return self.a + self.process + self.b * size.combinations + self.c * size.tflop
 
 
 def fit(observations: list[tuple[UnitSize, float]]) -> Fit:
@@ -55,30 +59,48 @@ def fit(observations: list[tuple[UnitSize, float]]) -> Fit:
     return Fit(*full, points=len(observations))
 
 
+def first_and_rest(combos: Mapping[str, float]) -> tuple[float, dict[str, float]]:
+    """A family process's combinations in the order it measured them: the first one's
+    seconds (which include the process's CUDA start) and the others'."""
+    items = list(combos.items())
+    return (items[0][1] if items else 0.0), dict(items[1:])
+
+
 def fit_combinations(runs: list, flops: Mapping[str, Mapping[str, int | None]], solo):
-    """A ``Fit`` from the combinations' measured seconds (``Run.combinations``): ``b`` and
-    ``c`` by least squares over every measured GPU combination (``b + c x TFLOP``, kept
-    >= 0), ``a`` the median over the GPU runs that recorded theirs of what the run spent
-    beyond its combinations (asv's start-up, discovery, import, each family process's
-    start and imports, the tracks' processes, saving); None where no run recorded any."""
+    """A ``Fit`` from the family processes' recorded seconds (``Run.families``, each
+    process's combinations in the order it measured them), None where no run recorded
+    any:
+
+    - ``b`` and ``c`` by least squares over every measured GPU combination but each
+      process's first (``b + c x TFLOP``, kept >= 0);
+    - ``process``, the median over the family processes of their seconds less those of
+      their combinations, the first one counted as typical (the median of the others):
+      the start before the first combination and what the first one took beyond a
+      typical one, CUDA's start and the first kernel loads;
+    - ``a``, the median over the GPU runs whose families all recorded theirs of what the
+      run spent beyond its family processes (asv's start-up, discovery, import, the
+      tracks' processes, saving)."""
     import numpy as np
 
-    points = [
-        (flops[unit][name] / 1e12, sec)
-        for r in runs
-        for unit, combos in r.combinations.items()
-        if unit not in solo and unit in flops
-        for name, sec in combos.items()
-        if flops[unit].get(name) is not None
-    ]
-    rest = [
-        sec - sum(s for part in key.split("+") for s in r.combinations.get(part, {}).values())
+    points, starts = [], []
+    for r in runs:
+        for unit, spent in r.families.items():
+            if unit in solo or unit not in flops:
+                continue
+            _, rest = first_and_rest(spent["combinations"])
+            typical = statistics.median(rest.values()) if rest else 0.0
+            starts.append(spent["seconds"] - sum(rest.values()) - typical)
+            points += [
+                (flops[unit][n] / 1e12, sec) for n, sec in rest.items() if flops[unit].get(n)
+            ]
+    runs_rest = [
+        sec - sum(r.families[part]["seconds"] for part in key.split("+"))
         for r in runs
         for key, (lane, sec) in r.units.items()
         if not is_cpu(lane)
-        and all(part in r.combinations and part not in solo for part in key.split("+"))
+        and all(part in r.families and part not in solo for part in key.split("+"))
     ]
-    if not points or not rest:
+    if not points or not runs_rest:
         return None
     x = np.array([[1.0, t] for t, _ in points])
     y = np.array([sec for _, sec in points])
@@ -88,7 +110,12 @@ def fit_combinations(runs: list, flops: Mapping[str, Mapping[str, int | None]], 
     elif b < 0:
         b, c = 0.0, float((x[:, 1] @ y) / max(1e-12, x[:, 1] @ x[:, 1]))
     return Fit(
-        max(0.0, statistics.median(rest)), float(b), float(c), len(points), "combination timings"
+        max(0.0, statistics.median(runs_rest)),
+        float(b),
+        float(c),
+        len(points),
+        "combination timings",
+        max(0.0, statistics.median(starts)),
     )
 
 

@@ -58,6 +58,7 @@ def lane_batches(
     weights: Mapping[str, Mapping],
     run: float = 0.0,
     cpu_lanes: int = 1,
+    process: float = 0.0,
 ) -> dict[Lane, list[shard.Batch]]:
     """Each lane's batches in the order it runs them. With ``weights``
     (``combination_weights``, seconds; ``run`` the seconds of one ``asv run``'s
@@ -78,7 +79,9 @@ def lane_batches(
     out: dict[Lane, list[shard.Batch]] = {}
     if weights:
         units = {u: weights[u] for u in listed}
-        planned = shard.plan_suite(units, gpus or [0], run, solo, set(cpu_units), cpu_lanes)
+        planned = shard.plan_suite(
+            units, gpus or [0], run, solo, set(cpu_units), cpu_lanes, process=process
+        )
         out = {Lane(g if gpus else None): bs for g, bs in planned.gpu.items() if bs}
         out.update({Lane(cpu=True, slot=i): bs for i, bs in enumerate(planned.cpu)})
         return out
@@ -118,14 +121,15 @@ def narrow(
     return Job(shard.Batch(tuple(pieces)), tuple(bench), tuple(sorted(combos)), solo)
 
 
-def plan_weights(target: Target, gpus: list[int] | None) -> tuple[dict[str, dict], float]:
-    """The plan's ``(combination weights, seconds of one asv run)`` by the recorded cost
-    model, for this checkout's suite, or with ``gpus`` for any (the runner measures
-    other revisions' trees without them); ``({}, 0.0)`` when there are none."""
+def plan_weights(target: Target, gpus: list[int] | None) -> tuple[dict[str, dict], float, float]:
+    """The plan's ``(combination weights, seconds of one asv run, seconds of one family
+    process's start)`` by the recorded cost model, for this checkout's suite, or with
+    ``gpus`` for any (the runner measures other revisions' trees without them);
+    ``({}, 0.0, 0.0)`` when there are none."""
     if gpus is None and target.tree.resolve() != ROOT:
-        return {}, 0.0
+        return {}, 0.0, 0.0
     cal = recorded_calibration(target.tree)
-    return combination_weights(target.tree, cal), cal.piece
+    return combination_weights(target.tree, cal), cal.piece, cal.process
 
 
 def plan_units(
@@ -137,13 +141,13 @@ def plan_units(
     (``result_files.sweep``), so its combinations count as not stored."""
     listed = suite_listing(target)
     chosen = select(listed, user)
-    weights, run = plan_weights(target, gpus)
+    weights, run, process = plan_weights(target, gpus)
     results_dir = target.results_dir()
     done_by_machine: dict[str, set[str]] = {}
     lanes: dict[Lane, list[Job]] = {}
     selected = 0
     cpu_lanes = shard.cpu_lanes(os.cpu_count() or 1)
-    for lane, batches in lane_batches(listed, gpus, weights, run, cpu_lanes).items():
+    for lane, batches in lane_batches(listed, gpus, weights, run, cpu_lanes, process).items():
         machine = lane.machine(target.machine)
         if machine not in done_by_machine:
             result_files.sweep(results_dir, machine, target.sha, lambda s: log(f"run: {s}"))

@@ -81,13 +81,13 @@ _FAMILY = re.compile(r"^timing (\S+) (\S+) family: (\{.*\})$")
 
 def families_line(unit: str, spent: dict, lane: str) -> str:
     """The log line of one GPU family process's seconds in an ``asv run``, whole and per
-    combination: ``timing gemm.Tuned gpu0 family: {"seconds": 23.7, "combinations":
-    {...}}`` (``read_timings`` passes over it; ``read_families`` reads it)."""
+    combination in the order measured: ``timing gemm.Tuned gpu0 family: {"seconds": 23.7,
+    "combinations": {...}}`` (``read_timings`` passes over it; ``read_families`` reads it)."""
     rounded = {
         "seconds": round(spent["seconds"], 2),
         "combinations": {n: round(s, 3) for n, s in spent["combinations"].items()},
     }
-    return f"timing {unit} {lane} family: {json.dumps(rounded, sort_keys=True)}"
+    return f"timing {unit} {lane} family: {json.dumps(rounded)}"  # in measuring order
 
 
 def read_families(lines) -> list[tuple[str, str, dict]]:

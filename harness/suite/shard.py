@@ -148,17 +148,21 @@ def _check(units: Mapping[str, Mapping[str, float]], piece: float) -> None:
         raise ValueError(f"weights={bad}: must be finite and >= 0")
 
 
-def cut(units: Mapping[str, Mapping[str, float]], parts: Mapping[str, int]) -> list[Piece]:
+def cut(
+    units: Mapping[str, Mapping[str, float]], parts: Mapping[str, int], process: float = 0.0
+) -> list[Piece]:
     """The pieces of ``units`` (``{unit: {combination: seconds}}``), each unit in
-    ``parts[unit]`` balanced groups (``split``; 1 when absent)."""
-    _check(units, 0.0)
+    ``parts[unit]`` balanced groups (``split``; 1 when absent). Each piece weighs its
+    combinations' seconds plus ``process``: a piece is one family process of its own,
+    which starts CUDA before its first combination."""
+    _check(units, process)
     out = []
     for unit in sorted(units):
         combos = units[unit]
         groups = split(combos, parts.get(unit, 1)) if combos else [()]
         for i, group in enumerate(groups, 1):
             key = unit if len(groups) == 1 else f"{unit}[{i}/{len(groups)}]"
-            out.append(Piece(unit, key, group, sum(combos[c] for c in group)))
+            out.append(Piece(unit, key, group, process + sum(combos[c] for c in group)))
     return out
 
 
@@ -283,20 +287,22 @@ def balance(
     whole: set[str] = frozenset(),
     enough: float = 0.0,
     budget: float = RUN_BUDGET_S,
+    process: float = 0.0,
 ) -> list[list[Piece]]:
     """``units`` cut and ``partition``ed into ``bins`` lanes, cut only where it pays:
     from every unit whole, the unit (not in ``whole``: those are never cut and run in a
     batch of their own) whose cut into more groups lowers the busiest lane most is cut
     so, again, until no cut lowers it by more than a second's hundredth or it is at most
     ``enough`` (a lane that bounds nothing needs no more cuts). A group that needs a batch
-    of its own pays ``run``, so a cut that adds more than it balances is never made."""
+    of its own pays ``run``, and every group its own ``process`` (``cut``), so a cut that
+    adds more than it balances is never made."""
     _check(units, run)
 
     def busiest(lanes):
         return max((lane_cost(ps, run, whole, budget) for ps in lanes), default=0.0)
 
     def planned(parts):
-        return partition(cut(units, parts), bins, run, whole, budget)
+        return partition(cut(units, parts, process), bins, run, whole, budget)
 
     parts = dict.fromkeys(units, 1)
     lanes = planned(parts)
@@ -340,6 +346,7 @@ def plan_suite(
     cpu: set[str] = frozenset(),
     lanes_cpu: int = 1,
     budget: float = RUN_BUDGET_S,
+    process: float = 0.0,
 ) -> Plan:
     """The whole suite's plan: the GPU units (``units`` not in ``cpu``) ``balance``d over
     ``gpus``, a ``solo`` unit never cut and in a batch of its own, first in its lane;
@@ -347,7 +354,8 @@ def plan_suite(
     (rendezvous), so a plan that does not change keeps its GPUs. The ``cpu`` units over
     at most ``lanes_cpu`` CPU lanes, cut only while the CPU lanes, which start when the
     solo batch ends, would end after the busiest GPU. Every lane's pieces ``pack``ed
-    into batches of at most ``budget`` seconds, ``run`` seconds each."""
+    into batches of at most ``budget`` seconds, ``run`` seconds each; a GPU piece also
+    pays ``process``, its family process's start (``cut``)."""
     if not gpus:
         raise ValueError("gpus: need at least one GPU index")
     if len(set(gpus)) != len(gpus):
@@ -355,7 +363,7 @@ def plan_suite(
     if lanes_cpu < 1:
         raise ValueError(f"lanes_cpu={lanes_cpu}: must be >= 1")
     on_gpu = {u: cs for u, cs in units.items() if u not in cpu}
-    lanes = balance(on_gpu, len(gpus), run, set(solo), budget=budget)
+    lanes = balance(on_gpu, len(gpus), run, set(solo), budget=budget, process=process)
     placed: dict[int, list[Batch]] = {}
     free = list(gpus)
     for ps in lanes:

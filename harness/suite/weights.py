@@ -32,9 +32,12 @@ class Calibration:
     combination: float
     tflop: float
     cpu_combination: float
+    # A GPU family process's own start (CUDA, its first kernel loads), paid by every piece
+    # of a family; 0 in a model fitted to whole runs, where ``piece`` holds it.
+    process: float = 0.0
 
     def __post_init__(self):
-        for name in ("piece", "combination", "tflop", "cpu_combination"):
+        for name in ("piece", "combination", "tflop", "cpu_combination", "process"):
             value = getattr(self, name)
             if not 0 <= value < math.inf:
                 raise ValueError(f"Calibration.{name}={value}: must be finite and >= 0")
@@ -49,7 +52,7 @@ class Calibration:
         ``cpu_combinations`` share equally: the runs timed the CPU lane whole)."""
         fit = model["fit"]
         cpu = max(0.0, model["cpu_lane"] - fit["a"]) / max(1, cpu_combinations)
-        return cls(fit["a"], fit["b"], fit["c"], cpu)
+        return cls(fit["a"], fit["b"], fit["c"], cpu, fit.get("process", 0.0))
 
 
 def recorded_calibration(root: Path = ROOT, path: Path = COST_MODEL) -> Calibration:

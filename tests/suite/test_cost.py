@@ -2,6 +2,7 @@
 the wall time follows the plan's busiest lane, and the table reads back from its JSON."""
 
 import json
+import statistics
 
 import pytest
 
@@ -190,9 +191,10 @@ def _family_line(unit, combos, lane="gpu", extra=1.5):
     return families_line(unit, spent, lane)
 
 
-def test_combination_timings_fit_b_and_c_and_leave_a_to_the_runs():
-    # Exact data: each combination b + c x TFLOP, each run a beyond its combinations.
-    b, c, a = 0.7, 1.3, 3.0
+def test_combination_timings_fit_b_c_the_process_start_and_a():
+    # Exact data: each combination b + c x TFLOP, a process's first one 7 s more (CUDA's
+    # start) and 1.5 s before it, each run a beyond its family processes.
+    b, c, a, start = 0.7, 1.3, 3.0, 7.0
     flops = {
         "gemm.A": {f"gemm.A({i})": int(i * 0.4e12) for i in range(6)},
         "gemm.B": {f"gemm.B({i})": int(i * 1.1e12) for i in range(4)},
@@ -201,32 +203,40 @@ def test_combination_timings_fit_b_and_c_and_leave_a_to_the_runs():
     spent = {
         u: {n: b + c * f / 1e12 for n, f in cs.items() if f is not None} for u, cs in flops.items()
     }
+    for u in spent:  # measured first, as the records keep them
+        spent[u][f"{u}(0)"] += start
     lines = [
-        timing_line("gemm.A", a + sum(spent["gemm.A"].values()), "gpu"),
+        timing_line("gemm.A+gemm.B", a + sum(sum(s.values()) + 1.5 for s in spent.values()), "gpu"),
         _family_line("gemm.A", spent["gemm.A"]),
-        timing_line("gemm.B", a + sum(spent["gemm.B"].values()), "gpu"),
         _family_line("gemm.B", spent["gemm.B"]),
         timing_line("gemm.Launch", 9.0, "gpu"),
         _family_line("gemm.Launch", {"gemm.Launch(x)": 8.0}),  # solo: not fitted
         timing_line("static", 30.0, "cpu"),
     ]
     r = cost.Run.read(lines)
+    assert list(r.combinations["gemm.A"])[0] == "gemm.A(0)"  # measuring order kept
     assert r.combinations["gemm.A"]["gemm.A(5)"] == pytest.approx(b + c * 2.0, abs=1e-3)
     got = cost.fit_combinations([r], flops, {"gemm.Launch"})
-    assert (got.a, got.b, got.c) == pytest.approx((a, b, c), abs=0.01)
-    assert got.points == 10 and got.basis == "combination timings"
-    # The model plans with the fit and predicts with each combination's own seconds.
+    assert got.a == pytest.approx(a, abs=0.05)  # the run's line keeps a tenth of a second
+    assert (got.b, got.c) == pytest.approx((b, c), abs=0.01)
+    typical = [statistics.median(list(s.values())[1:]) for s in spent.values()]
+    assert got.process == pytest.approx(1.5 + b + start - statistics.median(typical), abs=0.01)
+    assert got.points == 8 and got.basis == "combination timings"
+    # The model plans with the fit; it predicts with each combination's own seconds, the
+    # first one's start counted once per piece as the process's.
     sizes = {
         u: cost.UnitSize(len(s), sum(f or 0 for f in flops[u].values()) / 1e12)
         for u, s in spent.items()
     }
     m = cost.model([r], sizes, {"gemm.Launch"}, flops)
-    assert m["fit"]["basis"] == "combination timings"
-    assert m["per_combination"]["gemm.B"]["gemm.B(3)"][1] == pytest.approx(
-        spent["gemm.B"]["gemm.B(3)"], abs=1e-3
-    )
-    assert "gemm.Launch" not in m["measured"]
-    assert "fitted on 10 combination timings" in cost.render({**m, "table": cost.table(m)})
+    assert m["fit"]["basis"] == "combination timings" and "gemm.Launch" not in m["measured"]
+    per = m["per_combination"]["gemm.B"]
+    assert per["gemm.B(3)"][1] == pytest.approx(spent["gemm.B"]["gemm.B(3)"], abs=1e-3)
+    assert per["gemm.B(0)"][1] == pytest.approx(b + c * 2.2, abs=1e-3)  # the median of B's
+    one_gpu, _ = cost.lane_seconds(m, 1, cost.GROWTHS["as is"])
+    measured = sum(sum(s.values()) + 1.5 for s in spent.values())
+    assert one_gpu[0] == pytest.approx(9.0 + a + measured, abs=0.05)  # A and B in one run
+    assert "fitted on 8 combination timings" in cost.render({**m, "table": cost.table(m)})
 
 
 def test_without_combination_timings_the_fit_is_over_the_runs():

@@ -525,7 +525,7 @@ def test_a_batch_resumes_with_only_its_missing_pieces(repo, monkeypatch, tmp_pat
     monkeypatch.setenv("HOME", str(home))
     listed = suite_listing(repo)
     weights = {u: {al[1]: 1.0 for al in e["names"].values()} for u, e in listed.items()}
-    monkeypatch.setattr(suite_jobs, "plan_weights", lambda target, gpus: (weights, 1.0))
+    monkeypatch.setattr(suite_jobs, "plan_weights", lambda target, gpus: (weights, 1.0, 0.0))
     (gpu_batch,) = suite_jobs.lane_batches(listed, None, weights, 1.0)[Lane()]
     assert gpu_batch.key == "more.Twin+other.Gpuish"  # one asv run, two families
     real = suite_run._run_unit
@@ -626,7 +626,7 @@ def test_each_family_process_seconds_are_logged_after_its_run(monkeypatch, tmp_p
 
     class FakePopen:
         def __init__(self, cmd, **kwargs):
-            path = kwargs["env"][discovery.SECONDS_ENV]
+            assert kwargs["env"][discovery.SECONDS_ENV]  # the runner asks for the records
             names = json.loads(kwargs["env"].get(discovery.COMBINATIONS_ENV, "[]"))
             # What each GPU family's setup_cache appends (asv_bench.gemm.measure_all).
             gpu = {u for u, e in discovery.listing(ROOT).items() if e["gpu"]}

@@ -275,6 +275,23 @@ def test_a_unit_is_cut_only_where_it_pays_and_a_whole_one_never():
         shard.balance({"gemm.X": {"gemm.X(1)": -1.0}}, 2, 1.0)
 
 
+def test_every_piece_pays_its_process_start_so_a_cut_must_pay_for_it():
+    units = {
+        "gemm.Big": {f"gemm.Big({i})": 1.0 for i in range(12)},
+        "gemm.Small": {f"gemm.Small({i})": 1.0 for i in range(4)},
+    }
+    pieces = shard.cut(units, {"gemm.Big": 3}, process=2.5)
+    assert [p.weight for p in pieces] == [6.5, 6.5, 6.5, 6.5]
+    # Without a process start both units are cut in halves (8 s a GPU); with one of 10 s
+    # a second piece costs more than the balance gains, and nothing is cut (22 s, 14 s).
+    free = [p.key for ps in shard.balance(units, 2, 1.0) for p in ps]
+    assert len(free) == 4
+    dear = [p.key for ps in shard.balance(units, 2, 1.0, process=10.0) for p in ps]
+    assert sorted(dear) == ["gemm.Big", "gemm.Small"]
+    with pytest.raises(ValueError, match="must be finite and >= 0"):
+        shard.cut(units, {}, process=-1.0)
+
+
 SUITE = {
     "gemm.Big": {f"gemm.Big({i})": 2.0 for i in range(12)},
     "gemm.Mid": {f"gemm.Mid({i})": 1.0 for i in range(10)},
