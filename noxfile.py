@@ -85,7 +85,9 @@ def gpu_tests(session: nox.Session) -> None:
     _install(session, "test")
     args = list(session.posargs)
     spec = _pop_option(args, "--gpus") or "all"
-    found = _probe(session, f"from harness.suite.shard import probe_gpus as p; print(p({spec!r}))")
+    found = _probe(
+        session, f"from harness.revisions.placement import probe_gpus as p; print(p({spec!r}))"
+    )
     if not found.startswith("ok:"):
         session.error(f"gpu_tests {found}")
     gpus = found.removeprefix("ok:")

@@ -32,6 +32,7 @@ def render(m: Mapping, cores_per_lane: int) -> str:
         c=f"{f['c']:.2f}",
         points=f["points"],
         basis=f.get("basis", "unit timings"),
+        process=f"{f['process']:.1f}" if f.get("process") else None,
         serial=", ".join(f"{k} {v:.0f} s" for k, v in m["serial"].items()),
         solo=", ".join(f"{u} {v:.0f} s" for u, v in m["solo"].items()),
         cpu_lane=f"{m['cpu_lane']:.0f}",

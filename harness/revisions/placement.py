@@ -75,3 +75,22 @@ def gpus_for(spec: str | None) -> list[int] | None:
     import torch
 
     return parse_gpus(spec, torch.cuda.device_count())
+
+
+def probe_gpus(spec: str) -> str:
+    """One line for a parent process that must not start CUDA itself: ``ok:`` and the
+    ``CUDA_VISIBLE_DEVICES`` entries that pin a child to each GPU of ``spec``
+    (comma-separated), or ``error:`` and why those GPUs cannot be used."""
+    import torch
+
+    from harness.measure.device import no_gpu_reason
+    from harness.measure.gpu_state import visible_entry
+
+    reason = no_gpu_reason()
+    if reason:
+        return f"error: needs a CUDA GPU and found none: {reason}"
+    try:
+        gpus = parse_gpus(spec, torch.cuda.device_count())
+    except ValueError as err:
+        return f"error: {err}"
+    return "ok:" + ",".join(visible_entry(g) for g in gpus)

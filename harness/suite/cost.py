@@ -52,7 +52,7 @@ from pathlib import Path
 
 from harness.cli import positive_int
 from harness.report import cost as cost_table
-from harness.suite import discovery, run, shard
+from harness.suite import asv_phases, discovery, run, shard
 from harness.suite.cost_fit import Fit as Fit  # re-exported: the model's fit type
 from harness.suite.cost_fit import UnitSize, first_and_rest, fit, fit_combinations, is_cpu
 from harness.suite.weights import Calibration, combination_flops, cpu_combinations
@@ -92,6 +92,8 @@ class Run:
     # GPU family -> its process's seconds, whole and per combination in measuring order
     # (``run.read_families``), where the runner recorded them.
     families: dict[str, dict] = field(default_factory=dict)
+    # Each run's asv phases (``asv_phases.read_phases``) by its step's key, where logged.
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def combinations(self) -> dict[str, dict[str, float]]:
@@ -108,7 +110,9 @@ class Run:
                 steps[step] = seconds
         if not units:
             raise ValueError("no unit timing lines (timing UNIT LANE: SECONDS s) in the log")
-        return cls(units, steps, {unit: spent for unit, _, spent in run.read_families(lines)})
+        families = {unit: spent for unit, _, spent in run.read_families(lines)}
+        phases = {step: p for step, _, p in asv_phases.read_phases(lines)}
+        return cls(units, steps, families, phases)
 
 
 def suite_combinations(root: Path = ROOT) -> dict[str, dict[str, int | None]]:

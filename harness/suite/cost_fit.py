@@ -59,6 +59,11 @@ def fit(observations: list[tuple[UnitSize, float]]) -> Fit:
     return Fit(*full, points=len(observations))
 
 
+# The phases of an ``asv run`` (``harness.suite.asv_phases``) it pays once, whatever it
+# measures: the rest (each family's ``setup_cache`` and tracks) scale with its families.
+RUN_PHASES = ("start-up", "discovery", "build", "import", "save")
+
+
 def first_and_rest(combos: Mapping[str, float]) -> tuple[float, dict[str, float]]:
     """A family process's combinations in the order it measured them: the first one's
     seconds (which include the process's CUDA start) and the others'."""
@@ -77,9 +82,11 @@ def fit_combinations(runs: list, flops: Mapping[str, Mapping[str, int | None]], 
       their combinations, the first one counted as typical (the median of the others):
       the start before the first combination and what the first one took beyond a
       typical one, CUDA's start and the first kernel loads;
-    - ``a``, the median over the GPU runs whose families all recorded theirs of what the
-      run spent beyond its family processes (asv's start-up, discovery, import, the
-      tracks' processes, saving)."""
+    - ``a``, the median over the GPU runs whose families all recorded theirs of the run's
+      own phases (``RUN_PHASES``: asv's start-up, discovery, build, import, saving), and
+      what the run spent beyond those and its family processes (the tracks' processes,
+      asv's set-up of each family's cache) shared by its families and added to
+      ``process``; a log without phases leaves all of that in ``a``."""
     import numpy as np
 
     points, starts = [], []
@@ -93,15 +100,27 @@ def fit_combinations(runs: list, flops: Mapping[str, Mapping[str, int | None]], 
             points += [
                 (flops[unit][n] / 1e12, sec) for n, sec in rest.items() if flops[unit].get(n)
             ]
-    runs_rest = [
-        sec - sum(r.families[part]["seconds"] for part in key.split("+"))
-        for r in runs
-        for key, (lane, sec) in r.units.items()
-        if not is_cpu(lane)
-        and all(part in r.families and part not in solo for part in key.split("+"))
-    ]
+    runs_rest, per_family = [], []
+    for r in runs:
+        for key, (lane, sec) in r.units.items():
+            parts = key.split("+")
+            if is_cpu(lane) or not all(p in r.families and p not in solo for p in parts):
+                continue
+            rest = sec - sum(r.families[p]["seconds"] for p in parts)
+            phases = r.phases.get(key)
+            if phases is None:
+                runs_rest.append(rest)
+                continue
+            # The run's own phases are its fixed part; what else it spent beyond its
+            # family processes (their tracks' processes, asv's set-up of each family's
+            # cache) comes with each family, so with each process.
+            fixed = sum(phases.get(name, 0.0) for name in RUN_PHASES)
+            runs_rest.append(fixed)
+            per_family.append(max(0.0, rest - fixed) / len(parts))
     if not points or not runs_rest:
         return None
+    if per_family:
+        starts = [s + statistics.median(per_family) for s in starts]
     x = np.array([[1.0, t] for t, _ in points])
     y = np.array([sec for _, sec in points])
     (b, c), *_ = np.linalg.lstsq(x, y, rcond=None)

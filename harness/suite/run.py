@@ -63,7 +63,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from harness.cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, gpu_list, regex
-from harness.suite import asv_phases, discovery, shard
+from harness.revisions.placement import parse_gpus
+from harness.suite import asv_phases, discovery
 from harness.suite.jobs import Job, plan_units
 from harness.suite.target import ROOT, Lane, SuiteError, Target, environment
 
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             try:
-                gpus = shard.parse_gpus(args.gpus, torch.cuda.device_count())
+                gpus = parse_gpus(args.gpus, torch.cuda.device_count())
             except ValueError as err:
                 p.error(str(err))
         # Fill TileLang's disk cache over all cores first; each family's setup_cache then

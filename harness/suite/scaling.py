@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from harness.cli import EXIT_FAILURE, EXIT_OK, gpu_list, regex
-from harness.suite import asv_phases, discovery, run, shard
+from harness.revisions.placement import parse_gpus
+from harness.suite import asv_phases, discovery, run
 from harness.suite.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     try:
-        gpus = shard.parse_gpus(args.gpus, torch.cuda.device_count())
+        gpus = parse_gpus(args.gpus, torch.cuda.device_count())
     except ValueError as err:
         p.error(str(err))
     if len(gpus) < 2:

@@ -38,8 +38,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.measure.gpu_state import visible_entry
-from harness.revisions.placement import parse_gpus, rank
+from harness.revisions.placement import rank
 
 # Host cores per CPU lane. A CPU lane's compiles use half of its cores
 # (``discovery.CPU_WORKERS_ENV``); the other half serve the GPU lanes (each timing loop
@@ -387,21 +386,3 @@ def asv_regex(family: str) -> str:
     """asv ``-b`` pattern for every track of one unit: a class (``gemm.Stage``, not
     ``gemm.Stage128``) or a module (``static``)."""
     return f"^{re.escape(family)}\\."
-
-
-def probe_gpus(spec: str) -> str:
-    """One line for a parent process that must not start CUDA itself: ``ok:`` and the
-    ``CUDA_VISIBLE_DEVICES`` entries that pin a child to each GPU of ``spec``
-    (comma-separated), or ``error:`` and why those GPUs cannot be used."""
-    import torch
-
-    from harness.measure.device import no_gpu_reason
-
-    reason = no_gpu_reason()
-    if reason:
-        return f"error: needs a CUDA GPU and found none: {reason}"
-    try:
-        gpus = parse_gpus(spec, torch.cuda.device_count())
-    except ValueError as err:
-        return f"error: {err}"
-    return "ok:" + ",".join(visible_entry(g) for g in gpus)

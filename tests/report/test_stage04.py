@@ -198,15 +198,19 @@ def test_rows_measured_again_say_when_and_how():
     from harness.measure.versus import TRIALS
     from harness.report.stage04 import Tuned, render_tuned, tuned_rows
 
-    assert "measured again" not in render_tuned(_tuned())
+    assert "harness.measure.versus" not in render_tuned(_tuned())
     raw = _table()["NVIDIA H200"]["configs"]
     first = next(iter(raw))
-    raw[first] = {**raw[first], "measured": "2026-12-01"}
+    second = list(raw)[1]
+    raw[first] = {**raw[first], "measured": "2026-12-01", "timer": "cupti"}
+    raw[second] = {**raw[second], "timer": "cupti"}  # re-tuned: no "measured"
     rows = tuned_rows(raw)
     assert [r.measured for r in rows].count("2026-12-01") == 1
     text = render_tuned(Tuned(rows, "NVIDIA H200", 132, {"top": 3}, (), {}))
-    assert "The figures of 1 of the 4 rows were measured again on 2026-12-01" in text
-    assert f"{TRIALS} trials of CUPTI kernel times" in text and "--remeasure" in text
+    assert "The figures of 2 of the 4 rows come from `harness.measure.versus`" in text
+    assert f"{TRIALS} trials of kernel times (cupti timer)" in text
+    assert "1 of them kept their config and were measured again" in text
+    assert "1 were tuned again with this confirmation" in text
 
 
 def test_knob_effects_compare_each_config_with_its_twin():

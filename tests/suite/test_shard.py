@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.revisions import placement
 from harness.revisions.placement import parse_gpus, plan
 from harness.suite import discovery, shard
 from harness.suite import weights as plan_weights
@@ -199,12 +200,13 @@ def test_probe_gpus_names_the_pins_or_the_reason(monkeypatch):
     monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
-    assert shard.probe_gpus("all") == "ok:4,6"
-    assert shard.probe_gpus("1") == "ok:6"
-    assert shard.probe_gpus("2").startswith("error: --gpus='2': indices must be in 0..1")
+    assert placement.probe_gpus("all") == "ok:4,6"
+    assert placement.probe_gpus("1") == "ok:6"
+    assert placement.probe_gpus("2").startswith("error: --gpus='2': indices must be in 0..1")
     monkeypatch.setattr(device, "no_gpu_reason", lambda: "no CUDA device visible")
     assert (
-        shard.probe_gpus("all") == "error: needs a CUDA GPU and found none: no CUDA device visible"
+        placement.probe_gpus("all")
+        == "error: needs a CUDA GPU and found none: no CUDA device visible"
     )
 
 
@@ -360,12 +362,12 @@ def test_the_recorded_model_batches_every_lane_within_the_budget():
     from harness.suite import cost
 
     m = cost.upgrade(json.loads(plan_weights.COST_MODEL.read_text()), ROOT)
-    a = m["fit"]["a"]
+    a, process = m["fit"]["a"], m["fit"].get("process", 0.0)
     weights = {u: {c: wc[0] for c, wc in cs.items()} for u, cs in m["per_combination"].items()}
     solo = set(m["solo"])
-    cpu = {u for u in weights if u not in m["gpu_units"] and u not in solo}
+    cpu = {u for u in weights if u not in m["sizes"] and u not in solo}
     for gpus in (1, 2, 4, 8):
-        planned = shard.plan_suite(weights, list(range(gpus)), a, solo, cpu, gpus)
+        planned = shard.plan_suite(weights, list(range(gpus)), a, solo, cpu, gpus, process=process)
         batches = [b for bs in [*planned.gpu.values(), *planned.cpu] for b in bs]
         assert all(a + b.weight <= shard.RUN_BUDGET_S + 1e-9 or len(b.pieces) == 1 for b in batches)
         # Fewer asv runs than pieces where several fit in one: every lane pays one start-up

@@ -42,6 +42,7 @@ class TunedRow:
     sm_clock_mhz: tuple[int, int] | None = None  # lowest and highest during the rounds
     throttled: bool | None = None  # NVML flagged a throttled batch; None: not recorded
     measured: str | None = None  # date of ``tune_gemm --remeasure``'s figures; None: tuning's
+    timer: str | None = None  # ``versus``'s timer where its figures are versus's; None: rounds
 
     @property
     def tflops(self) -> float:
@@ -80,6 +81,7 @@ def tuned_rows(got: Mapping[str, dict]) -> list[TunedRow]:
                         None if not clocks else (min(clocks), max(clocks)),
                         row.get("throttled"),
                         row.get("measured"),
+                        row.get("timer"),
                     )
                 )
     return rows
@@ -340,8 +342,10 @@ def render_tuned(tuned: Tuned) -> str:
         top=meta.get("top"),
         rounds=meta.get("rounds"),
         round_launches=meta.get("round_launches"),
-        remeasured=", ".join(sorted({r.measured for r in tuned.rows if r.measured})) or None,
+        versus_rows=sum(1 for r in tuned.rows if r.timer) or None,
         remeasured_rows=sum(1 for r in tuned.rows if r.measured),
+        retuned_rows=sum(1 for r in tuned.rows if r.timer and not r.measured),
+        versus_timers=", ".join(sorted({r.timer for r in tuned.rows if r.timer})),
         rows_count=len(tuned.rows),
         versus_trials=VERSUS_TRIALS,
         table="\n".join(table),
