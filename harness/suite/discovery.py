@@ -80,15 +80,22 @@ def combination_name(family: str, params: tuple) -> str:
 
 def record_seconds(unit: str, seconds: float, combinations: dict[str, float], environ=None):
     """Append one family process's seconds (its whole ``setup_cache``, and each
-    combination's) to ``SECONDS_ENV``'s file, where the runner set it; else nothing."""
+    combination's) to ``SECONDS_ENV``'s file, where the runner set it; else nothing. A
+    file that cannot be written costs the record only (a warning on stderr), never the
+    family's measurements, which the caller returns next."""
     import os
 
     path = (os.environ if environ is None else environ).get(SECONDS_ENV)
     if not path:
         return
     line = json.dumps({"unit": unit, "seconds": seconds, "combinations": combinations})
-    with open(path, "a") as fh:  # one write per line: O_APPEND keeps lines whole
-        fh.write(line + "\n")
+    try:
+        with open(path, "a") as fh:  # one write per line: O_APPEND keeps lines whole
+            fh.write(line + "\n")
+    except OSError as err:
+        print(
+            f"note: {unit}: its seconds were not recorded ({SECONDS_ENV}: {err})", file=sys.stderr
+        )
 
 
 def read_seconds(path: Path) -> dict[str, dict]:

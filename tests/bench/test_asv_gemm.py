@@ -295,3 +295,12 @@ def test_setup_cache_records_its_seconds_where_the_runner_asks(gpu_here, tmp_pat
     assert all(s >= 0 for s in spent["combinations"].values())
     assert spent["seconds"] >= sum(spent["combinations"].values())
     assert discovery.read_seconds(tmp_path / "none.jsonl") == {}
+
+
+def test_an_unwritable_seconds_file_costs_the_record_not_the_measurements(
+    gpu_here, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(discovery.SECONDS_ENV, str(tmp_path / "no-such-folder" / "s.jsonl"))
+    cache = Fake().setup_cache()
+    assert "track_vs_torch" in cache["combinations"][("ok", "f16")]
+    assert "its seconds were not recorded" in capsys.readouterr().err
