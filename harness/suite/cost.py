@@ -5,25 +5,25 @@ the per-unit seconds of real runs (the ``timing`` lines ``harness.suite.run`` pr
     python -m harness.suite.cost --render reports/cost_h200.json   # the table again
 
 An ``asv run`` of GPU units (one family, or a batch of whole families: ``gemm.A+gemm.B``)
-takes ``a + b * combinations + c * TFLOP`` seconds. Where the logs hold the runner's
-``family`` lines (each GPU family process's seconds, per combination: ``discovery.SECONDS_ENV``),
-``b`` and ``c`` are fitted to every measured combination and ``a`` is the median of what
-each GPU run spent beyond its combinations (``cost_fit.fit_combinations``), and the plan's
-predicted seconds are each combination's own; older logs fit whole runs (``cost_fit.fit``).
-In both: ``a`` is asv's start-up and the
+takes ``a + b * combinations + c * TFLOP`` seconds, plus ``process`` per family process
+it starts. Where the logs hold the runner's ``family`` lines (each GPU family process's
+seconds, per combination in measuring order: ``discovery.SECONDS_ENV``), ``b`` and ``c``
+are fitted to the measured combinations, ``process`` to what each process spent beyond
+them and ``a`` to each run's own phases (``cost_fit.fit_combinations``), and the plan's
+predicted seconds are each combination's own; older logs fit whole runs (``cost_fit.fit``,
+``process`` 0). There, ``a`` is asv's start-up and the
 family's process (CUDA context, kernel loads), ``b`` each combination's fixed cost
 (timing loops, track processes), ``c`` the launches themselves, which grow with the
-work. The model charges ``a`` once per ``asv run``, batch or family: the runs it was
-fitted to held one family each, so whether a batch's second family pays part of it again
-(its own process) is for logs of batched runs to show. The wall time on N GPUs is the
+work, and ``a`` is charged once per ``asv run``, batch or family. The wall time on N GPUs is the
 serial steps of the first log
 (precompile, publish, start-up, the runner's own overhead) plus the longer of the CPU
 lanes and the busiest GPU lane, with the suite cut and placed by the runner's own plan
 (``shard.plan_suite``, weighed in seconds by ``Calibration.of_model`` of this
 model). A batch (the pieces one ``asv run`` measures: what a lane packs within
-``shard.RUN_BUDGET_S``) costs ``a`` plus its combinations' seconds: each timed run's
-seconds less ``a``, shared among its combinations in proportion to their ``b + c x
-TFLOP``; the CPU lane's seconds less ``a`` likewise,
+``shard.RUN_BUDGET_S``) costs ``a``, ``process`` per GPU piece and its combinations'
+seconds: as recorded (a process's first combination at its family's median), else each
+timed run's seconds less ``a``, shared among its combinations in proportion to their
+``b + c x TFLOP``; the CPU lane's seconds less ``a`` likewise,
 shared equally among the CPU combinations. The solo family (``gemm.Launch``) runs first
 in its GPU's lane for its measured seconds, and the CPU lanes (as many as
 ``shard.cpu_lanes`` allows a host of ``cores_per_gpu`` cores per GPU) start when it
@@ -37,7 +37,7 @@ seconds the model holds (no logs needed).
 
 What ``a`` is made of is in the same logs: each run's ``phases`` line
 (``harness.suite.asv_phases``: start-up, discovery, build, import, setup_cache, tracks,
-save), which the model does not read.
+save); with family lines the fit reads its own phases as ``a`` (``cost_fit.RUN_PHASES``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ COST_MODEL = ROOT / "reports" / "cost_h200.json"
 @dataclass(frozen=True, slots=True)
 class Calibration:
     """The plan's weights, in seconds of a recorded cost model (``harness.suite.cost``):
-    one ``asv run`` (``piece``: asv's start-up, the family's process), a GPU combination
+    one ``asv run`` (``piece``: asv's start-up and phases of its own), one family process
+    (``process``: its start, paid by each piece of a family), a GPU combination
     (``combination`` plus ``tflop`` per TFLOP it measures) and a CPU one
     (``cpu_combination``: the CPU lane's seconds less a piece, per combination)."""
 
