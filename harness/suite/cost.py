@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -54,7 +53,7 @@ from harness.cli import positive_int
 from harness.report import cost as cost_table
 from harness.suite import asv_phases, discovery, run, shard
 from harness.suite.cost_fit import Fit as Fit  # re-exported: the model's fit type
-from harness.suite.cost_fit import UnitSize, first_and_rest, fit, fit_combinations, is_cpu
+from harness.suite.cost_fit import UnitSize, fit, fit_combinations, is_cpu, typical_first
 from harness.suite.weights import Calibration, combination_flops, cpu_combinations
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -192,9 +191,7 @@ def model(
                 continue
             # The first combination's seconds carry the process's start (``fit.process``):
             # it counts as its family's typical one.
-            _, rest = first_and_rest(combos)
-            typical = statistics.median(rest.values()) if rest else 0.0
-            measured[u] = {**dict.fromkeys(list(combos)[:1], typical), **rest}
+            measured[u], _ = typical_first(combos)
     if measured:
         m["measured"] = measured
     m["per_combination"] = per_combination(m, sizes, weights or {})

@@ -64,11 +64,14 @@ def fit(observations: list[tuple[UnitSize, float]]) -> Fit:
 RUN_PHASES = ("start-up", "discovery", "build", "import", "save")
 
 
-def first_and_rest(combos: Mapping[str, float]) -> tuple[float, dict[str, float]]:
-    """A family process's combinations in the order it measured them: the first one's
-    seconds (which include the process's CUDA start) and the others'."""
+def typical_first(combos: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """A family process's combinations in the order it measured them: all of them with
+    the first one's seconds (which carry the process's start) replaced by the median of
+    the others', and the others alone."""
     items = list(combos.items())
-    return (items[0][1] if items else 0.0), dict(items[1:])
+    rest = dict(items[1:])
+    typical = statistics.median(rest.values()) if rest else 0.0
+    return {**{name: typical for name, _ in items[:1]}, **rest}, rest
 
 
 def fit_combinations(runs: list, flops: Mapping[str, Mapping[str, int | None]], solo):
@@ -94,9 +97,8 @@ def fit_combinations(runs: list, flops: Mapping[str, Mapping[str, int | None]], 
         for unit, spent in r.families.items():
             if unit in solo or unit not in flops:
                 continue
-            _, rest = first_and_rest(spent["combinations"])
-            typical = statistics.median(rest.values()) if rest else 0.0
-            starts.append(spent["seconds"] - sum(rest.values()) - typical)
+            typical, rest = typical_first(spent["combinations"])
+            starts.append(spent["seconds"] - sum(typical.values()))
             points += [
                 (flops[unit][n] / 1e12, sec) for n, sec in rest.items() if flops[unit].get(n)
             ]

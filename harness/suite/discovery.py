@@ -110,12 +110,18 @@ def read_seconds(path: Path) -> dict[str, dict]:
     for line in text.splitlines():
         try:
             rec = json.loads(line)
-            unit, seconds, combos = rec["unit"], float(rec["seconds"]), rec["combinations"]
-            combos = {str(name): float(s) for name, s in combos.items()}
+            out[str(rec["unit"])] = spent(rec)
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
-        out[str(unit)] = {"seconds": seconds, "combinations": combos}
     return out
+
+
+def spent(rec: dict) -> dict:
+    """``{"seconds": s, "combinations": {name: s}}`` of a family process's record (the
+    seconds file's line, the runner's ``family`` log line), its order kept; KeyError,
+    TypeError, ValueError or AttributeError where it is not one."""
+    combos = {str(name): float(s) for name, s in rec["combinations"].items()}
+    return {"seconds": float(rec["seconds"]), "combinations": combos}
 
 
 def selected_combinations(environ=None) -> frozenset[str] | None:

@@ -100,12 +100,10 @@ def read_families(lines) -> list[tuple[str, str, dict]]:
         if not found:
             continue
         try:
-            spent = json.loads(found.group(3))
-            seconds = float(spent["seconds"])
-            combos = {str(n): float(s) for n, s in spent["combinations"].items()}
+            record = discovery.spent(json.loads(found.group(3)))
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
-        out.append((found.group(1), found.group(2), {"seconds": seconds, "combinations": combos}))
+        out.append((found.group(1), found.group(2), record))
     return out
 
 

@@ -139,10 +139,11 @@ def split(combos: Mapping[str, float], parts: int) -> list[tuple[str, ...]]:
     return [tuple(sorted(g)) for g in groups if g]
 
 
-def _check(units: Mapping[str, Mapping[str, float]], piece: float) -> None:
+def _check(units: Mapping[str, Mapping[str, float]], **fixed: float) -> None:
+    """Every weight, and each of ``fixed`` (``piece``, ``process``) by its name, finite and
+    >= 0."""
     bad = {f"{u}/{c}": w for u, cs in units.items() for c, w in cs.items() if not 0 <= w < math.inf}
-    if not 0 <= piece < math.inf:
-        bad["piece"] = piece
+    bad.update({name: v for name, v in fixed.items() if not 0 <= v < math.inf})
     if bad:
         raise ValueError(f"weights={bad}: must be finite and >= 0")
 
@@ -154,7 +155,7 @@ def cut(
     ``parts[unit]`` balanced groups (``split``; 1 when absent). Each piece weighs its
     combinations' seconds plus ``process``: a piece is one family process of its own,
     which starts CUDA before its first combination."""
-    _check(units, process)
+    _check(units, process=process)
     out = []
     for unit in sorted(units):
         combos = units[unit]
@@ -295,7 +296,7 @@ def balance(
     ``enough`` (a lane that bounds nothing needs no more cuts). A group that needs a batch
     of its own pays ``run``, and every group its own ``process`` (``cut``), so a cut that
     adds more than it balances is never made."""
-    _check(units, run)
+    _check(units, piece=run)
 
     def busiest(lanes):
         return max((lane_cost(ps, run, whole, budget) for ps in lanes), default=0.0)

@@ -173,22 +173,32 @@ def test_selection_by_asv_name_or_gate_name(repo):
     assert suite_run.run_target(repo, ["NoSuchBenchmark"], log=print) == EXIT_FAILURE
 
 
-@pytest.fixture
-def fake_asv(monkeypatch):
-    """Record each ``asv run`` as ``(cmd, CUDA_VISIBLE_DEVICES)``; nothing is stored."""
-    runs = []
+def _fake_popen(monkeypatch, on_start, out: bytes = b"") -> None:
+    """``asv run`` replaced: each start calls ``on_start(cmd, env)`` and prints ``out``."""
 
     class FakePopen:
         def __init__(self, cmd, **kwargs):
-            runs.append((cmd, kwargs["env"].get("CUDA_VISIBLE_DEVICES")))
-            self.stdout = io.BytesIO("[ 50.00%] ··· gemm.X.track_latency  ok\n".encode())
+            on_start(cmd, kwargs["env"])
+            self.stdout = io.BytesIO(out)
             self.returncode = 0
 
         def wait(self):
             return 0
 
-    monkeypatch.setattr(suite_run.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
+
+
+@pytest.fixture
+def fake_asv(monkeypatch):
+    """Record each ``asv run`` as ``(cmd, CUDA_VISIBLE_DEVICES)``; nothing is stored."""
+    runs = []
+
+    _fake_popen(
+        monkeypatch,
+        lambda cmd, env: runs.append((cmd, env.get("CUDA_VISIBLE_DEVICES"))),
+        "[ 50.00%] ··· gemm.X.track_latency  ok\n".encode(),
+    )
+    monkeypatch.setattr(suite_run.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(result_files, "stored", lambda *a: set())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return runs
@@ -561,15 +571,11 @@ def test_a_lane_whose_asv_machine_fails_fails_alone_and_frees_the_cpu_lanes(monk
     refuses) marks its runs failed and lets the CPU lanes go, never hangs them."""
     ran = []
 
-    class FakePopen:
-        def __init__(self, cmd, **kwargs):
-            ran.append(kwargs["env"].get("CUDA_VISIBLE_DEVICES"))
-            self.stdout = io.BytesIO(b"[ 50.00%] \xc2\xb7\xc2\xb7\xc2\xb7 gemm.X  ok\n")
-            self.returncode = 0
-
-        def wait(self):
-            return 0
-
+    _fake_popen(
+        monkeypatch,
+        lambda cmd, env: ran.append(env.get("CUDA_VISIBLE_DEVICES")),
+        "[ 50.00%] ··· gemm.X  ok\n".encode(),
+    )
     monkeypatch.setattr(result_files, "stored", lambda *a: set())
     monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
     monkeypatch.setattr(suite_run.os, "cpu_count", lambda: 32)
@@ -586,7 +592,6 @@ def test_a_lane_whose_asv_machine_fails_fails_alone_and_frees_the_cpu_lanes(monk
             raise subprocess.CalledProcessError(1, cmd, stderr=b"asv: error: no home\n")
 
     monkeypatch.setattr(suite_run.subprocess, "run", machine)
-    monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
     lines = []
     code = suite_run.run_target(target, gpus=[0, 1], log=lines.append)
     assert code == EXIT_FAILURE
@@ -624,23 +629,18 @@ def test_log_lines_from_many_lanes_never_glue(monkeypatch):
 def test_each_family_process_seconds_are_logged_after_its_run(monkeypatch, tmp_path):
     from harness.suite import cost
 
-    class FakePopen:
-        def __init__(self, cmd, **kwargs):
-            assert kwargs["env"][discovery.SECONDS_ENV]  # the runner asks for the records
-            names = json.loads(kwargs["env"].get(discovery.COMBINATIONS_ENV, "[]"))
-            # What each GPU family's setup_cache appends (asv_bench.gemm.measure_all).
-            gpu = {u for u, e in discovery.listing(ROOT).items() if e["gpu"]}
-            for unit in sorted({n.split("(")[0] for n in names} & gpu):
-                combos = {n: 0.5 for n in names if n.startswith(unit + "(")}
-                discovery.record_seconds(unit, 1.0 + len(combos) / 2, combos, kwargs["env"])
-            self.stdout = io.BytesIO(b"")
-            self.returncode = 0
+    gpu = {u for u, e in discovery.listing(ROOT).items() if e["gpu"]}
 
-        def wait(self):
-            return 0
+    def records(cmd, env):
+        assert env[discovery.SECONDS_ENV]  # the runner asks for the records
+        names = json.loads(env.get(discovery.COMBINATIONS_ENV, "[]"))
+        # What each GPU family's setup_cache appends (asv_bench.gemm.measure_all).
+        for unit in sorted({n.split("(")[0] for n in names} & gpu):
+            combos = {n: 0.5 for n in names if n.startswith(unit + "(")}
+            discovery.record_seconds(unit, 1.0 + len(combos) / 2, combos, env)
 
+    _fake_popen(monkeypatch, records)
     monkeypatch.setattr(suite_run.subprocess, "run", lambda *a, **k: None)
-    monkeypatch.setattr(suite_run.subprocess, "Popen", FakePopen)
     monkeypatch.setattr(result_files, "stored", lambda *a: set())
     monkeypatch.setattr(Target, "results_dir", lambda self: tmp_path)
     lines = []
