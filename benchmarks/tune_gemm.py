@@ -414,6 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.remeasure and args.list:
         parser.error("--remeasure: measures on a GPU; --list only prints the spaces")
+    if args.remeasure:
+        # The rows to measure again come from the table: a damaged one is bad input, named
+        # before any GPU work (the row and the rule it breaks).
+        from kernels.tuned import TunedTableError, load
+
+        try:
+            load(args.out)
+        except TunedTableError as err:
+            parser.error(f"--remeasure: {err}")
     if args.sms is not None and not args.list:
         parser.error("--sms: only lists spaces (--list); tuning reads the GPU's SM count")
     if args.list:

@@ -6,6 +6,7 @@ import io
 import json
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
 
 from benchmarks import tune_gemm
@@ -93,3 +94,24 @@ def test_remeasure_with_list_is_refused(capsys):
     except SystemExit as exit:
         assert exit.code == 2
     assert "--remeasure: measures on a GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        (None, "cannot read the tuned-config table"),
+        ("{not json", "not valid JSON"),
+        ('{"NVIDIA H200": {"sm_count": 132, "configs": {"x": {"config": "b1"}}}}', "missing"),
+    ],
+)
+def test_remeasure_names_a_damaged_or_missing_table_before_any_gpu_work(
+    tmp_path, capsys, text, rule
+):
+    table = tmp_path / "tuned.json"
+    if text is not None:
+        table.write_text(text)
+    with pytest.raises(SystemExit) as exit:
+        tune_gemm.main(["--remeasure", "--out", str(table)])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "--remeasure:" in err and str(table) in err and rule in err
