@@ -15,7 +15,9 @@ the best of each by the heuristic's own score (``expected``) before a second of 
 to ``Budget.candidates`` of them (``plan``). On the H200 the first version, by score
 alone, tried sixteen variants of the pick's own tile on every off-table shape. Each is
 checked against a float64 reference and timed through the project's one timing path
-(``harness.measure.timing.measure``, L2 flushed, CUDA events); a config that fails to
+(``harness.measure.timing.measure``, L2 flushed, each launch's kernel time from CUPTI as
+``harness.measure.versus`` takes it for the table and the off-table record; CUDA events
+where CUPTI records nothing); a config that fails to
 build, gives a wrong result or fails to launch is recorded with its error and skipped. A
 candidate starts only while the budget has time left, so a run ends at most one
 candidate past it, and it keeps the best so far. One line per candidate shows its id,
@@ -63,6 +65,15 @@ HEURISTIC = "heuristic"
 SOURCES = (TABLE, CACHE, TUNED, HEURISTIC)
 # A brief timing per candidate, enough to rank them (the tuner ranks with 10 launches).
 QUICK = {"warmup": 5, "repeat": 20}
+# Candidates are ranked by kernel time as CUPTI records it, the measure the off-table
+# record and the table take (``harness.measure.versus``). CUDA events around a launch also
+# count the GPU's wait for the host between a split grid's zeroing of C and the GEMM: on
+# the H200, first-use tuning by events picked 96x7168x2048 NT's unsplit 128x128 tile
+# (0.664x torch under versus) over the heuristic's split in two (0.869x; CUPTI: 18.6 us
+# against 14.3 us), and 3000x5000x7000 bf16's stream-K grid (0.708x) over the
+# heuristic's (0.911x) (reports/offtable_first_use_h200.json).
+RANK_BACKEND = "cupti"
+FALLBACK_BACKEND = "event"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,13 +217,19 @@ class WrongResult(RuntimeError):
     """A candidate's output does not match the float64 reference."""
 
 
-def gpu_timer(shape: GemmShape, seed: int = 0) -> Callable[[GemmConfig], float]:
+def gpu_timer(
+    shape: GemmShape, seed: int = 0, say: Callable[[str], None] = print
+) -> Callable[[GemmConfig], float]:
     """Check, then briefly time, a config of ``shape`` on the visible GPU: the median
-    latency in ms (``QUICK`` launches, L2 flushed). The inputs are made on first call."""
+    kernel time in ms (``QUICK`` launches, L2 flushed, ``RANK_BACKEND``; where CUPTI
+    records nothing, CUDA events for this candidate and the rest, said once through
+    ``say``). The inputs are made on first call."""
     cases = []
+    backend = [RANK_BACKEND]
 
     def time_config(config: GemmConfig) -> float:
         from harness.measure.cases import Case
+        from harness.measure.kernel_timer import CuptiUnavailable
 
         if not cases:
             cases.append(Case(shape, seed=seed))
@@ -220,7 +237,14 @@ def gpu_timer(shape: GemmShape, seed: int = 0) -> Callable[[GemmConfig], float]:
         check = case.check(config, seed=seed + 1)
         if not check.ok:
             raise WrongResult(f"wrong result: {check}")
-        return case.time_tilelang(config, **QUICK).median_ms
+        try:
+            return case.time_tilelang(config, backend=backend[0], **QUICK).median_ms
+        except CuptiUnavailable as err:
+            if backend[0] == FALLBACK_BACKEND:
+                raise
+            say(f"{shape.id}: {err}; ranking by CUDA events instead")
+            backend[0] = FALLBACK_BACKEND
+            return case.time_tilelang(config, backend=backend[0], **QUICK).median_ms
 
     return time_config
 
@@ -288,7 +312,7 @@ def tuned_config(
     )
     outcome = run_budgeted(
         configs,
-        time_config or gpu_timer(shape),
+        time_config or gpu_timer(shape, say=say),
         budget.seconds,
         clock=clock,
         report=lambda step: say(progress_line(step)),

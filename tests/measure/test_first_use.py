@@ -253,3 +253,60 @@ def test_the_default_cache_is_the_devices_file_in_the_cache_folder(
         time_config=lambda config: 0.1,
     )
     assert pick.path == tmp_path / "nvidia-h100-80gb-hbm3-132sm.json" and pick.path.exists()
+
+
+class _FakeCase:
+    """Stands in for ``harness.measure.cases.Case``: every check passes; timing records
+    the backend it was asked for and answers by config, or raises where CUPTI is off."""
+
+    calls: list = []
+    cupti = True
+
+    def __init__(self, shape, seed=0):
+        self.shape = shape
+
+    def check(self, config, seed=1):
+        @dataclass
+        class Ok:
+            ok: bool = True
+
+        return Ok()
+
+    def time_tilelang(self, config, backend, **timing):
+        from harness.measure.kernel_timer import CuptiUnavailable
+
+        type(self).calls.append((config.id, backend, timing))
+        if backend == "cupti" and not type(self).cupti:
+            raise CuptiUnavailable("torch.profiler recorded no CUDA kernels")
+
+        @dataclass
+        class Timing:
+            median_ms: float
+
+        return Timing(0.01 * config.split_k)
+
+
+@pytest.mark.parametrize("cupti", [True, False])
+def test_candidates_are_ranked_by_cupti_kernel_time_or_events_where_it_records_none(
+    monkeypatch, cupti
+):
+    """The off-table record measures kernel time by CUPTI (``versus``): first-use tuning
+    ranks by the same; where CUPTI records nothing it says so once and uses events."""
+    import harness.measure.cases as cases
+
+    monkeypatch.setattr(cases, "Case", _FakeCase)
+    monkeypatch.setattr(_FakeCase, "calls", [])
+    monkeypatch.setattr(_FakeCase, "cupti", cupti)
+    said = []
+    timer = first_use.gpu_timer(SKINNY, say=said.append)
+    configs = [GemmConfig(64, 64, 128, 128, 6, split_k=s) for s in (2, 1, 4)]
+    got = [timer(c) for c in configs]
+    assert got == [0.02, 0.01, 0.04]
+    backends = [backend for _, backend, _ in _FakeCase.calls]
+    if cupti:
+        assert backends == ["cupti"] * 3 and not said
+    else:
+        # The first candidate tries CUPTI once; it and the rest are then timed by events.
+        assert backends == ["cupti", "event", "event", "event"]
+        assert len(said) == 1 and "ranking by CUDA events" in said[0]
+    assert all(timing == first_use.QUICK for _, _, timing in _FakeCase.calls)
