@@ -30,7 +30,8 @@ schema, or has a negative or NaN timing, is refused with its line number.
 
 Exit status: 0 every row measured and correct; 2 bad input (nothing measured); 3 no GPU;
 4 a kernel gave a wrong result; 5 a config failed to build or run, or was rejected
-(the rest are measured and reported); 130 interrupted (what finished is kept).
+(the rest are measured and reported); 6 a kernel's launch never finished (the run stops
+there; the rows before it are kept); 130 interrupted (what finished is kept).
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Needs a CUDA GPU; without one it says so and exits with status 3. Exit status: "
         "0 all rows measured and correct, 2 bad input, 4 a wrong result, 5 a config failed "
-        "to build or run or was rejected (the other rows are kept), 130 interrupted.",
+        "to build or run or was rejected (the other rows are kept), 6 a kernel's launch never "
+        "finished (the run stops there, the rows before it kept), 130 interrupted.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("problem (each takes one or more values)")

@@ -35,7 +35,8 @@ mid (M, N, K in 1000..4096), non_multiple (M or N not a multiple of 128), skinny
 
 Exit status: 0 every shape measured and correct (whether or not the goal is met); 2 bad
 input; 3 no GPU; 4 a kernel gave a wrong result; 5 a config failed to build or run (the
-other shapes are measured); 130 interrupted (what finished is written).
+other shapes are measured); 6 a kernel's launch never finished (the run stops there);
+130 interrupted (what finished is written).
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ EXIT_INTERRUPTED = 130  # Ctrl-C: what finished is kept
 EXIT_NO_GPU = 3  # GPU work asked for where no CUDA device is visible
 EXIT_INCORRECT = 4  # a kernel's result disagreed with the reference
 EXIT_FAILED = 5  # a config failed to build or run (its row says why); the rest ran
+# A kernel's first launch never finished (a deadlocked pipeline): a launch cannot be
+# cancelled, so the process exits at once; what it wrote before is kept.
+EXIT_HUNG = 6
 
 
 def progress_bar(console, transient: bool = False):

@@ -15,7 +15,8 @@ experts, K = N = 4096 and 7168, balanced and skewed routing, both dtypes) with i
 heuristic config, and ``--markdown`` writes their table.
 
 Exit status: 0 every config measured and correct; 2 bad input; 3 no GPU; 4 a kernel gave
-a wrong result; 5 a config failed to build or run (the rest are measured).
+a wrong result; 5 a config failed to build or run (the rest are measured); 6 a kernel's
+launch never finished (the run stops there).
 """
 
 from __future__ import annotations

@@ -4,9 +4,14 @@ family's instances of it."""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cli import EXIT_HUNG
 from harness.ops.contract import TOLERANCE, DeviceSpec, Launch, Operator
 from harness.ops.gemm import GEMM, launcher, matmul_fn
 from harness.ops.registry import build_combination
@@ -32,11 +37,55 @@ class Check:
         return f"{verdict} (rel err {self.rel_error:.1e}, tol {self.tolerance:.0e})"
 
 
-def check_launch(op: Operator, shape, bind, seed: int = 0, device="cuda") -> Check:
+# Seconds a check's launch may take before it counts as hung. The longest kernel checked
+# here runs for milliseconds (mlp_up on the H200: 5.9 ms); one that has not finished
+# after a minute waits on a barrier that will never complete.
+HANG_S = 60.0
+
+
+def hung(what: str, seconds: float) -> None:
+    """Say that ``what``'s launch never finished, then exit with ``EXIT_HUNG``: the launch
+    cannot be cancelled, and every later CUDA call of this process would wait on it."""
+    print(
+        f"{what}: the kernel's launch did not finish within {seconds:.0f} s (a hung kernel: "
+        "a deadlocked pipeline, or a barrier waiting for bytes that never arrive); a launch "
+        f"cannot be cancelled, so the process exits with status {EXIT_HUNG}; what it wrote "
+        "before is kept. Leave the config out to measure the rest.",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(EXIT_HUNG)
+
+
+def wait_or_exit(
+    done: Callable[[], bool],
+    what: str,
+    seconds: float = HANG_S,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    on_hang: Callable[[str, float], None] = hung,
+) -> None:
+    """Wait until ``done()`` (a CUDA event's ``query``) holds; past ``seconds``, call
+    ``on_hang`` (which exits) instead of waiting forever, as a synchronize would."""
+    start = clock()
+    while not done():
+        if clock() - start > seconds:
+            on_hang(what, seconds)
+            return
+        sleep(0.001)
+
+
+def check_launch(
+    op: Operator, shape, bind, seed: int = 0, device="cuda", what: str | None = None
+) -> Check:
     """Bind fresh inputs from ``seed`` to ``bind`` (a build's result), launch once into a
     NaN-poisoned output and compare each part of it (a GEMM's C; each expert's rows of
     a mixture-of-experts layer) with the float64 reference: the error is the largest
-    relative Frobenius error of a part, NaN when any written element is NaN."""
+    relative Frobenius error of a part, NaN when any written element is NaN. A launch
+    that has not finished after ``HANG_S`` ends the process (``hung``, naming ``what``:
+    by default the family and the shape)."""
     import torch
 
     inputs = op.inputs(shape, seed, device)
@@ -44,6 +93,9 @@ def check_launch(op: Operator, shape, bind, seed: int = 0, device="cuda") -> Che
     launch: Launch = bind(inputs)
     launch()
     if inputs.out.is_cuda:
+        finished = torch.cuda.Event()
+        finished.record()
+        wait_or_exit(finished.query, what or f"{op.name} {getattr(shape, 'id', shape)}")
         torch.cuda.synchronize()
     unwritten = int(torch.isnan(inputs.out).sum().item())
     errors = [
@@ -58,7 +110,8 @@ def check_launch(op: Operator, shape, bind, seed: int = 0, device="cuda") -> Che
 
 def check_built(op: Operator, shape, config, device: DeviceSpec | None = None, seed: int = 0):
     """Build (shape, config) for ``device`` (None: the visible GPU) and check it."""
-    return check_launch(op, shape, build_combination(op, shape, config, device), seed)
+    what = f"{op.name} {getattr(shape, 'id', shape)} {getattr(config, 'id', config)}"
+    return check_launch(op, shape, build_combination(op, shape, config, device), seed, what=what)
 
 
 def random_inputs(shape: GemmShape, seed: int, device="cuda"):
@@ -75,4 +128,5 @@ def torch_reference_fn(shape: GemmShape, a, b):
 def check_kernel(kernel: GemmKernel, seed: int = 0) -> Check:
     """Run a compiled GEMM once on fresh inputs into a NaN-poisoned output and compare it
     with the float64 product of the same inputs."""
-    return check_launch(GEMM, kernel.shape, launcher(kernel), seed)
+    what = f"gemm {kernel.shape.id} {kernel.config.id}"
+    return check_launch(GEMM, kernel.shape, launcher(kernel), seed, what=what)
