@@ -69,9 +69,9 @@ QUICK = {"warmup": 5, "repeat": 20}
 # record and the table take (``harness.measure.versus``). CUDA events around a launch also
 # count the GPU's wait for the host between a split grid's zeroing of C and the GEMM: on
 # the H200, first-use tuning by events picked 96x7168x2048 NT's unsplit 128x128 tile
-# (0.664x torch under versus) over the heuristic's split in two (0.869x; CUPTI: 18.6 us
-# against 14.3 us), and 3000x5000x7000 bf16's stream-K grid (0.708x) over the
-# heuristic's (0.911x) (reports/offtable_first_use_h200.json).
+# (0.664x torch under versus, reports/offtable_first_use_h200.json) over the heuristic's
+# split in two, which it timed first (0.869x; by CUPTI 14.3 us against the unsplit
+# tile's 18.6 us, reports/offtable_sweeps_h200.jsonl).
 RANK_BACKEND = "cupti"
 FALLBACK_BACKEND = "event"
 
