@@ -498,6 +498,7 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
     from rich.markup import escape
 
     from harness.measure.cases import Case, CaseResult
+    from harness.measure.correctness import on_hang
 
     shapes, entries = plan(args)
     if args.run_tilelang:
@@ -516,9 +517,17 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
 
     if jsonl:
         jsonl.write(json.dumps({"meta": meta}) + "\n")
+
+    def keep(what: str) -> None:
+        """Before a hung launch ends the process: the rows so far, and where they are."""
+        if results:
+            print_table(results, console)
+        where = f"kept in {args.jsonl} (run {meta['run']})" if jsonl else "not saved (no --jsonl)"
+        console.print(f"{len(results)} rows before {what}: {where}", highlight=False)
+
     progress = progress_bar(console, transient=True)
     try:
-        with progress:
+        with progress, on_hang(keep):
             if args.run_tilelang and args.budget is None:
                 precompile_sweep(shapes, todo, progress, args.workers)
             task = progress.add_task("sweep", total=len(shapes) * len(todo))

@@ -272,8 +272,12 @@ def run_meta(args, spec, argv: list[str]) -> dict:
     }
 
 
-def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeResult], bool]:
-
+def run(
+    shapes: list[OffTableShape], args, spec, console, keep: Callable | None = None
+) -> tuple[list[ShapeResult], bool]:
+    """Measure ``shapes``: the rows and whether Ctrl-C stopped the run. Where a kernel's
+    launch hangs, ``keep(rows)`` writes the rows so far before the process exits."""
+    from harness.measure.correctness import on_hang
     from harness.suite.precompile import compile_gemms
 
     picks, to_tune = [], {}
@@ -290,7 +294,7 @@ def run(shapes: list[OffTableShape], args, spec, console) -> tuple[list[ShapeRes
     rows: list[ShapeResult] = []
     progress = progress_bar(console, transient=True)
     try:
-        with progress:
+        with progress, on_hang(lambda what: keep and keep(rows)):
             compile_gemms(pairs, progress, args.workers)
             task = progress.add_task("shapes", total=len(picks))
             say = _printer(progress.console)
@@ -357,7 +361,16 @@ def main(argv: list[str] | None = None) -> int:
     spec = device.DeviceSpec.read()
     meta = run_meta(args, spec, argv)
     console.print(f"{len(shapes)} off-table shapes on {spec.name} ({spec.sm_count} SMs)")
-    rows, interrupted = run(shapes, args, spec, console)
+    rows, interrupted = run(
+        shapes, args, spec, console, keep=lambda rows: write_record(args, meta, rows, console)
+    )
+    write_record(args, meta, rows, console)
+    return exit_status(rows, interrupted)
+
+
+def write_record(args, meta: dict, rows: list[ShapeResult], console) -> None:
+    """The summary line, then ``--json`` and ``--markdown`` of ``rows`` (pure Python: it
+    also runs when a hung launch ends the process)."""
     record = Record(meta, tuple(rows))
     console.print(summarise(rows).line(), highlight=False)
     if args.json:
@@ -366,7 +379,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         args.markdown.write_text(render_markdown(record))
         console.print(f"table written to {args.markdown}")
-    return exit_status(rows, interrupted)
 
 
 if __name__ == "__main__":

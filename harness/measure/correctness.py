@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,11 +42,26 @@ class Check:
 # here runs for milliseconds (mlp_up on the H200: 5.9 ms); one that has not finished
 # after a minute waits on a barrier that will never complete.
 HANG_S = 60.0
+# What the running command keeps before a hung launch ends the process (``on_hang``).
+_LAST_WORDS: list[Callable[[str], None]] = []
+
+
+@contextmanager
+def on_hang(keep: Callable[[str], None]) -> Iterator[None]:
+    """While inside, a hung launch calls ``keep(what)`` before the process exits, so a
+    command writes what it measured so far. ``keep`` must not touch the GPU: every CUDA
+    call would wait on the hung launch."""
+    _LAST_WORDS.append(keep)
+    try:
+        yield
+    finally:
+        _LAST_WORDS.remove(keep)
 
 
 def hung(what: str, seconds: float) -> None:
-    """Say that ``what``'s launch never finished, then exit with ``EXIT_HUNG``: the launch
-    cannot be cancelled, and every later CUDA call of this process would wait on it."""
+    """Say that ``what``'s launch never finished, let the running commands keep what they
+    measured (``on_hang``), then exit with ``EXIT_HUNG``: the launch cannot be cancelled,
+    and every later CUDA call of this process would wait on it."""
     print(
         f"{what}: the kernel's launch did not finish within {seconds:.0f} s (a hung kernel: "
         "a deadlocked pipeline, or a barrier waiting for bytes that never arrive); a launch "
@@ -54,7 +70,13 @@ def hung(what: str, seconds: float) -> None:
         file=sys.stderr,
         flush=True,
     )
+    for keep in reversed(_LAST_WORDS):
+        try:
+            keep(what)
+        except Exception as err:  # the exit must come whatever a command's writer does
+            print(f"{what}: could not keep the results so far: {err!r}", file=sys.stderr)
     sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(EXIT_HUNG)
 
 

@@ -170,3 +170,48 @@ def test_exit_status_follows_the_rows():
     assert offtable.exit_status([ok, broken], False) == cli.EXIT_FAILED
     assert offtable.exit_status([ok, broken, wrong], False) == cli.EXIT_INCORRECT
     assert offtable.exit_status([ok], True) == cli.EXIT_INTERRUPTED
+
+
+def test_a_hung_launch_keeps_the_shapes_measured_before_it(tmp_path, monkeypatch):
+    """The second shape's kernel never finishes: the check ends the process (status 6),
+    and the record of the first shape is written before it does, JSON and markdown."""
+    import types
+
+    import harness.suite.precompile as precompile
+    from harness.measure import correctness
+
+    shapes = [
+        offtable.OffTableShape(GemmShape(2048, 2048, 2048), ("mid",)),
+        offtable.OffTableShape(GemmShape(1536, 1536, 1536, "bfloat16", "NT"), ("mid",)),
+    ]
+
+    def measure(entry, config, source, args):
+        if entry.shape.m == 1536:  # what check_launch's watchdog does on a hung launch
+            correctness.hung(f"gemm {entry.shape.id} {config.id}", 60.0)
+        return _row((entry.shape.m, entry.shape.n, entry.shape.k), [1.0, 1.0], [0.98, 0.99])
+
+    class Exited(BaseException):
+        pass
+
+    def exit_(status):
+        raise Exited(status)
+
+    monkeypatch.setattr(precompile, "compile_gemms", lambda pairs, progress, workers: {})
+    monkeypatch.setattr(offtable, "measure_shape", measure)
+    monkeypatch.setattr(correctness.os, "_exit", exit_)
+    args = types.SimpleNamespace(
+        budget=None, workers=1, json=tmp_path / "r.json", markdown=tmp_path / "r.md"
+    )
+    spec = types.SimpleNamespace(name="NVIDIA H200", sm_count=SMS)
+    meta = {"gpu": "NVIDIA H200", "sm_count": SMS, "rounds": 2}
+    from rich.console import Console
+
+    console = Console(file=open(tmp_path / "out.txt", "w"), width=200)
+    keep = lambda rows: offtable.write_record(args, meta, rows, console)  # noqa: E731
+    with pytest.raises(Exited) as err:
+        offtable.run(shapes, args, spec, console, keep=keep)
+    assert err.value.args == (cli.EXIT_HUNG,)
+    record = Record.from_dict(json.loads(args.json.read_text()))
+    assert [r.shape for r in record.rows] == ["m2048_n2048_k2048_f16"]
+    assert "m2048_n2048_k2048_f16" in args.markdown.read_text()
+    assert not correctness._LAST_WORDS  # the hook left with the run

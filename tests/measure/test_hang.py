@@ -67,3 +67,18 @@ def test_hung_exits_at_once_with_its_status_naming_the_kernel():
     assert "caught" not in got.stdout and "went on" not in got.stdout
     assert "gemm m96_n7168_k2048_f16_nt b128x96x64_t128_s4" in got.stderr
     assert "did not finish within 60 s" in got.stderr and "Leave the config out" in got.stderr
+
+
+def test_hung_lets_each_command_keep_its_results_even_if_one_writer_fails(monkeypatch, capsys):
+    kept, exits = [], []
+
+    def broken(what):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(correctness.os, "_exit", exits.append)
+    with correctness.on_hang(kept.append), correctness.on_hang(broken):
+        correctness.hung("gemm m1536_n1536_k1536_bf16_nt b128x192x64_t256_s4", 60.0)
+    assert kept == ["gemm m1536_n1536_k1536_bf16_nt b128x192x64_t256_s4"]
+    assert exits == [EXIT_HUNG]
+    assert "could not keep the results so far: OSError('disk full')" in capsys.readouterr().err
+    assert correctness._LAST_WORDS == []
