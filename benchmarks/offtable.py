@@ -15,7 +15,8 @@ outside ``kernels.tuned.CASES`` in the categories below, both dtypes, NN and NT)
    with ``--first-use``, a shape the table lacks takes this GPU's first-use tuning instead
    (``harness.measure.first_use``: the local cache's winner, else tuned now within
    ``--tune-budget`` seconds, the candidates compiled in parallel first, and recorded);
-   each row names its config's source (table, first-use cache, tuned now, heuristic);
+   each row names its config's source (table, first-use cache, tuned now, heuristic)
+   and, after a first-use tuning, every candidate it timed (``tried``);
 2. the kernel is checked once against a float64 reference on fresh inputs, into a
    NaN-poisoned output (``harness.measure.correctness``); a wrong result is not timed;
 3. the kernel and torch.matmul are launched in turn, launch by launch, the L2 flushed
@@ -231,14 +232,22 @@ def source_of(shape: GemmShape, gpu: str | None) -> str:
     return first_use.TABLE if found else first_use.HEURISTIC
 
 
-def measure_shape(entry: OffTableShape, config: GemmConfig, source: str, args) -> ShapeResult:
+def measure_shape(
+    entry: OffTableShape, config: GemmConfig, source: str, args, tried: tuple = ()
+) -> ShapeResult:
     """Check, then time the kernel alternated with torch.matmul; a build or launch error
-    or a wrong result is a row with the error."""
+    or a wrong result is a row with the error. ``tried``: a first-use tuning's candidates
+    (``first_use.Tried``), kept in the row."""
     from harness.measure.cases import Case
     from harness.measure.versus import versus
 
     shape = entry.shape
-    base = dict(categories=entry.categories, config=config.id, source=source)
+    base = dict(
+        categories=entry.categories,
+        config=config.id,
+        source=source,
+        tried=tuple(t.to_dict() for t in tried),
+    )
     try:
         case = Case(shape, seed=args.seed)
         check = case.check(config, seed=args.seed + 1)
@@ -299,14 +308,14 @@ def run(
             task = progress.add_task("shapes", total=len(picks))
             say = _printer(progress.console)
             for entry, config in picks:
-                source = source_of(entry.shape, spec.name)
+                source, tried = source_of(entry.shape, spec.name), ()
                 if args.budget is not None:
                     progress.update(task, description=f"{entry.shape.id}: first-use config")
                     pick = first_use.tuned_config(entry.shape, spec, budget=args.budget, say=say)
-                    config, source = pick.config, pick.source
+                    config, source, tried = pick.config, pick.source, pick.tried
                     say(f"config {pick.line(entry.shape)}")
                 progress.update(task, description=f"{entry.shape.id} {config.id}")
-                row = measure_shape(entry, config, source, args)
+                row = measure_shape(entry, config, source, args, tried)
                 rows.append(row)
                 progress.console.print(progress_line(len(rows), len(picks), row), highlight=False)
                 progress.advance(task)

@@ -252,12 +252,14 @@ def gpu_timer(
 @dataclass(frozen=True, slots=True)
 class Pick:
     """The config for a shape, where it came from (one of ``SOURCES``) and, for the cache
-    and a fresh tuning, its measured latency and the cache file."""
+    and a fresh tuning, its measured latency, the cache file and every candidate the
+    tuning tried (``tried``, in the order it timed them)."""
 
     config: GemmConfig
     source: str
     latency_ms: float | None = None
     path: Path | None = None
+    tried: tuple[Tried, ...] = ()
 
     def line(self, shape: GemmShape) -> str:
         ms = "" if self.latency_ms is None else f", {self.latency_ms:.4f} ms when tuned"
@@ -281,7 +283,7 @@ def peek(shape: GemmShape, gpu: str, sms: int, cache: CacheFile | None = None) -
     cache = cache or CacheFile.for_gpu(gpu, sms)
     entry = cache.get(shape, _tilelang_version())
     if entry is not None:
-        return Pick(entry.config, CACHE, entry.latency_ms, cache.path)
+        return Pick(entry.config, CACHE, entry.latency_ms, cache.path, entry.tried)
     return Pick(heuristic(shape, sms), HEURISTIC)
 
 
@@ -336,4 +338,4 @@ def tuned_config(
         f"{shape.id}: {best.config} ({best.latency_ms:.4f} ms), best of {len(outcome.tried)} "
         f"in {outcome.spent_s:.0f} s; recorded in {cache.path}"
     )
-    return Pick(entry.config, TUNED, best.latency_ms, cache.path)
+    return Pick(entry.config, TUNED, best.latency_ms, cache.path, outcome.tried)

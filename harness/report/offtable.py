@@ -42,6 +42,9 @@ class ShapeResult:
     launches: int = 0
     timer: str | None = None
     error: str | None = None
+    # A first-use tuning's candidates, as it timed them (``config``, ``latency_ms`` or
+    # ``error``): what the config was picked over.
+    tried: tuple[Mapping, ...] = ()
 
     @classmethod
     def of(cls, shape, categories, config: str, source: str, **rest) -> ShapeResult:
@@ -82,6 +85,7 @@ class ShapeResult:
         out = asdict(self)
         out["categories"] = list(self.categories)
         out["kernel_ms"], out["torch_ms"] = list(self.kernel_ms), list(self.torch_ms)
+        out["tried"] = [dict(t) for t in self.tried]
         out["speedups"] = list(self.speedups)
         out["speedup"], out["range"] = self.speedup, self.spread and list(self.spread)
         return out
@@ -96,6 +100,7 @@ class ShapeResult:
         values = {f: d[f] for f in names if f in d}
         for key in ("categories", "kernel_ms", "torch_ms"):
             values[key] = tuple(values.get(key, ()))
+        values["tried"] = tuple(dict(t) for t in values.get("tried", ()))
         return cls(**values)
 
 

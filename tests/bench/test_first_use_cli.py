@@ -125,12 +125,13 @@ def test_offtable_first_use_precompiles_the_candidates_and_names_each_source(
         compiled.append([(c.operator, c.shape, c.config) for c in combos])
         return {}
 
-    def fake_measure(entry, config, source, args):
+    def fake_measure(entry, config, source, args, tried=()):
         return ShapeResult.of(
             entry.shape,
             entry.categories,
             config.id,
             source,
+            tried=tuple(t.to_dict() for t in tried),
             rel_error=1e-4,
             correct=True,
             kernel_ms=(0.5,),
@@ -158,10 +159,15 @@ def test_offtable_first_use_precompiles_the_candidates_and_names_each_source(
     )  # each shape's candidates, built as the suite's combinations, before any timing
     rows = json.loads(record.read_text())["rows"]
     assert [r["source"] for r in rows] == ["tuned now", "tuned now"]
+    tried = [r["tried"] for r in rows]
+    assert all(t and all(c["latency_ms"] for c in t) for t in tried)
     assert [r["config"] for r in rows] == [heuristic(s, FAKE_SMS).id for s in (mid, skinny)]
     assert "(tuned now" in capsys.readouterr().out
     # Next time: from the cache, nothing left to tune or precompile beyond the picks.
     assert offtable.main([*argv, "--json", str(record)]) == 0
     rows = json.loads(record.read_text())["rows"]
     assert [r["source"] for r in rows] == ["first-use cache", "first-use cache"]
+    # Each row keeps what its config was picked over, as the first run timed it.
+    assert [r["tried"] for r in rows] == tried
+    assert all(r["config"] in [t["config"] for t in r["tried"]] for r in rows)
     assert len(compiled[1]) == 2

@@ -112,11 +112,12 @@ def test_help_explains_itself():
 
 def _row(name, kernel, torch, **over):
     fields = dict(rel_error=1e-4, correct=True, launches=6, timer="cupti")
+    source = over.pop("source", "heuristic")
     return ShapeResult.of(
         GemmShape(*name),
         ("mid",),
         "b128x256x64_t256_s3_w16_e",
-        "heuristic",
+        source,
         kernel_ms=tuple(kernel),
         torch_ms=tuple(torch),
         **{**fields, **over},
@@ -149,7 +150,11 @@ def test_summary_counts_the_median_the_worst_and_those_below_the_floor():
 
 
 def test_the_record_round_trips_and_renders():
-    rows = (_row((2048, 2048, 2048), [1.0, 1.0], [0.9, 1.0]),)
+    tried = (
+        {"config": "b128x256x64_t256_s3_w16_e", "latency_ms": 0.0251, "error": None},
+        {"config": "b128x192x64_t256_s4_pr_e", "latency_ms": None, "error": "WrongResult: x"},
+    )
+    rows = (_row((2048, 2048, 2048), [1.0, 1.0], [0.9, 1.0], source="tuned now", tried=tried),)
     record = Record({"gpu": "NVIDIA H200", "sm_count": SMS, "rounds": 2}, rows)
     data = json.loads(json.dumps(record.to_dict()))
     assert data["rows"][0]["speedup"] == pytest.approx(0.95)
@@ -185,7 +190,7 @@ def test_a_hung_launch_keeps_the_shapes_measured_before_it(tmp_path, monkeypatch
         offtable.OffTableShape(GemmShape(1536, 1536, 1536, "bfloat16", "NT"), ("mid",)),
     ]
 
-    def measure(entry, config, source, args):
+    def measure(entry, config, source, args, tried=()):
         if entry.shape.m == 1536:  # what check_launch's watchdog does on a hung launch
             correctness.hung(f"gemm {entry.shape.id} {config.id}", 60.0)
         return _row((entry.shape.m, entry.shape.n, entry.shape.k), [1.0, 1.0], [0.98, 0.99])

@@ -213,8 +213,11 @@ def test_an_off_table_shape_is_tuned_once_recorded_then_read_back(tmp_path, tile
     assert (entry.config, entry.latency_ms, entry.budget_s, entry.spent_s) == (third, 0.25, 100, 12)
     assert [t.config for t in entry.tried] == [c.id for c in plan(OFF_TABLE, SMS, 4)]
     assert entry.tilelang == "0.1.15"
+    # The pick carries what it was chosen over, as timed, for the command's record.
+    assert pick.tried == entry.tried and [t.latency_ms for t in pick.tried].count(0.25) == 1
     again = tuned_config(OFF_TABLE, device, cache=cache, time_config=_never)
     assert (again.config, again.source, again.latency_ms) == (third, "first-use cache", 0.25)
+    assert again.tried == entry.tried
     # Another TileLang: the entry is stale, and tuned again.
     tilelang_version[0] = "0.1.16"
     retimed = timer(clock, 1.0)
