@@ -23,6 +23,7 @@ COMMANDS = [
     ("-m", "harness.suite.history", "publish"),
     ("-m", "harness.suite.history", "backfill"),
     ("-m", "harness.suite.cost"),
+    ("-m", "harness.suite.whatif"),
     ("-m", "harness.suite.scaling"),
     ("-m", "harness.suite.precompile"),
     ("-m", "harness.suite.asv_stats"),

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from harness.report import template
 
 
-def _fill(piece: str, /, **values) -> str:
-    return template.fill(template.load("cost")[piece], values).rstrip("\n")
+def _fill(piece: str, /, _name: str = "cost", **values) -> str:
+    return template.fill(template.load(_name)[piece], values).rstrip("\n")
 
 
 def render(m: Mapping, cores_per_lane: int) -> str:
@@ -41,4 +41,30 @@ def render(m: Mapping, cores_per_lane: int) -> str:
         columns=" | ".join(f"{n} GPU{'s' if n > 1 else ''}" for n in counts),
         rule="---|" * len(counts),
         rows="\n".join(rows),
+    )
+
+
+def render_whatif(rows: list[Mapping], process: float, fitted: float) -> str:
+    """Markdown of ``harness.suite.whatif.rows``: per GPU count the plan's wall and the best
+    split's, with speedups; ``fitted`` is the fit's process start, named where ``process``
+    (the one the rows assumed) differs from it."""
+    lines = []
+    for r in rows:
+        cut = ", ".join(f"{u} in {k}" for u, k in sorted(r["parts"].items())) or "none"
+        lines.append(
+            _fill(
+                "row",
+                "whatif",
+                gpus=r["gpus"],
+                plan=f"{r['plan_s']:.1f} s ({r['plan_x']:.2f}x)",
+                best=f"{r['best_s']:.1f} s ({r['best_x']:.2f}x)",
+                parts=cut,
+            )
+        )
+    return _fill(
+        template.MAIN,
+        "whatif",
+        process=f"{process:.1f}",
+        fitted=f"{fitted:.1f}" if abs(process - fitted) > 1e-9 else None,
+        rows="\n".join(lines),
     )
