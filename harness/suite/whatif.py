@@ -31,6 +31,9 @@ from harness.cli import positive_int
 from harness.report import cost as cost_report
 from harness.suite import cost, shard
 
+# What a model must hold for the what-if (``python -m harness.suite.cost --json`` writes it).
+FIELDS = ("fit", "serial", "solo", "cores_per_gpu", "sizes", "per_combination")
+
 # Groups per family the best split tries at most (``--parts``): each further group pays a
 # family process's start, so past two they rarely pay on the recorded grids.
 MAX_PARTS = 2
@@ -141,9 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         m = json.loads(args.model.read_text())
-        fitted = m["fit"].get("process", 0.0)
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError) as err:
         p.error(f"model {args.model}: {err!r}")
+    missing = [f for f in FIELDS if f not in m] if isinstance(m, dict) else list(FIELDS)
+    if missing or "a" not in m["fit"]:
+        p.error(
+            f"model {args.model}: lacks {missing or ['fit.a']}: a model holds "
+            f"{', '.join(FIELDS)} (fit with a), as python -m harness.suite.cost --json writes it"
+        )
+    fitted = m["fit"].get("process", 0.0)
     if args.process is not None:
         try:
             m = with_process(m, args.process)

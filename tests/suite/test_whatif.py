@@ -83,6 +83,28 @@ def test_the_command_names_the_option_and_the_rule(tmp_path):
     missing = tmp_path / "none.json"
     run = _whatif(str(missing))
     assert run.returncode == 2 and f"model {missing}" in run.stderr
+    run = _whatif("reports/cost_h200.json", "--parts", "0")
+    assert run.returncode == 2 and "--parts: 0 must be >= 1" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('{"fit": {"a": 1.0}}', "lacks ['serial', 'solo'"),
+        (
+            '{"fit": {}, "serial": {}, "solo": {}, "cores_per_gpu": 16, "sizes": {}, '
+            '"per_combination": {}}',
+            "lacks ['fit.a']",
+        ),
+        ("[1, 2]", "lacks ['fit', 'serial'"),
+        ("not json", "JSONDecodeError"),
+    ],
+)
+def test_a_damaged_model_is_refused_naming_what_it_lacks(tmp_path, text, says):
+    damaged = tmp_path / "cost.json"
+    damaged.write_text(text)
+    run = _whatif(str(damaged))
+    assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr
 
 
 def test_the_runners_doc_shows_the_recorded_models_what_if_verbatim():
