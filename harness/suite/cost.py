@@ -243,16 +243,21 @@ def per_combination(
     return out
 
 
+def cpu_units(m: Mapping) -> set[str]:
+    """The model ``m``'s CPU units: neither a GPU family it sized nor the solo one."""
+    return {u for u in m["per_combination"] if u not in m["sizes"] and u not in m["solo"]}
+
+
 def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> tuple[dict[int, float], list[float]]:
     """Each GPU's seconds and each CPU lane's end under the runner's plan of the grid
     grown by ``growth`` (``shard.plan_suite`` weighed by the model's plan weights)."""
     copies = max(1, round(growth.combinations))
     solo = set(m["solo"])
     # GPU units by their sizes: a timed run's key may be a batch of them (``A+B``).
-    cpu_units = {u for u in m["per_combination"] if u not in m["sizes"] and u not in solo}
+    cpu = cpu_units(m)
     combos = {}
     for unit, cs in m["per_combination"].items():
-        if unit in cpu_units:
+        if unit in cpu:
             combos[unit] = {c: [w * growth.cpu, s * growth.cpu] for c, (w, s) in cs.items()}
         else:
             combos[unit] = {
@@ -261,14 +266,12 @@ def lane_seconds(m: Mapping, gpus: int, growth: Growth) -> tuple[dict[int, float
     weights = {u: {c: wc[0] for c, wc in cs.items()} for u, cs in combos.items()}
     a, process = m["fit"]["a"], m["fit"].get("process", 0.0)
     lanes_cpu = shard.cpu_lanes(m["cores_per_gpu"] * gpus)
-    planned = shard.plan_suite(
-        weights, list(range(gpus)), a, solo, cpu_units, lanes_cpu, process=process
-    )
+    planned = shard.plan_suite(weights, list(range(gpus)), a, solo, cpu, lanes_cpu, process=process)
 
     def seconds(b: shard.Batch) -> float:
         if b.alone(solo):
             return sum(m["solo"][p.unit] for p in b.pieces)
-        starts = sum(process for p in b.pieces if p.unit not in cpu_units)
+        starts = sum(process for p in b.pieces if p.unit not in cpu)
         return a + starts + sum(combos[p.unit][c][1] for p in b.pieces for c in p.combos)
 
     start = sum(m["solo"].values())

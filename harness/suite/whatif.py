@@ -52,13 +52,9 @@ class Split:
     parts: Mapping[str, int]
 
 
-def _seconds(m: Mapping) -> tuple[dict[str, dict[str, float]], set[str]]:
-    """Each unit's combinations at the seconds the model predicts for them, and the CPU
-    units (neither a GPU family the model sized nor the solo one), as ``cost`` reads them."""
-    solo = set(m["solo"])
-    cpu = {u for u in m["per_combination"] if u not in m["sizes"] and u not in solo}
-    per = {u: {c: s for c, (_, s) in cs.items()} for u, cs in m["per_combination"].items()}
-    return per, cpu
+def _seconds(m: Mapping) -> dict[str, dict[str, float]]:
+    """Each unit's combinations at the seconds the model predicts for them."""
+    return {u: {c: s for c, (_, s) in cs.items()} for u, cs in m["per_combination"].items()}
 
 
 def best_split(m: Mapping, gpus: int, max_parts: int = MAX_PARTS) -> Split:
@@ -67,7 +63,7 @@ def best_split(m: Mapping, gpus: int, max_parts: int = MAX_PARTS) -> Split:
     if gpus < 1 or max_parts < 1:
         raise ValueError(f"gpus={gpus}, max_parts={max_parts}: both must be >= 1")
     a, process = m["fit"]["a"], m["fit"].get("process", 0.0)
-    per, cpu_units = _seconds(m)
+    per, cpu_units = _seconds(m), cost.cpu_units(m)
     solo = set(m["solo"])
     families = sorted(u for u in per if u not in cpu_units and u not in solo)
     # The solo family runs in a batch of its own for its recorded seconds (start-up and
