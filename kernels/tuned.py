@@ -21,7 +21,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kernels.gemm import ELEMENT_BYTES, SHORT_DTYPES, TMA_ALIGN, GemmConfig, GemmShape
+from kernels.gemm import (
+    ELEMENT_BYTES,
+    SHORT_DTYPES,
+    TMA_ALIGN,
+    GemmConfig,
+    GemmShape,
+    check_combination,
+)
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
 # The keys of a GPU's entry in the table.
@@ -101,7 +108,9 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       over their waves (K > 256), its stream-K twins (one block per SM; block_K 64, 3 or 4
       stages, epilogue direct or shared, tile order plain or in panels of 8 or 16); plus,
       where a tile's output tiles are less than a wave, K split 2-16 ways on 128x128 and
-      128x256 (``split_k_candidates``).
+      128x256 (``split_k_candidates``); plus each ``FITTED`` tile of the shape's layout
+      whose output tiles cover the SMs better than 128x256's, in 3-5 stages and panels of
+      0, 8 or 16 tile rows (``fitted_candidates``).
     - With ``async_mma``: also each supported config on the hand-written asynchronous
       pipeline (``_a``, kernels/gemm_async.py), and those of the two-warpgroup tiles
       again in two-block clusters sharing the wider operand (``PAIRED``). 256x256 tiles are
@@ -172,6 +181,7 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
                     )
             out += stream_k_candidates(shape, sms)
             out += split_k_candidates(shape, sms)
+            out += fitted_candidates(shape, sms)
     if async_mma:
         # The hand-written asynchronous pipeline (kernels/gemm_async.py) as a twin of every
         # config it supports, and the two-warpgroup tiles' also in pairs (``PAIRED``).
@@ -355,11 +365,13 @@ def _twin(config: GemmConfig) -> GemmConfig | None:
 
 @dataclass(frozen=True, slots=True)
 class Tile:
-    """A tile the heuristic chooses among: its schedule (no split) and its throughput per
-    output element relative to the best tile's, on large shapes (``efficiency``)."""
+    """A tile the heuristic chooses among: its schedule (no split), its throughput per
+    output element relative to the best tile's, on large shapes (``efficiency``), and the
+    layouts it is scored on."""
 
     config: GemmConfig
     efficiency: float
+    layouts: tuple[str, ...] = ("NN", "NT")
 
 
 # The tiles of the tuned winners, best first. Efficiency: the median, over the four large
@@ -487,6 +499,12 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     - 128x192 (``NARROW_WIDE``, row policy, 0.95) is scored alike, but only where A's
       rows are 32-byte aligned (``narrow_fits``): where it covers the SMs better than
       128x256 it wins (1536^2 NT: 0.824x torch against 0.661x on the H200).
+    - The wave-fitting tiles (``FITTED``: 128 rows by 144-224 columns, 192 rows by 96-192)
+      are scored alike on the layouts they were measured on (NN only the widths of whole
+      128-byte rows), unsplit and where A's rows are 32-byte aligned: a tile whose output
+      tiles fill a wave wins over one that leaves SMs idle (1536^3 NT on the H200: one
+      wave of 128x144 tiles, 0.945x torch in the off-table record, against 0.820x for
+      128x192's 96 tiles).
     - Stream-K (``stream_k_score``) for the two-warpgroup tiles where their output tiles
       are a wave or more: every SM busy at 0.90 of the plain grid's pace, so it wins where
       the last wave leaves over a tenth of the slots idle (2500x1800x4000: 256x128 tiles
@@ -519,6 +537,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         value, config = score(shape, tile, sms)
         if value > best_value:
             best_value, best = value, config
+    for tile in FITTED:
+        value, config = fitted_score(shape, tile, sms)
+        if value > best_value:
+            best_value, best = value, config
     for tile in TILES[:2]:
         value, config = stream_k_score(shape, tile, sms)
         if value > best_value:
@@ -526,10 +548,92 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     return best
 
 
+# Tiles cut to fit the waves: widths between 128x256's and 128x128's, in two warpgroups of
+# 64 rows (the row policy), and 192 rows in three (384 threads), so that more shapes have
+# a tile whose output tiles fill the SMs' slots (1536^2 in 128x144 tiles: one wave on an H200).
+# Block_K 64, 4 stages, panels of 8, shared-memory epilogue. Efficiency per SM slot
+# covered (``fill`` / ``waste``) against 128x256x64's (4 stages, panels of 16, shared
+# epilogue) on 8192x8192x4096, H200, CUPTI (reports/tiles_fitted_h200.jsonl; bf16 NT and
+# fp16 NN), rounded down to 0.01, the lower of the two where a tile is scored on both,
+# and never above the winner's 1.0 (192x192 ran 1.02 per slot in both). In NN, B's tile
+# rows are its columns: a width that is not a multiple of 64 columns (128 bytes) loses
+# TMA's 128-byte swizzle, so NN keeps only 192 and 128: 144, 176 and 208 ran 0.63-0.66
+# per slot, and 160 and 224 (64-byte swizzle) 0.85 and 0.93 on 8192^2 but 128x160 0.68
+# of 128x192's pace per slot on 2500x1800x4000 (0.0913 against 0.0788 ms in two waves
+# each), so neither is trusted; 192x96 ran 0.76. NT's B rows are K steps of 128 bytes
+# whatever the width. On 1536^3 bf16 NT (one wave), 128x144 ran 0.94x torch (4 stages,
+# panels of 8; 0.97x in row-major order, 0.98x with 5 stages) and 192x96 1.00x (6 stages),
+# against 0.82x for 128x192 (96 tiles).
+
+
+def _fitted(block_m: int, block_n: int) -> GemmConfig:
+    threads = 384 if block_m == 192 else 256
+    return GemmConfig(block_m, block_n, 64, threads, 4, swizzle=8, policy="row", smem_epilogue=True)
+
+
+FITTED = (
+    Tile(_fitted(192, 192), 1.0),
+    Tile(_fitted(192, 160), 0.97, ("NT",)),
+    Tile(_fitted(192, 128), 0.94),
+    Tile(_fitted(128, 224), 0.97, ("NT",)),
+    Tile(_fitted(128, 208), 0.96, ("NT",)),
+    Tile(_fitted(128, 176), 0.93, ("NT",)),
+    Tile(_fitted(128, 160), 0.92, ("NT",)),
+    Tile(_fitted(128, 144), 0.92, ("NT",)),
+    Tile(_fitted(192, 96), 0.85, ("NT",)),
+)
+
+
+def fitted_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
+    """Each ``FITTED`` tile of ``shape``'s layout whose output tiles cover the SMs better
+    than 128x256's (``covers_better``), in 3, 4 or 5 stages and panels of 0, 8 or 16 tile
+    rows, where they fit."""
+    out = []
+    for tile in FITTED:
+        c = tile.config
+        if shape.layout in tile.layouts and covers_better(
+            shape, sms, (c.block_m, c.block_n), (128, 256)
+        ):
+            for stages, panel in itertools.product((3, 4, 5), (0, 8, 16)):
+                try:
+                    out.append(replace(c, num_stages=stages, swizzle=panel))
+                except ValueError:
+                    continue  # over the shared-memory budget
+    return out
+
+
+def tile_efficiency(shape: GemmShape, config: GemmConfig) -> float | None:
+    """The listed efficiency (``TILES``, then ``FITTED``) of ``config``'s tile on
+    ``shape``'s layout; None for a tile neither lists there."""
+    size = (config.block_m, config.block_n)
+    for tile in TILES + FITTED:
+        if (tile.config.block_m, tile.config.block_n) == size and shape.layout in tile.layouts:
+            return tile.efficiency
+    return None
+
+
+def fitted_score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmConfig]:
+    """``score`` of a ``FITTED`` tile, unsplit (its evidence is unsplit grids): 0 where
+    the layout is not its own, where A's rows are off a 32-byte sector (``narrow_fits``,
+    as for 128x192) or where its output tiles are few enough that ``split_for`` would
+    split K."""
+    c = tile.config
+    tiles = output_tiles(shape, c.block_m, c.block_n)
+    if (
+        shape.layout not in tile.layouts
+        or not narrow_fits(shape)
+        or split_for(shape, tiles, sms) > 1
+    ):
+        return 0.0, c
+    return tile.efficiency * fill(tiles, sms) / waste(shape, c.block_m, c.block_n), c
+
+
 # Stream-K's throughput over the data-parallel grid's with every SM busy: the best stream-K
 # config over the best plain one, H200 quick timings of the same tile: 4096^3 fp16
 # 0.1874/0.2073 ms (0.904) and bf16 0.1816/0.2013 (0.902); 10000x8000x6000 bf16
-# 1.3116/1.4441 (0.908).
+# 1.3116/1.4441 (0.908). The tiles go in row-major order (no panels): 4096^3's best
+# stream-K configs were, and on 2500x1800x4000 fp16 (256x128) it ran 0.825x torch against
+# 0.795x in panels of 8 (reports/tiles_fitted_h200.jsonl).
 STREAM_K_EFFICIENCY = 0.90
 
 
@@ -540,10 +644,23 @@ def stream_k_score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmC
     too many, and split K is the tool: 1536^2 ran 0.0223 ms plain, slower stream-K)."""
     c = tile.config
     tiles = output_tiles(shape, c.block_m, c.block_n)
-    if tiles < sms:
+    config = replace(c, stream_k=sms, swizzle=0)
+    if tiles < sms or not builds(shape, config):
         return 0.0, c
     value = tile.efficiency * STREAM_K_EFFICIENCY / waste(shape, c.block_m, c.block_n)
-    return value, replace(c, stream_k=sms)
+    return value, config
+
+
+def builds(shape: GemmShape, config: GemmConfig) -> bool:
+    """Whether ``config`` may run ``shape`` (``check_combination``: the rows that only TMA
+    copies need 16-byte aligned). The heuristic picks nothing that does not: stream-K, for
+    one, needs A's or B's rows aligned (3500x1200x2500 NT, rows of 5,000 bytes, is
+    refused)."""
+    try:
+        check_combination(shape, config)
+    except ValueError:
+        return False
+    return True
 
 
 # What a row must hold for ``lookup``; the tuner writes more (spread, runner-up, clocks).

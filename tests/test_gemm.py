@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.measure.correctness import check_kernel
-from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm, make_gemm
+from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm, make_gemm, tuned
 from kernels.gemm import DELAY_FUNCTION, _compile_gemm
 from kernels.schedules import StreamK
 from tests.conftest import requires_gpu, requires_nvcc
@@ -706,10 +706,11 @@ def test_matches_float64_reference(shape, config):
 
 
 # Stream-K (kernels/schedules.py): uneven shares of the last wave (4096^3: 7424 K steps
-# over 132 blocks), two-tile stream-K (1000^3 on 7 blocks: a full wave joins the one
-# leftover tile), fewer tiles than blocks (blocks with no K step), the panel order, odd
-# sizes with partial edge tiles, both partial-tile paths (TMA reduce-add through shared
-# memory, atomic adds from registers).
+# over 132 blocks), two-tile stream-K (1000^3 on 7 blocks, added from registers: a full
+# wave joins the one leftover tile), a small remainder shared out alone (2500x1800x4000
+# through shared memory: 18 tiles after one data-parallel wave), fewer tiles than blocks
+# (blocks with no K step), the panel order, odd sizes with partial edge tiles, both
+# partial-tile paths (TMA reduce-add through shared memory, atomic adds from registers).
 STREAM_K_SIZES = {
     "b128x256x64_t256_s3_e_sk132": [(4096, 4096, 4096), (3000, 5000, 7000)],
     "b128x256x64_t256_s4_sk132": [
@@ -719,6 +720,7 @@ STREAM_K_SIZES = {
         (1000, 1032, 515),  # A's rows unaligned: loaded without TMA
     ],
     "b256x128x64_t256_s3_w8_e_sk132": [(8192, 8192, 8192)],
+    "b256x128x64_t256_s3_e_sk132": [(2500, 1800, 4000)],
     "b128x192x64_t256_s3_w8_e_sk132": [(1536, 1536, 1536), (3000, 5000, 7000)],
     "b128x128x64_t128_s4_sk7": [(1000, 1000, 1000)],
     "b128x128x64_t128_s3_w4_e_sk7": [(1000, 1000, 1000)],
@@ -774,11 +776,18 @@ def test_tile_errors_flag_one_wrong_tile():
     assert torch.linalg.norm(got - ref) / torch.linalg.norm(ref) < 0.05
 
 
-@pytest.mark.gpu
-@requires_gpu
-@pytest.mark.parametrize(
-    "shape, config", STREAM_K_CASES, ids=[f"{s.id}-{c.id}" for s, c in STREAM_K_CASES]
-)
+def gpu_cases(cases: list[tuple]):
+    """The GPU marks and the ``(shape, config)`` parametrisation over ``cases``."""
+
+    def mark(test):
+        ids = [f"{s.id}-{c.id}" for s, c in cases]
+        test = pytest.mark.parametrize("shape, config", cases, ids=ids)(test)
+        return pytest.mark.gpu(requires_gpu(test))
+
+    return mark
+
+
+@gpu_cases(STREAM_K_CASES)
 def test_stream_k_matches_float64_reference_tile_by_tile(shape, config):
     # The wrapper zeroes only the stream-K tiles' rows: the rest keep the poison.
     check_tile_by_tile(shape, config, seeds=(21, 22))
@@ -801,6 +810,23 @@ def check_tile_by_tile(shape: GemmShape, config: GemmConfig, seeds: tuple[int, .
         assert worst <= GEMM.tolerance(shape), f"worst tile rel err {worst:.1e}"
 
 
+# The heuristic's wave-fitting tiles (``kernels.tuned.FITTED``): widths of 144-224 columns
+# in two warpgroups and 192 rows in three, each on the layouts it is scored on, partial
+# edge tiles along M and N (1000 = 5 x 192 + 40 = 7 x 144 + 8), the dtype alternating.
+FITTED_CASES = list(
+    dict.fromkeys(
+        (GemmShape(1000, 1000, 1000, ("float16", "bfloat16")[i % 2], layout), tile.config)
+        for i, tile in enumerate(tuned.FITTED)
+        for layout in tile.layouts
+    )
+)
+
+
+@gpu_cases(FITTED_CASES)
+def test_fitted_tiles_match_float64_reference_tile_by_tile(shape, config):
+    check_tile_by_tile(shape, config, seeds=(41, 42))
+
+
 # Two-block clusters (``GemmConfig.multicast``): both shared operands, the C tile staged
 # or written from registers, one and two consumer warpgroups; pair axes of odd length
 # (1152 / 128 = 9 M tiles, 1408 / 128 = 11 N tiles: a last pair with a block past C),
@@ -814,11 +840,7 @@ MULTICAST_SIZES = {
 MULTICAST_CASES = cases_of(MULTICAST_SIZES)
 
 
-@pytest.mark.gpu
-@requires_gpu
-@pytest.mark.parametrize(
-    "shape, config", MULTICAST_CASES, ids=[f"{s.id}-{c.id}" for s, c in MULTICAST_CASES]
-)
+@gpu_cases(MULTICAST_CASES)
 def test_two_block_clusters_match_float64_reference_tile_by_tile(shape, config):
     """A pair that loads the wrong shared tile, or refills a stage its partner still
     reads, spoils whole tiles: checked tile by tile, into a NaN-poisoned output."""

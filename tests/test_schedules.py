@@ -102,6 +102,23 @@ def test_stream_k_computes_every_k_step_of_every_tile_once(size, tile, blocks, p
         assert zero_from is None and sk_tiles == 0
 
 
+def test_the_two_tile_variant_is_for_the_register_epilogue_only():
+    # 2500x1800 in 256x128 tiles: 150 tiles on 132 blocks, 18 left over (under MIN_SHARE
+    # of a wave). Added from registers, a full wave joins them; through shared memory
+    # (TMA reduce-add) they are shared out alone, after one data-parallel wave.
+    shape = GemmShape(2500, 1800, 4000)
+    registers = GemmConfig(256, 128, 64, 256, 3, stream_k=132)
+    shared = GemmConfig(256, 128, 64, 256, 3, smem_epilogue=True, stream_k=132)
+    assert 18 < MIN_SHARE * 132
+    assert StreamK.plan(shape, registers).sk_tiles == 150
+    plan = StreamK.plan(shape, shared)
+    assert (plan.sk_tiles, plan.dp_waves) == (18, 1)
+    count, added = _cover(plan)
+    assert len(count) == plan.tiles * plan.k_steps and set(count.values()) == {1}
+    assert added == set(range(132, 150))
+    assert added_rows(shape, shared) == min(t // plan.tiles_n for t in added) * 256
+
+
 def test_stream_k_shares_the_last_wave_evenly():
     plan = StreamK.plan(GemmShape(4096, 4096, 4096), GemmConfig(128, 256, 64, 256, 3, stream_k=132))
     lengths = [end - start for start, end in map(plan.sk_range, range(132))]

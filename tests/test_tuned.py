@@ -249,13 +249,13 @@ def test_the_narrower_wide_tiles_efficiency_is_the_tile_sweeps():
 
 
 def test_the_narrower_wide_tile_wins_where_it_covers_the_sms_and_128x256_does_not():
-    # 1536^2: 96 tiles of 128x192 against 72 of 128x256 on 132 SMs; 10000x8000: 128x256's
-    # 20 waves pad less than 128x192's 26.
-    config = heuristic(GemmShape(1536, 1536, 1536, "bfloat16", "NT"), SMS)
+    # 1536^2 NN: 96 tiles of 128x192 against 72 of 128x256 on 132 SMs (NT has the fitted
+    # 128x144's whole wave); 10000x8000: 128x256's 20 waves pad less than 128x192's 26.
+    config = heuristic(GemmShape(1536, 1536, 1536, "bfloat16"), SMS)
     assert config == NARROW_TILE.config
     assert (config.policy, config.smem_epilogue) == ("row", True)
     wide = heuristic(GemmShape(10000, 8000, 6000, "bfloat16"), SMS)
-    assert (wide.block_m, wide.block_n) == (128, 256)
+    assert (wide.block_m, wide.block_n) in ((128, 256), (192, 192))
     # 3000x5120x7000 covers the SMs better in 128x192 tiles (4.9 waves against 3.6), but
     # A's rows of 14,000 bytes are not 32-byte aligned: 128x256; with K = 7040 it moves.
     # (With N = 5000, B's rows are off a sector too, and 128x256's pair twin wins.)
@@ -265,6 +265,100 @@ def test_the_narrower_wide_tile_wins_where_it_covers_the_sms_and_128x256_does_no
     assert heuristic(GemmShape(3000, 5000, 7040, "bfloat16"), SMS) == tuned.PAIRED_TILE
     assert not tuned.narrow_fits(GemmShape(3000, 5000, 7000))
     assert tuned.narrow_fits(GemmShape(3000, 5000, 7040))
+
+
+def _fitted_log() -> dict[str, dict[str, float]]:
+    """``{shape id: {config id: ms}}`` of the wave-fitting tile sweep (the H200)."""
+    out: dict[str, dict[str, float]] = {}
+    for line in (ROOT / "reports" / "tiles_fitted_h200.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("tilelang_ms"):
+            out.setdefault(row["shape"], {})[row["config"]] = row["tilelang_ms"]
+    return out
+
+
+def test_fitted_tile_efficiencies_are_the_sweeps():
+    """Each ``FITTED`` tile's efficiency: on 8192x8192x4096 (bf16 NT, fp16 NN), 128x256's
+    time over the tile's, per SM slot covered (``fill`` / ``waste``), rounded down to
+    0.01; the lower of the two layouts where it is scored on both; at most 1.0."""
+    import math
+
+    times = _fitted_log()
+    shape = {"NT": GemmShape(8192, 8192, 4096, "bfloat16", "NT"), "NN": GemmShape(8192, 8192, 4096)}
+
+    def covered(s, bm, bn):
+        return tuned.fill(tuned.output_tiles(s, bm, bn), SMS) / tuned.waste(s, bm, bn)
+
+    for tile in tuned.FITTED:
+        c = tile.config
+        per_layout = []
+        for layout in tile.layouts:
+            got = times[shape[layout].id]
+            ratio = got["b128x256x64_t256_s4_w16_e"] / got[c.id]
+            slots = covered(shape[layout], 128, 256) / covered(shape[layout], c.block_m, c.block_n)
+            per_layout.append(ratio * slots)
+        assert tile.efficiency == min(1.0, math.floor(min(per_layout) * 100) / 100), c.id
+
+
+def test_nn_scores_only_fitted_widths_of_whole_128_byte_rows():
+    # B's tile rows in NN are its columns: 144, 176 and 208 ran 0.63-0.66 per slot there.
+    for tile in tuned.FITTED:
+        if "NN" in tile.layouts:
+            assert tile.config.block_n % 64 == 0, tile.config.id
+    times = _fitted_log()["m8192_n8192_k4096_f16"]
+    for width in (144, 176, 208):
+        assert times[f"b128x{width}x64_t256_s4_w8_pr_e"] > 1.5 * times["b128x256x64_t256_s4_w16_e"]
+
+
+def test_a_fitted_tile_wins_where_its_tiles_fill_the_wave():
+    # 1536^3 NT: 132 tiles of 128x144 (one whole wave; 0.98x torch on the H200 against
+    # 0.82x for 128x192's 96). In NN the width is not scored, and 128x192 stays.
+    nt = GemmShape(1536, 1536, 1536, "bfloat16", "NT")
+    assert heuristic(nt, SMS) == tuned._fitted(128, 144)
+    assert tuned.output_tiles(nt, 128, 144) == SMS
+    assert heuristic(GemmShape(1536, 1536, 1536, "bfloat16"), SMS) == NARROW_TILE.config
+    # 10000x8000: 2226 tiles of 192x192 fill 17 waves to 99%; 128x256's 2528 fill 20 to 96%.
+    assert heuristic(GemmShape(10000, 8000, 6000, "bfloat16"), SMS) == tuned._fitted(192, 192)
+    # Whole waves of 128x256 (4096^2, 8192^2) keep it; under half a wave K is split instead.
+    for size in [(4096, 4096, 4096), (8192, 8192, 8192)]:
+        assert heuristic(GemmShape(*size, layout="NT"), SMS).block_n == 256, size
+    small = heuristic(GemmShape(512, 512, 32768, "bfloat16", "NT"), SMS)
+    assert small.split_k > 1
+    # A's rows off a 32-byte sector: not scored (as for 128x192).
+    off = GemmShape(1536, 1536, 1540, "bfloat16", "NT")
+    narrow = next(t for t in tuned.FITTED if t.config.block_n == 144)
+    assert tuned.fitted_score(off, narrow, SMS)[0] == 0.0
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+def test_the_heuristic_picks_only_configs_that_build(layout):
+    """No pick fails ``check_combination``: over mid and large sizes with rows of A, B and
+    C off 16 bytes (odd K, odd N) and on it. 3500x1200x2500 NT scored stream-K best, which
+    needs A's or B's rows aligned, and failed to build on the H200 before."""
+    from kernels.gemm import check_combination
+
+    sizes = [
+        (m, n, k)
+        for m in (1000, 2000, 3500)
+        for n in (1200, 1801, 3000)
+        for k in (2500, 2501, 4096)
+    ]
+    for size in sizes:
+        shape = GemmShape(*size, "bfloat16", layout)
+        check_combination(shape, heuristic(shape, SMS))
+    odd = GemmShape(3500, 1200, 2500, "bfloat16", "NT")
+    assert heuristic(odd, SMS).stream_k == 0
+    assert heuristic(GemmShape(3500, 1200, 2504, "bfloat16", "NT"), SMS).stream_k == SMS
+
+
+def test_fitted_tiles_join_the_space_where_they_cover_better():
+    nt = GemmShape(1536, 1536, 1536, "bfloat16", "NT")
+    got = [c for c in candidates(nt, SMS) if (c.block_m, c.block_n) == (128, 144)]
+    assert {c.num_stages for c in got} == {3, 4, 5} and {c.swizzle for c in got} == {0, 8, 16}
+    assert all(c.policy == "row" and c.smem_epilogue for c in got)
+    # Not in NN, and not where 128x256 covers as well (whole waves of 4096^2).
+    assert not any(c.block_n == 144 for c in candidates(GemmShape(1536, 1536, 1536), SMS))
+    assert not tuned.fitted_candidates(GemmShape(4096, 4096, 4096, layout="NT"), SMS)
 
 
 def _pair_log() -> dict[str, dict[str, float]]:
@@ -370,6 +464,8 @@ def test_stream_k_efficiency_is_the_tuning_logs():
         GemmShape(96, 7168, 2048, "float16", "NT"),
         GemmShape(2048, 6272, 4096),
         GemmShape(8, 14336, 4096, "bfloat16", "NT"),
+        GemmShape(1536, 1536, 1536, "bfloat16", "NT"),
+        GemmShape(10000, 8000, 6000, "bfloat16"),
     ],
     ids=lambda s: s.id,
 )

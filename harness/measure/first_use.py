@@ -54,6 +54,7 @@ from kernels.tuned import (
     heuristic,
     lookup,
     output_tiles,
+    tile_efficiency,
     waste,
 )
 
@@ -95,17 +96,15 @@ class Budget:
             raise ValueError(f"Budget.candidates={n!r}: must be an int >= 1")
 
 
-def efficiency(config: GemmConfig) -> float:
-    """The heuristic's efficiency of ``config``'s tile (``kernels.tuned.TILES``). A tile
-    the heuristic does not list is scaled from 128x128's by the products it feeds per
-    loaded element, bm bn / (bm + bn): the rule that gave the 64x64 tile its 0.4."""
-    ref = None
-    for tile in TILES:
-        size = (tile.config.block_m, tile.config.block_n)
-        if size == (config.block_m, config.block_n):
-            return tile.efficiency
-        if size == (128, 128):
-            ref = tile
+def efficiency(shape: GemmShape, config: GemmConfig) -> float:
+    """The heuristic's efficiency of ``config``'s tile on ``shape``'s layout
+    (``kernels.tuned.tile_efficiency``: ``TILES``, then ``FITTED``). A tile the heuristic
+    does not list is scaled from 128x128's by the products it feeds per loaded element,
+    bm bn / (bm + bn): the rule that gave the 64x64 tile its 0.4."""
+    listed = tile_efficiency(shape, config)
+    if listed is not None:
+        return listed
+    ref = next(t for t in TILES if (t.config.block_m, t.config.block_n) == (128, 128))
     bm, bn = config.block_m, config.block_n
     return ref.efficiency * (bm * bn / (bm + bn)) / (128 * 128 / 256)
 
@@ -115,7 +114,7 @@ def expected(shape: GemmShape, config: GemmConfig, sms: int) -> float:
     tile's efficiency, times the share of SM slots its blocks (split K included) fill,
     over the padding it computes."""
     tiles = output_tiles(shape, config.block_m, config.block_n)
-    value = efficiency(config) * fill(tiles * config.split_k, sms)
+    value = efficiency(shape, config) * fill(tiles * config.split_k, sms)
     return value / waste(shape, config.block_m, config.block_n)
 
 

@@ -11,7 +11,7 @@ from harness.measure import first_use
 from harness.measure.first_use import Budget, plan, progress_line, run_budgeted, tuned_config
 from harness.measure.first_use_cache import CacheFile
 from kernels import GemmConfig, GemmShape
-from kernels.tuned import THIN, TILES, candidates, case_shape, heuristic, lookup
+from kernels.tuned import FITTED, THIN, TILES, candidates, case_shape, heuristic, lookup
 
 SMS = 132
 OFF_TABLE = GemmShape(3000, 5000, 7000, "bfloat16")
@@ -94,12 +94,21 @@ def test_a_small_budget_tries_other_tiles_and_splits_not_only_neighbours():
 
 
 def test_the_score_of_a_listed_tile_is_its_efficiency_and_others_scale_by_reuse():
+    nn, nt = GemmShape(2048, 2048, 2048), GemmShape(2048, 2048, 2048, layout="NT")
     for tile in TILES:
-        assert first_use.efficiency(tile.config) == tile.efficiency
+        assert first_use.efficiency(nn, tile.config) == tile.efficiency
+    # A fitted tile's efficiency is its layout's; a width that NN drops (144: no 128-byte
+    # swizzle) is scaled by reuse there.
+    for tile in FITTED:
+        shape = nn if "NN" in tile.layouts else nt
+        assert first_use.efficiency(shape, tile.config) == tile.efficiency
+    odd = GemmConfig(128, 144, 64, 256, 4, policy="row")
+    assert first_use.efficiency(nt, odd) == 0.92
+    assert first_use.efficiency(nn, odd) != 0.92
     # The thin tile's efficiency came from the same rule: half of 128x128's reuse.
-    guess = first_use.efficiency(GemmConfig(64, 64, 64, 128, 3))
+    guess = first_use.efficiency(nn, GemmConfig(64, 64, 64, 128, 3))
     assert guess == pytest.approx(THIN.efficiency, abs=0.01)
-    assert first_use.efficiency(GemmConfig(64, 256, 64, 128, 3)) > guess
+    assert first_use.efficiency(nn, GemmConfig(64, 256, 64, 128, 3)) > guess
 
 
 def test_the_budget_stops_the_run_and_keeps_the_best_so_far():
