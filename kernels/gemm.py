@@ -81,7 +81,7 @@ POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 # GemmConfig.multicast: the operand a two-block cluster shares ("" for none).
 MULTICASTS = ("", "a", "b")
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(?:_m([ab]))?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(?:_m([ab]))?(_x)?"
 )
 
 
@@ -223,6 +223,11 @@ class GemmConfig:
     # once per pair. "b": the pair is two M tiles of one N column and shares B's tile;
     # "a": two N tiles of one M row sharing A's. "" leaves clusters off.
     multicast: str = ""
+    # Operands exchanged: the kernel computes C^T = B^T A^T, so a skinny M rides on the
+    # wgmma's N side (a multiple of 8, 16 here) instead of padding its 64-row M side: the
+    # tile is block_m columns of C (along N) by block_n rows of C (along M), and each
+    # block writes its tile of C transposed, element by element (added in, under split-K).
+    swap_ab: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -290,6 +295,21 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig.swizzle={self.swizzle}: must be even with multicast="
                 f"{self.multicast!r} (the panel holds whole two-block clusters)"
+            )
+        if not isinstance(self.swap_ab, bool):
+            raise ValueError(f"GemmConfig.swap_ab={self.swap_ab!r}: must be a bool")
+        if self.swap_ab and (
+            self.async_mma
+            or self.stream_k
+            or self.persistent
+            or self.smem_epilogue
+            or self.policy != "square"
+        ):
+            raise ValueError(
+                "GemmConfig.swap_ab=True: needs async_mma=False, stream_k=0, persistent=0, "
+                "smem_epilogue=False and policy='square' (got "
+                f"{self.async_mma}, {self.stream_k}, {self.persistent}, {self.smem_epilogue}, "
+                f"{self.policy!r}): the transposed write-back is the plain grid's, from registers"
             )
         if self.stream_k and self.split_k > 1:
             raise ValueError(
@@ -370,7 +390,8 @@ class GemmConfig:
         ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
         epilogue, ``_p16`` persistent grid of 16 blocks, ``_k4`` K split over 4 blocks,
         ``_sk16`` stream-K over 16 blocks, ``_a`` the hand-written asynchronous
-        pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast."""
+        pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast,
+        ``_x`` the operands exchanged (``swap_ab``)."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]
         tail += "_e" if self.smem_epilogue else ""
@@ -379,6 +400,7 @@ class GemmConfig:
         tail += f"_sk{self.stream_k}" if self.stream_k else ""
         tail += "_a" if self.async_mma else ""
         tail += f"_m{self.multicast}" if self.multicast else ""
+        tail += "_x" if self.swap_ab else ""
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
             f"{tail}"
@@ -392,9 +414,9 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
                 "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks>, _a, "
-                "_ma or _mb in that order"
+                "_ma or _mb, _x in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, mc = found.groups()
+        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, mc, swap = found.groups()
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
         return cls(
             int(bm),
@@ -410,6 +432,7 @@ class GemmConfig:
             stream_k=int(sk or 0),
             async_mma=bool(asy),
             multicast=mc or "",
+            swap_ab=bool(swap),
         )
 
     @property
@@ -421,7 +444,7 @@ class GemmConfig:
         stream-K grid the loop over tiles keeps the stages live through every write-back,
         so there it comes on top (checked against the compiled kernels for sm_90a)."""
         stages = (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
-        if not (self.smem_epilogue or self.split_k > 1):
+        if self.swap_ab or not (self.smem_epilogue or self.split_k > 1):
             return stages
         c_tile = self.block_m * self.block_n * ELEMENT_BYTES
         if self.persistent or self.stream_k:
@@ -432,7 +455,7 @@ class GemmConfig:
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:
     """The rules that tie a config to a shape (each valid alone): the copies that only TMA
     makes need 16-byte aligned rows. Raises ValueError naming the config field."""
-    if config.split_k > 1 and (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
+    if config.split_k > 1 and not config.swap_ab and (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
         # The partial tiles are reduce-added by TMA, which needs 16-byte aligned rows of C.
         raise ValueError(
             f"GemmConfig.split_k={config.split_k}: needs N * 2 bytes to be a multiple of 16 "
@@ -533,11 +556,41 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
         else:
             T.copy(C_local, C[tm * block_M, tn * block_N])
 
+    swap = config.swap_ab
+    # With the operands exchanged the first operand's tile is B's block_m rows of op(B)
+    # (B^T's, read from B [K, N] transposed under NN), the second A's block_n rows.
+    x_tile = (block_M, block_K) if trans_B else (block_K, block_M)
+
+    @T.macro
+    def swapped_tile(A, B, C, X_shared, Y_shared, C_local, tm, tn, k_first, k_count, partial):
+        """K steps [k_first, k_first + k_count) of one output tile with the operands
+        exchanged: rows ``tm`` * block_m of C^T (columns of C) by rows ``tn`` * block_n of
+        C, computed as op(B) A^T and written back transposed, added into C where
+        ``partial``."""
+        T.clear(C_local)
+        for ko in T.Pipelined(k_count, num_stages=config.num_stages):
+            kk = k_first + ko
+            if trans_B:
+                T.copy(B[tm * block_M, kk * block_K], X_shared)
+            else:
+                T.copy(B[kk * block_K, tm * block_M], X_shared)
+            T.copy(A[tn * block_N, kk * block_K], Y_shared)
+            T.gemm(X_shared, Y_shared, C_local, transpose_A=not trans_B, transpose_B=True)
+        for i, j in T.Parallel(block_M, block_N):
+            if tn * block_N + j < M and tm * block_M + i < N:
+                if partial:
+                    T.atomic_add(C[tn * block_N + j, tm * block_M + i], C_local[i, j])
+                else:
+                    C[tn * block_N + j, tm * block_M + i] = C_local[i, j]
+
     plan = StreamK.plan(shape, config) if config.stream_k else None
     blocks = config.persistent or config.stream_k  # a persistent grid's size, else 0
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
     # The epilogue buffer is only allocated when used; a 1-element stand-in otherwise.
-    staged_c = config.smem_epilogue or config.split_k > 1
+    staged_c = (config.smem_epilogue or config.split_k > 1) and not swap
+    # One block per output tile (and K split): x over N's tiles and y over M's, or the
+    # other way round with the operands exchanged.
+    grid_x, grid_y = (T.ceildiv(M, block_N), T.ceildiv(N, block_M)) if swap else (tiles_n, tiles_m)
     c_tile = (block_M, block_N) if staged_c else (1, 1)
 
     @T.macro
@@ -566,9 +619,9 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                             partial = k_count < plan.k_steps
                             tile(A, B, C, *buffers, tm, tn, k_first, k_count, partial)
         else:
-            with T.Kernel(tiles_n, tiles_m, config.split_k, threads=config.threads) as (bx, by, bz):
-                A_shared = T.alloc_shared((block_M, block_K), dtype)
-                B_shared = T.alloc_shared(b_tile, dtype)
+            with T.Kernel(grid_x, grid_y, config.split_k, threads=config.threads) as (bx, by, bz):
+                A_shared = T.alloc_shared(x_tile if swap else (block_M, block_K), dtype)
+                B_shared = T.alloc_shared((block_N, block_K) if swap else b_tile, dtype)
                 C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
                 C_shared = T.alloc_shared(c_tile, dtype)
                 if config.swizzle:
@@ -578,7 +631,12 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                     T.call_extern("handle", DELAY_FUNCTION, delay)
                 buffers = (A_shared, B_shared, C_local, C_shared)
                 split = config.split_k > 1
-                tile(A, B, C, *buffers, by, bx, bz * k_steps, k_steps, split)
+                if swap:
+                    swapped_tile(
+                        A, B, C, A_shared, B_shared, C_local, by, bx, bz * k_steps, k_steps, split
+                    )
+                else:
+                    tile(A, B, C, *buffers, by, bx, bz * k_steps, k_steps, split)
 
     return entry_point(shape, launch, delay)
 

@@ -181,8 +181,12 @@ def pair_grid(shape: Any, config: Any) -> tuple[int, int]:
     """The (x, y) grid of two-block clusters (``config.multicast``), which pair blocks
     along x: x runs over the axis the pair's blocks differ on (M tiles where they share
     B's tile, N tiles where they share A's), rounded up to whole pairs, y over the other;
-    without clusters x runs over N tiles and y over M tiles."""
+    without clusters x runs over N tiles and y over M tiles (with the operands exchanged,
+    ``swap_ab``, x over M's block_n rows and y over N's block_m columns)."""
     tiles_m, tiles_n = -(-shape.m // config.block_m), -(-shape.n // config.block_n)
+    if getattr(config, "swap_ab", False):
+        # Operands exchanged: block_m runs along N and block_n along M.
+        return -(-shape.m // config.block_n), -(-shape.n // config.block_m)
     if config.multicast == "b":
         return tiles_m + tiles_m % 2, tiles_n
     if config.multicast == "a":

@@ -182,6 +182,7 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
             out += stream_k_candidates(shape, sms)
             out += split_k_candidates(shape, sms)
             out += fitted_candidates(shape, sms)
+    out += swap_candidates(shape, sms)
     if async_mma:
         # The hand-written asynchronous pipeline (kernels/gemm_async.py) as a twin of every
         # config it supports, and the two-warpgroup tiles' also in pairs (``PAIRED``).
@@ -193,6 +194,7 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
             and not c.persistent
             and c.split_k == 1
             and not c.stream_k
+            and not c.swap_ab
         ]
         twins = [c for c in twins if c is not None]
         out += twins
@@ -436,10 +438,90 @@ def split_for(shape: GemmShape, tiles: int, sms: int) -> int:
     return max(fits, default=1)
 
 
+def tile_of_c(config: GemmConfig) -> tuple[int, int]:
+    """(rows, columns) of C that one of ``config``'s tiles covers: block_m x block_n, or
+    block_n x block_m with the operands exchanged (``swap_ab``)."""
+    if config.swap_ab:
+        return config.block_n, config.block_m
+    return config.block_m, config.block_n
+
+
 def waves(shape: GemmShape, config: GemmConfig, sms: int) -> int:
     """Rounds of ``config``'s blocks (output tiles times splits) over the ``sms`` SMs."""
-    blocks = output_tiles(shape, config.block_m, config.block_n) * config.split_k
+    blocks = output_tiles(shape, *tile_of_c(config)) * config.split_k
     return -(-blocks // sms)
+
+
+# --- skinny M with the operands exchanged ---------------------------------------------
+#
+# A wgmma computes 64 rows (M) by a multiple of 8 columns (N), so a plain tile pads a
+# skinny M up to 64 or 128 rows; with the operands exchanged (``GemmConfig.swap_ab``: C^T
+# = B^T A^T) M rides on the N side, in steps of 16. On the H200 (bench_gemm, CUPTI,
+# against torch.matmul; reports/swap_h200.jsonl), unsplit: 96x7168x2048 NT fp16 in
+# 64x96x128 swapped tiles (4 stages) 1.01x against the plain pick's 0.87x (128x128 split
+# in two); decode16 bf16 (16x8192x8192) in 64x16x128 (6 stages) 1.01x against 0.97x
+# (64x256 split in two); 8x14336x4096 NT bf16 in 128x16x128 (6 stages) 1.01x against
+# 0.95x. Split K with the operands exchanged adds the transposed partial tiles into C
+# element by element, and ran 0.13x on 96x7168x2048: the swapped configs stay unsplit.
+SWAP_MAX_M = 128
+# Swapped tiles' widths along N (wgmma's M side): the wider where it fills as many SMs.
+SWAP_BLOCKS = (128, 64)
+SWAP_BLOCK_K = 128
+# The least share of the SMs a swapped grid must fill: the measured wins had 112 and 128
+# tiles on an H200's SMs; a thinner grid keeps the plain rules, which split K.
+SWAP_MIN_FILL = 0.8
+# Stages: 6 where the tile holds at most 32 rows of M (decode16's and 8x14336's), 4 for
+# wider ones (96x7168's); fewer where shared memory runs out.
+SWAP_STAGES = {32: 6, SWAP_MAX_M: 4}
+
+
+def swap_rows(shape: GemmShape) -> int:
+    """The swapped tile's rows of C: M rounded up to the wgmma's step of 16."""
+    return -(-shape.m // 16) * 16
+
+
+def swap_for(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """The swapped config for a skinny M, or None where the heuristic keeps its plain
+    rules: M over ``SWAP_MAX_M`` or a multiple of 64 (no padding to save), or a grid of
+    swapped tiles under ``SWAP_MIN_FILL`` of the SMs (32x4096: 64 tiles; the plain rules
+    split K there, which the swapped kernel does slowly). Of ``SWAP_BLOCKS``
+    the one whose tiles fill the most of the SMs' slots over their waves, the wider on a
+    tie."""
+    if shape.m > SWAP_MAX_M or shape.m % 64 == 0:
+        return None
+    rows = swap_rows(shape)
+    stages = next(st for limit, st in sorted(SWAP_STAGES.items()) if rows <= limit)
+    best = None
+    for width in SWAP_BLOCKS:
+        tiles = output_tiles(shape, rows, width)
+        if tiles < SWAP_MIN_FILL * sms:
+            continue
+        fits = (_swapped(width, rows, SWAP_BLOCK_K, st) for st in range(stages, 1, -1))
+        config = next((c for c in fits if c is not None), None)
+        if config is not None and (best is None or fill(tiles, sms) > best[0]):
+            best = (fill(tiles, sms), config)
+    return None if best is None else best[1]
+
+
+def swap_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
+    """The swapped configs searched for a skinny M (M up to ``SWAP_MAX_M``, not a
+    multiple of 64): tiles of ``SWAP_BLOCKS`` columns by M rounded up to 16 rows, block_K
+    64/128/256, 3-8 stages, unsplit, where they fit."""
+    if shape.m > SWAP_MAX_M or shape.m % 64 == 0:
+        return []
+    rows = swap_rows(shape)
+    out = [
+        _swapped(width, rows, bk, st)
+        for width, bk, st in itertools.product(SWAP_BLOCKS, (64, 128, 256), (3, 4, 6, 8))
+    ]
+    return [c for c in out if c is not None]
+
+
+def _swapped(width: int, rows: int, block_k: int, stages: int) -> GemmConfig | None:
+    """The swapped config of one warpgroup: ``width`` columns of C by ``rows`` rows."""
+    return _valid(
+        block_m=width, block_n=rows, block_k=block_k, threads=128, num_stages=stages, swap_ab=True
+    )
 
 
 def fill(blocks: int, sms: int) -> float:
@@ -481,6 +563,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     """A config for a shape nobody tuned, on a GPU of ``sms`` SMs. The rule, and the
     tuning log's evidence for it (reports/tune_h200.jsonl, the H200, fp16 quick timings):
 
+    - A skinny M that is not a multiple of 64 (up to ``SWAP_MAX_M``): the operands
+      exchanged (``swap_for``), M on the wgmma's N side in steps of 16, unsplit, where the
+      swapped tiles fill ``SWAP_MIN_FILL`` of the SMs (96x7168x2048 NT: 1.01x torch on the H200
+      against the plain 128x128 split in two, 0.87x; decode16 bf16 1.01x against 0.97x).
     - K <= ``SMALL_K`` (one or two K steps; M > 64 and N > 128): the write-back dominates,
       and a persistent grid of one block per SM overlaps it with the next tile's loads
       (attn_qk_t: 0.0194 ms, the best non-persistent config 0.0234 ms).
@@ -521,6 +607,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       128 tiles of 64x64 lost 7% split in two, so a grid that half-fills is left whole).
     """
     check_sms(sms)
+    swapped = swap_for(shape, sms)
+    if swapped is not None:
+        return swapped
     thin = shape.m <= 64 or shape.n <= 128
     if shape.k <= SMALL_K and not thin:
         return GemmConfig(128, 256, 64, 256, 2, smem_epilogue=True, persistent=sms)

@@ -70,6 +70,12 @@ def test_shape_rejects(kwargs, field, rule):
         ({"multicast": "c", "async_mma": True}, "multicast='c'", "one of"),
         ({"multicast": "b"}, "multicast='b'", "needs async_mma=True"),
         ({"multicast": "a", "async_mma": True, "swizzle": 5}, "swizzle=5", "must be even"),
+        ({"swap_ab": 1}, "swap_ab=1", "bool"),
+        ({"swap_ab": True, "async_mma": True}, "swap_ab=True", "async_mma=False"),
+        ({"swap_ab": True, "stream_k": 132}, "swap_ab=True", "stream_k=0"),
+        ({"swap_ab": True, "persistent": 132}, "swap_ab=True", "persistent=0"),
+        ({"swap_ab": True, "smem_epilogue": True}, "swap_ab=True", "smem_epilogue=False"),
+        ({"swap_ab": True, "policy": "col", "threads": 256}, "swap_ab=True", "policy='square'"),
         # 128x256x64 in 4 stages fits (192 KiB) with the C tile in the stages' memory, but
         # not under a persistent grid, whose stages stay live through the write-back.
         (
@@ -187,6 +193,8 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(256, 128, 64, 256, 4, policy="col", stream_k=7),
         GemmConfig(128, 256, 64, 256, 4, swizzle=16, async_mma=True, multicast="b"),
         GemmConfig(256, 128, 64, 256, 4, smem_epilogue=True, async_mma=True, multicast="a"),
+        GemmConfig(64, 16, 128, 128, 6, swap_ab=True),
+        GemmConfig(128, 16, 128, 128, 6, split_k=2, swap_ab=True),
     ],
     ids=lambda c: c.id,
 )
@@ -203,6 +211,7 @@ def test_config_id_round_trips(config):
         "x",
         "b128x256x64_t256_s3_sk132_e",  # options out of order
         "b128x256x64_t256_s3_sk",
+        "b64x16x128_t128_s6_x_k2",  # the exchange comes last
     ],
 )
 def test_config_id_rejects_malformed(text):
@@ -319,6 +328,18 @@ def test_sm90a_codegen_uses_hopper_path(shape, config):
             GemmShape(4096, 4096, 4096),
             GemmConfig(128, 256, 64, 256, 3, persistent=132),
             "blockIdx.x",
+        ),
+        # The operands exchanged: B's tile is the wgmma's first operand, C's tile is
+        # stored transposed from registers (no TMA store), and added in under split-K.
+        (
+            GemmShape(16, 8192, 8192, "bfloat16"),
+            GemmConfig(64, 16, 128, 128, 6, swap_ab=True),
+            "wgmma",
+        ),
+        (
+            GemmShape(96, 7168, 2048, "float16", "NT"),
+            GemmConfig(128, 96, 64, 128, 4, split_k=2, swap_ab=True),
+            "AtomicAdd(",
         ),
         # Stream-K through shared memory: whole tiles by TMA store, partial ones by TMA
         # reduce-add.
@@ -664,6 +685,16 @@ OPTION_CONFIGS = [
     GemmConfig(128, 192, 64, 256, 4, swizzle=8, policy="row", smem_epilogue=True),
     GemmConfig(128, 192, 64, 256, 4, policy="row", split_k=4),
     GemmConfig(128, 192, 64, 256, 4, smem_epilogue=True, async_mma=True),
+    # The operands exchanged (``swap_ab``): M on the wgmma's N side in tiles of 16 and 32
+    # rows (partial where M is not a multiple: 4097, 2048 + 256 in 48), C written back
+    # transposed; split K adds the transposed partial tiles into C element by element
+    # (N = 1031: no TMA on C's rows, which the exchange does not need).
+    GemmConfig(64, 16, 128, 128, 6, swap_ab=True),
+    GemmConfig(128, 32, 64, 128, 4, swap_ab=True),
+    GemmConfig(128, 16, 64, 128, 4, split_k=3, swap_ab=True),
+    GemmConfig(128, 48, 128, 128, 3, swizzle=4, swap_ab=True),
+    # The heuristic's swapped pick for 96x7168x2048 NT (``kernels.tuned.swap_for``).
+    GemmConfig(64, 96, 128, 128, 4, swap_ab=True),
 ]
 SIZES = [(1000, 1000, 1000), (4097, 1031, 515), (256, 512, 128), (16, 1024, 2048)]
 OPTION_SIZES = [(4097, 1031, 515), (16, 1024, 2048), (2048, 2304, 256)]
@@ -673,7 +704,7 @@ def _supported(shape: GemmShape, config: GemmConfig) -> bool:
     """Split-K reduces, and the async pipeline loads, through TMA, which needs 16-byte
     aligned rows: of C for split-K (and stream-K through shared memory); of A and B for
     the async pipeline, of A or B for stream-K."""
-    if config.split_k > 1 and shape.n % 8:
+    if config.split_k > 1 and shape.n % 8 and not config.swap_ab:
         return False
     b_row = shape.k if shape.layout == "NT" else shape.n
     if config.stream_k and shape.k % 8 and b_row % 8:

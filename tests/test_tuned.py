@@ -163,27 +163,80 @@ def test_split_k_needs_aligned_rows_of_c():
     assert heuristic(GemmShape(256, 4096, 16384), SMS).split_k > 1
 
 
-@pytest.mark.parametrize(
-    "size", [(32, 4096, 14336), (8192, 64, 8192), (16, 8192, 8192), (64, 8192, 8192)]
-)
+@pytest.mark.parametrize("size", [(32, 4096, 14336), (8192, 64, 8192), (64, 8192, 8192)])
 def test_skinny_m_or_thin_n_gets_64_row_tiles(size):
     config = heuristic(GemmShape(*size), SMS)
     assert (config.block_m, config.block_n) == (64, 64)
 
 
 def test_a_skinny_m_whose_64_wide_tiles_spill_into_a_second_wave_gets_64x256():
-    # 8x14336x4096: 224 tiles of 64x64 are two waves on 132 SMs; 56 of 64x256 split in
-    # two are one (the H200's first-use winner, 0.954x torch against 0.726x).
-    shape = GemmShape(8, 14336, 4096, "bfloat16", "NT")
+    # M = 64 (nothing to exchange) by 14336: 224 tiles of 64x64 are two waves on 132 SMs;
+    # 56 of 64x256 split in two are one (the rule's evidence: 8x14336x4096 NT on the H200,
+    # 0.954x torch against 0.726x, before the exchange took M = 8 over).
+    shape = GemmShape(64, 14336, 4096, "bfloat16", "NT")
     config = heuristic(shape, SMS)
     assert (config.block_m, config.block_n, config.split_k) == (64, 256, 2)
     assert tuned.waves(shape, config, SMS) == 1
-    # Where both fit one wave the 64x64 tiles stay (decode16 and decode64 above); where
-    # 64x256 pads N more than 64x64 does, too.
-    assert heuristic(GemmShape(8, 14336 + 64, 4096), SMS).block_n == 64
-    # Many waves either way (8x65536x1024: 1024 tiles of 64x64, 256 of 64x256): no
+    # Where both fit one wave the 64x64 tiles stay (decode64 above); where 64x256 pads N
+    # more than 64x64 does, too.
+    assert heuristic(GemmShape(64, 14336 + 64, 4096), SMS).block_n == 64
+    # Many waves either way (64x65536x1024: 1024 tiles of 64x64, 256 of 64x256): no
     # evidence that the wide tile streams faster there, so 64x64 stays.
-    assert heuristic(GemmShape(8, 65536, 1024), SMS).block_n == 64
+    assert heuristic(GemmShape(64, 65536, 1024), SMS).block_n == 64
+
+
+def _sweep(name: str, value: str = "speedup") -> dict[str, dict[str, float]]:
+    """``{shape id: {config id: row[value]}}`` of a recorded H200 sweep in reports/."""
+    out: dict[str, dict[str, float]] = {}
+    for line in (ROOT / "reports" / name).read_text().splitlines():
+        row = json.loads(line)
+        if "meta" not in row and row.get(value):
+            out.setdefault(row["shape"], {})[row["config"]] = row[value]
+    return out
+
+
+SWAP_SHAPES = [
+    GemmShape(96, 7168, 2048, "float16", "NT"),
+    GemmShape(16, 8192, 8192, "bfloat16"),
+    GemmShape(8, 14336, 4096, "bfloat16", "NT"),
+]
+
+
+@pytest.mark.parametrize("shape", SWAP_SHAPES, ids=lambda s: s.id)
+def test_a_skinny_m_off_64_rows_gets_the_operands_exchanged_unsplit(shape):
+    config = heuristic(shape, SMS)
+    assert config.swap_ab and config.split_k == 1 and config.block_k == tuned.SWAP_BLOCK_K
+    # M rides on the wgmma's N side, rounded up to 16; the tiles fill most of the SMs.
+    assert config.block_n == -(-shape.m // 16) * 16
+    assert tuned.output_tiles(shape, *tuned.tile_of_c(config)) >= tuned.SWAP_MIN_FILL * SMS
+    assert tuned.tile_of_c(config) == (config.block_n, config.block_m)
+
+
+@pytest.mark.parametrize("shape", SWAP_SHAPES, ids=lambda s: s.id)
+def test_the_exchange_rule_is_the_sweep(shape):
+    """On each shape of the H200 sweep the heuristic's swapped pick beat the plain pick
+    (recorded alongside), and every swapped config split in K lost to it."""
+    from kernels.tuned import candidates
+
+    got = _sweep("swap_h200.jsonl")[shape.id]
+    pick = heuristic(shape, SMS).id
+    plain = [c for c in got if not c.endswith("_x") and c != "b128x128x32_t128_s3"]
+    assert pick in got and plain
+    assert all(got[pick] > got[c] for c in plain)
+    assert all(got[c] < got[pick] for c in got if c.endswith("_x") and "_k" in c)
+    # The swapped configs are searched too, unsplit.
+    swapped = [c for c in candidates(shape, SMS) if c.swap_ab]
+    assert swapped and all(c.split_k == 1 for c in swapped)
+
+
+def test_no_exchange_where_m_fills_the_wgmma_or_the_swapped_grid_is_thin():
+    # M a multiple of 64, or over 128: nothing to exchange.
+    for size in [(64, 8192, 8192), (128, 8192, 8192), (192, 8192, 8192), (130, 8192, 8192)]:
+        assert not heuristic(GemmShape(*size), SMS).swap_ab, size
+    # 32x4096: 64 swapped tiles of 64 columns (under SWAP_MIN_FILL); split K stays.
+    assert not heuristic(GemmShape(32, 4096, 14336), SMS).swap_ab
+    assert heuristic(GemmShape(100, 5120, 4096, "bfloat16", "NT"), SMS).split_k > 1
+    assert not tuned.swap_candidates(GemmShape(64, 8192, 8192), SMS)
 
 
 def test_the_tile_that_pads_least_and_fills_best_wins():
@@ -267,23 +320,13 @@ def test_the_narrower_wide_tile_wins_where_it_covers_the_sms_and_128x256_does_no
     assert tuned.narrow_fits(GemmShape(3000, 5000, 7040))
 
 
-def _fitted_log() -> dict[str, dict[str, float]]:
-    """``{shape id: {config id: ms}}`` of the wave-fitting tile sweep (the H200)."""
-    out: dict[str, dict[str, float]] = {}
-    for line in (ROOT / "reports" / "tiles_fitted_h200.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row.get("tilelang_ms"):
-            out.setdefault(row["shape"], {})[row["config"]] = row["tilelang_ms"]
-    return out
-
-
 def test_fitted_tile_efficiencies_are_the_sweeps():
     """Each ``FITTED`` tile's efficiency: on 8192x8192x4096 (bf16 NT, fp16 NN), 128x256's
     time over the tile's, per SM slot covered (``fill`` / ``waste``), rounded down to
     0.01; the lower of the two layouts where it is scored on both; at most 1.0."""
     import math
 
-    times = _fitted_log()
+    times = _sweep("tiles_fitted_h200.jsonl", "tilelang_ms")
     shape = {"NT": GemmShape(8192, 8192, 4096, "bfloat16", "NT"), "NN": GemmShape(8192, 8192, 4096)}
 
     def covered(s, bm, bn):
@@ -305,7 +348,7 @@ def test_nn_scores_only_fitted_widths_of_whole_128_byte_rows():
     for tile in tuned.FITTED:
         if "NN" in tile.layouts:
             assert tile.config.block_n % 64 == 0, tile.config.id
-    times = _fitted_log()["m8192_n8192_k4096_f16"]
+    times = _sweep("tiles_fitted_h200.jsonl", "tilelang_ms")["m8192_n8192_k4096_f16"]
     for width in (144, 176, 208):
         assert times[f"b128x{width}x64_t256_s4_w8_pr_e"] > 1.5 * times["b128x256x64_t256_s4_w16_e"]
 
@@ -361,16 +404,6 @@ def test_fitted_tiles_join_the_space_where_they_cover_better():
     assert not tuned.fitted_candidates(GemmShape(4096, 4096, 4096, layout="NT"), SMS)
 
 
-def _pair_log() -> dict[str, dict[str, float]]:
-    """``{shape id: {config id: speedup}}`` of the two-block cluster sweeps (the H200)."""
-    out: dict[str, dict[str, float]] = {}
-    for line in (ROOT / "reports" / "pairs_h200.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if "meta" not in row and row.get("speedup"):
-            out.setdefault(row["shape"], {})[row["config"]] = row["speedup"]
-    return out
-
-
 def _shape_of(shape_id: str) -> GemmShape:
     m, n, k, dtype, *nt = shape_id.split("_")
     dtype = {"f16": "float16", "bf16": "bfloat16"}[dtype]
@@ -403,7 +436,7 @@ def test_the_pair_twin_rule_is_the_sweeps():
     rule's evidence, recomputed)."""
     plain = [f"b128x256x64_t256_{tail}" for tail in ("s3_w16_e", "s4_w16_e", "s4_w16_e_a")]
     seen, gains = {True: 0, False: 0}, []
-    for shape_id, got in _pair_log().items():
+    for shape_id, got in _sweep("pairs_h200.jsonl").items():
         if tuned.PAIRED_TILE.id not in got or not all(c in got for c in plain[:1]):
             continue
         shape = _shape_of(shape_id)

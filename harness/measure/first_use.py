@@ -55,6 +55,7 @@ from kernels.tuned import (
     lookup,
     output_tiles,
     tile_efficiency,
+    tile_of_c,
     waste,
 )
 
@@ -113,9 +114,10 @@ def expected(shape: GemmShape, config: GemmConfig, sms: int) -> float:
     """The heuristic's score of any config (``kernels.tuned.score`` for its tile): the
     tile's efficiency, times the share of SM slots its blocks (split K included) fill,
     over the padding it computes."""
-    tiles = output_tiles(shape, config.block_m, config.block_n)
+    rows, cols = tile_of_c(config)
+    tiles = output_tiles(shape, rows, cols)
     value = efficiency(shape, config) * fill(tiles * config.split_k, sms)
-    return value / waste(shape, config.block_m, config.block_n)
+    return value / waste(shape, rows, cols)
 
 
 def _distance(a: GemmConfig, b: GemmConfig) -> int:

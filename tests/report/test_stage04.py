@@ -339,3 +339,30 @@ def test_off_table_shapes_join_the_roofline_at_their_median_latencies():
     kernel = next(p for p in points if p.kind.startswith("TileLang"))
     assert kernel.tflops == pytest.approx(2 * 2500 * 1800 * 4000 / 0.2e-3 / 1e12)
     assert kernel.label == timed.shape and len(points) == 2
+
+
+def test_next_experiments_name_the_newest_records_shapes_below_the_floor():
+    """The below-0.90 list comes from the records of the latest date (a held-out list
+    beside the main one), not from an older record given after them."""
+    from harness.report.offtable import Record, ShapeResult
+    from harness.report.stage04.sweep import _offtable_below
+
+    def record(date, size, kernel_ms):
+        row = ShapeResult.of(
+            GemmShape(*size), ("mid",), "b128x128x64_t128_s4", "heuristic",
+            kernel_ms=(kernel_ms,) * 3, torch_ms=(0.1,) * 3,
+            rel_error=1e-4, correct=True, launches=6, timer="cupti",
+        )  # fmt: skip
+        return Record({"date": date}, (row,))
+
+    class Tuned:
+        offtable = (
+            record("2026-12-02", (2500, 1800, 4000), 0.125),  # 0.80
+            record("2026-12-02", (2000, 3000, 3000), 0.13),  # 0.77
+            record("2026-12-01", (1536, 1536, 1536), 0.2),  # 0.50, older
+        )
+
+    got = _offtable_below(Tuned())
+    assert got == "m2500_n1800_k4000_f16 0.80, m2000_n3000_k3000_f16 0.77"
+    Tuned.offtable = (record("", (1536, 1536, 1536), 0.2), record("", (1000, 1000, 1000), 0.09))
+    assert _offtable_below(Tuned()) is None  # the last undated record has none below

@@ -295,12 +295,22 @@ def run_device(meta: Mapping[str, object], tuned: Tuned | None = None) -> Device
 
 
 def _offtable_below(tuned) -> str | None:
-    """The shapes nobody tuned below the floor in the last off-table record given (the
-    newest, by the order the report was asked for), with their speedups."""
+    """The shapes nobody tuned below the floor, with their speedups, in the newest
+    off-table records: those of the latest date among the records given (the last one
+    where none is dated); an older record is what the newer ones replaced."""
     if tuned is None or not tuned.offtable:
         return None
-    rows = [r for r in tuned.offtable[-1].rows if r.measured and r.speedup < offtable.FLOOR]
-    return ", ".join(f"{r.shape} {r.speedup:.2f}" for r in rows) or None
+    latest = max(str(r.meta.get("date", "")) for r in tuned.offtable)
+    newest = [r for r in tuned.offtable if str(r.meta.get("date", "")) == latest]
+    if not latest:
+        newest = [tuned.offtable[-1]]
+    below = {
+        row.shape: row.speedup
+        for record in newest
+        for row in record.rows
+        if row.measured and row.speedup < offtable.FLOOR
+    }
+    return ", ".join(f"{shape} {speedup:.2f}" for shape, speedup in below.items()) or None
 
 
 def render_stage04(
