@@ -720,8 +720,8 @@ def fitted_score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmCon
 # Stream-K's throughput over the data-parallel grid's with every SM busy: the best stream-K
 # config over the best plain one, H200 quick timings of the same tile: 4096^3 fp16
 # 0.1874/0.2073 ms (0.904) and bf16 0.1816/0.2013 (0.902); 10000x8000x6000 bf16
-# 1.3116/1.4441 (0.908). The tiles go in row-major order (no panels): 4096^3's best
-# stream-K configs were, and on 2500x1800x4000 fp16 (256x128) it ran 0.825x torch against
+# 1.3116/1.4441 (0.908). The tiles go in row-major order (no panels), as in 4096^3's best
+# stream-K configs; on 2500x1800x4000 fp16 (256x128) it ran 0.825x torch against
 # 0.795x in panels of 8 (reports/tiles_fitted_h200.jsonl).
 STREAM_K_EFFICIENCY = 0.90
 

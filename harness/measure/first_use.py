@@ -126,11 +126,13 @@ def _distance(a: GemmConfig, b: GemmConfig) -> int:
 
 def _structure(config: GemmConfig) -> tuple:
     """What decomposes the work: the tile, its K step and warpgroups, the split of K and
-    the grid (data-parallel, persistent, stream-K, two-block clusters). Configs alike in
-    these differ only in stages, block order, epilogue or warp policy."""
+    the grid (data-parallel, persistent, stream-K, two-block clusters, the operands
+    exchanged). Configs alike in these differ only in stages, block order, epilogue or
+    warp policy."""
     c = config
     grid = "stream_k" if c.stream_k else "persistent" if c.persistent else "tiles"
     grid += f"_pairs_{c.multicast}" if c.multicast else ""
+    grid += "_exchanged" if c.swap_ab else ""
     return (c.block_m, c.block_n, c.block_k, c.threads, c.split_k, grid, c.async_mma)
 
 

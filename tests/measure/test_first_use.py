@@ -322,3 +322,11 @@ def test_candidates_are_ranked_by_cupti_kernel_time_or_events_where_it_records_n
         assert backends == ["cupti", "event", "event", "event"]
         assert len(said) == 1 and "ranking by CUDA events" in said[0]
     assert all(timing == first_use.QUICK for _, _, timing in _FakeCase.calls)
+
+
+def test_an_exchanged_config_is_a_decomposition_of_its_own():
+    """A plain 64x64 tile and the exchanged 64x64 (M = 50 rounds to 64 rows) differ in
+    the work's layout: the first-use plan spreads over both."""
+    plain = GemmConfig(64, 64, 128, 128, 4)
+    swapped = GemmConfig(64, 64, 128, 128, 4, swap_ab=True)
+    assert first_use._structure(plain) != first_use._structure(swapped)
