@@ -475,6 +475,12 @@ SWAP_MIN_FILL = 0.8
 SWAP_STAGES = {32: 6, SWAP_MAX_M: 4}
 
 
+def swap_fits(shape: GemmShape) -> bool:
+    """Whether exchanging the operands saves padding: M at most ``SWAP_MAX_M`` and not a
+    multiple of 64 (the wgmma's rows)."""
+    return shape.m <= SWAP_MAX_M and shape.m % 64 != 0
+
+
 def swap_rows(shape: GemmShape) -> int:
     """The swapped tile's rows of C: M rounded up to the wgmma's step of 16."""
     return -(-shape.m // 16) * 16
@@ -487,7 +493,7 @@ def swap_for(shape: GemmShape, sms: int) -> GemmConfig | None:
     split K there, which the swapped kernel does slowly). Of ``SWAP_BLOCKS``
     the one whose tiles fill the most of the SMs' slots over their waves, the wider on a
     tie."""
-    if shape.m > SWAP_MAX_M or shape.m % 64 == 0:
+    if not swap_fits(shape):
         return None
     rows = swap_rows(shape)
     stages = next(st for limit, st in sorted(SWAP_STAGES.items()) if rows <= limit)
@@ -507,7 +513,7 @@ def swap_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
     """The swapped configs searched for a skinny M (M up to ``SWAP_MAX_M``, not a
     multiple of 64): tiles of ``SWAP_BLOCKS`` columns by M rounded up to 16 rows, block_K
     64/128/256, 3-8 stages, unsplit, where they fit."""
-    if shape.m > SWAP_MAX_M or shape.m % 64 == 0:
+    if not swap_fits(shape):
         return []
     rows = swap_rows(shape)
     out = [
@@ -714,7 +720,7 @@ def fitted_score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmCon
         or split_for(shape, tiles, sms) > 1
     ):
         return 0.0, c
-    return tile.efficiency * fill(tiles, sms) / waste(shape, c.block_m, c.block_n), c
+    return score(shape, tile, sms)
 
 
 # Stream-K's throughput over the data-parallel grid's with every SM busy: the best stream-K
