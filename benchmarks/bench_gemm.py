@@ -51,6 +51,7 @@ from harness.cli import (
     EXIT_FAILED,
     EXIT_INCORRECT,
     EXIT_NO_GPU,
+    config_id,
     count,
     output_file,
     positive_int,
@@ -80,13 +81,6 @@ def _shape(text: str) -> tuple[int, int, int]:
     if len(parts) != 3:
         raise argparse.ArgumentTypeError(f"{text!r} must be MxNxK, e.g. 4096x4096x4096")
     return tuple(positive_int(x) for x in parts)
-
-
-def _config_id(text: str) -> GemmConfig:
-    try:
-        return GemmConfig.from_id(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--config",
-        type=_config_id,
+        type=config_id,
         nargs="+",
         default=[],
         metavar="ID",

@@ -47,6 +47,7 @@ from harness.cli import (
     EXIT_INCORRECT,
     EXIT_INTERRUPTED,
     EXIT_NO_GPU,
+    config_id,
     count,
     output_file,
     positive_int,
@@ -55,6 +56,7 @@ from harness.cli import (
 from harness.measure import device, metrics
 from harness.measure.versus import TRIALS
 from kernels import GemmConfig, GemmShape
+from kernels.gemm import check_combination
 from kernels.tuned import (
     CASES,
     CONFIGS_KEY,
@@ -107,6 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--async-mma",
         action="store_true",
         help="also search the hand-written asynchronous pipeline (_a configs)",
+    )
+    p.add_argument(
+        "--only",
+        type=config_id,
+        nargs="+",
+        default=None,
+        metavar="ID",
+        help="rank these configs instead of the search space (each case keeps those its "
+        "shape can build; the row's candidates count says how many): a focused re-tune, "
+        "e.g. after a kernel form is added",
     )
     p.add_argument(
         "--remeasure",
@@ -356,6 +368,8 @@ class Tuner:
                     shape = case_shape(name, dtype)
                     if dtype == "bfloat16" and args.bf16_from and name in fp16_ranked:
                         spaces[shape] = [c for _, c in fp16_ranked[name][: args.bf16_from]]
+                    elif args.only:
+                        spaces[shape] = buildable(shape, args.only)
                     else:
                         spaces[shape] = candidates(
                             shape, self.spec.sm_count, async_mma=args.async_mma
@@ -395,6 +409,19 @@ class Tuner:
                     )
 
 
+def buildable(shape: GemmShape, configs: list[GemmConfig]) -> list[GemmConfig]:
+    """Those of ``configs`` that ``shape`` can be built with (``check_combination``), in
+    order, each once."""
+    out = []
+    for config in dict.fromkeys(configs):
+        try:
+            check_combination(shape, config)
+        except ValueError:
+            continue
+        out.append(config)
+    return out
+
+
 def summary(done: list[tuple[GemmShape, dict]]) -> list[str]:
     """The run's winners as a table; speedup = torch ms / TileLang ms."""
     lines = [f"{'shape':<28} {'config':<26} {'TileLang ms':>11} {'torch ms':>11} {'speedup':>8}"]
@@ -412,6 +439,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.only and (args.remeasure or args.list or args.async_mma):
+        parser.error(
+            "--only: ranks the configs given; --remeasure, --list and --async-mma use the "
+            "table's or the search space's"
+        )
+    if args.only:
+        for name in args.case:
+            if not buildable(case_shape(name, "float16"), args.only):
+                parser.error(f"--only: none of the configs given builds for case {name!r}")
     if args.remeasure and args.list:
         parser.error("--remeasure: measures on a GPU; --list only prints the spaces")
     if args.remeasure:

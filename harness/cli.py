@@ -97,6 +97,17 @@ def regex(text: str) -> str:
     return text
 
 
+def config_id(text: str):
+    """A ``GemmConfig`` from its id (``b128x256x64_t256_s3_w16_e``); the config's own
+    rule, naming the field, where the id or its values are invalid."""
+    from kernels import GemmConfig
+
+    try:
+        return GemmConfig.from_id(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def output_file(text: str) -> Path:
     """A file the command will write: its folder must exist (or be creatable) and be
     writable, checked before any GPU work so that no measurement is lost at the end."""

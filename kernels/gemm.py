@@ -272,13 +272,15 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig.num_stages={self.num_stages}: must be >= 2 with async_mma=True"
             )
-        if self.async_mma and (
-            self.persistent or self.split_k > 1 or self.stream_k or self.policy != "square"
-        ):
+        if self.async_mma and (self.split_k > 1 or self.stream_k or self.policy != "square"):
             raise ValueError(
-                f"GemmConfig.async_mma={self.async_mma}: needs persistent=0, split_k=1, "
-                f"stream_k=0 and policy='square' (got {self.persistent}, {self.split_k}, "
-                f"{self.stream_k}, {self.policy!r})"
+                f"GemmConfig.async_mma={self.async_mma}: needs split_k=1, stream_k=0 and "
+                f"policy='square' (got {self.split_k}, {self.stream_k}, {self.policy!r})"
+            )
+        if self.multicast and self.persistent:
+            raise ValueError(
+                f"GemmConfig.multicast={self.multicast!r}: needs persistent=0 (got "
+                f"{self.persistent}; a pair's blocks would have to walk their tiles in step)"
             )
         if self.multicast not in MULTICASTS:
             raise ValueError(
@@ -330,10 +332,11 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig.split_k={self.split_k}: must be 1 with persistent={self.persistent}"
             )
-        if self.persistent and self.swizzle:
+        if self.persistent and self.swizzle and not self.async_mma:
             raise ValueError(
                 f"GemmConfig.swizzle={self.swizzle}: must be 0 with persistent={self.persistent} "
-                "(the persistent loop rasterises the tiles itself)"
+                "and async_mma=False (T.Persistent rasterises the tiles itself; the "
+                "hand-written pipeline's persistent loop takes them in panels of swizzle)"
             )
         if self.accum_dtype not in ACCUM_DTYPES:
             raise ValueError(
@@ -443,13 +446,18 @@ class GemmConfig:
         pipeline writes back after its branches for that reason); under a persistent or
         stream-K grid the loop over tiles keeps the stages live through every write-back,
         so there it comes on top (checked against the compiled kernels for sm_90a)."""
-        stages = (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
+        stages = self.stage_bytes
         if self.swap_ab or not (self.smem_epilogue or self.split_k > 1):
             return stages
         c_tile = self.block_m * self.block_n * ELEMENT_BYTES
         if self.persistent or self.stream_k:
             return stages + c_tile
         return max(stages, c_tile)
+
+    @property
+    def stage_bytes(self) -> int:
+        """Shared memory of the A and B stages."""
+        return (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
 
 
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:

@@ -50,7 +50,7 @@ from kernels.gemm import (
     entry_point,
     register_cap,
 )
-from kernels.schedules import pair_grid
+from kernels.schedules import Ops, pair_grid, tile_coords
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
@@ -95,12 +95,22 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
     k_steps = T.ceildiv(K, block_K)
     c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
+    # The persistent form's consumers keep one batch in flight where 4 stages or more
+    # leave the producer 3 K steps ahead; with fewer they wait for each batch and free
+    # its stage at once, which keeps the producer as far ahead as TileLang's own pipeline.
+    in_flight = 1 if stages >= 4 else 0
     pair = config.multicast
     paired = bool(pair)
     # A cluster pairs two blocks along the grid's x, which TileLang's cluster-aware
     # rasterisation keeps together (``pair_grid``); a block past the matrix, in a last
     # pair that the rounding completes, loads zeros and writes nothing.
     grid = pair_grid(shape, config)
+    # A persistent grid (``config.persistent`` blocks): its tiles and each block's trips.
+    blocks = config.persistent
+    tiles_m, tiles_n = -(-shape.m // block_M), -(-shape.n // block_N)
+    tiles = tiles_m * tiles_n
+    trips = -(-tiles // blocks) if blocks else 0
+    ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
     cluster = {"cluster_dims": (2, 1, 1)} if paired else {}
     # With a pair, both blocks' consumers must release a stage before either producer
     # refills it (the multicast writes into both): one elected thread of every consumer
@@ -117,6 +127,45 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 T.mbarrier_arrive(empty[stage], 1 - TC.block_rank_in_cluster())
         else:
             T.barrier_arrive(empty[stage])
+
+    @T.macro
+    def load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, ko):
+        """The producer's K step ``ko`` of tile (bm, bn) into ``stage``, landing on its
+        ``full`` barrier. The whole warpgroup reaches the copies and TileLang elects one
+        thread to issue them (it must: a branch that leaves one thread alive deadlocks the
+        warp-wide election). That thread posts the bytes to expect before its own
+        arrival, and the stage is full once all producer threads have arrived and the
+        bytes have landed. A shared tile is issued by the pair's first block into both
+        blocks' stage, and lands on each block's own barrier."""
+        k0 = ko * block_K
+        T.tma_copy(
+            A[bm * block_M : (bm + 1) * block_M, k0 : k0 + block_K],
+            A_shared[stage, :, :],
+            barrier=full[stage],
+            cluster_mask=a_mask,
+        )
+        if trans_B:
+            T.tma_copy(
+                B[bn * block_N : (bn + 1) * block_N, k0 : k0 + block_K],
+                B_shared[stage, :, :],
+                barrier=full[stage],
+                cluster_mask=b_mask,
+            )
+        else:
+            T.tma_copy(
+                B[k0 : k0 + block_K, bn * block_N : (bn + 1) * block_N],
+                B_shared[stage, :, :],
+                barrier=full[stage],
+                cluster_mask=b_mask,
+            )
+        T.barrier_arrive(full[stage])
+
+    @T.macro
+    def spin(delay):
+        """The test-only delay (None: none): every thread spins once the barriers are set."""
+        if delay is not None:
+            T.import_source(DELAY_SOURCE)
+            T.call_extern("handle", DELAY_FUNCTION, delay)
 
     @T.macro
     def launch(A, B, C, delay):
@@ -136,9 +185,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 empty = T.alloc_barrier([releases] * stages)  # every consumer thread
             if config.swizzle:
                 T.use_swizzle(panel_size=config.swizzle)
-            if delay is not None:
-                T.import_source(DELAY_SOURCE)
-                T.call_extern("handle", DELAY_FUNCTION, delay)
+            spin(delay)
             tx = T.get_thread_binding()
             if tx >= consumers:
                 T.dec_max_nreg(PRODUCER_REGISTERS)
@@ -146,35 +193,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                     stage = ko % stages
                     # A fresh barrier passes the wait on parity 1: the first lap is free.
                     T.mbarrier_wait_parity(empty[stage], ((ko // stages) & 1) ^ 1)
-                    # The whole warpgroup reaches the copies and TileLang elects one
-                    # thread to issue them (it must: a branch that leaves one thread
-                    # alive deadlocks the warp-wide election). That thread posts the
-                    # bytes to expect before its own arrival, and the stage is full once
-                    # all producer threads have arrived and the bytes have landed. A
-                    # shared tile is issued by the pair's first block into both blocks'
-                    # stage, and lands on each block's own barrier.
-                    k0 = ko * block_K
-                    T.tma_copy(
-                        A[bm * block_M : (bm + 1) * block_M, k0 : k0 + block_K],
-                        A_shared[stage, :, :],
-                        barrier=full[stage],
-                        cluster_mask=a_mask,
-                    )
-                    if trans_B:
-                        T.tma_copy(
-                            B[bn * block_N : (bn + 1) * block_N, k0 : k0 + block_K],
-                            B_shared[stage, :, :],
-                            barrier=full[stage],
-                            cluster_mask=b_mask,
-                        )
-                    else:
-                        T.tma_copy(
-                            B[k0 : k0 + block_K, bn * block_N : (bn + 1) * block_N],
-                            B_shared[stage, :, :],
-                            barrier=full[stage],
-                            cluster_mask=b_mask,
-                        )
-                    T.barrier_arrive(full[stage])
+                    load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, ko)
                 T.inc_max_nreg(epilogue_registers(consumers))
             else:
                 T.inc_max_nreg(consumer_registers(consumers))
@@ -206,4 +225,63 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 # A block leaves only once its partner has made its last release on it.
                 TC.cluster_sync()
 
-    return entry_point(shape, launch, delay)
+    @T.macro
+    def launch_persistent(A, B, C, delay):
+        """``config.persistent`` blocks, each taking every ``blocks``-th tile in the order
+        of ``tile_coords`` (panels of ``config.swizzle`` tile rows). The producer runs on
+        into the next tile's K steps while the consumers write the last one back: the
+        stages count K steps over the block's tiles end to end."""
+        with T.Kernel(blocks, threads=consumers + PRODUCER_THREADS) as block_id:
+            A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
+            B_shared = T.alloc_shared((stages, *b_tile), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            C_shared = T.alloc_shared(c_tile, dtype)
+            full = T.alloc_barrier([PRODUCER_THREADS] * stages)
+            empty = T.alloc_barrier([consumers] * stages)
+            spin(delay)
+            tx = T.get_thread_binding()
+            if tx >= consumers:
+                T.dec_max_nreg(PRODUCER_REGISTERS)
+                for u in T.serial(trips):
+                    t = u * blocks + block_id
+                    if t < tiles:
+                        bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
+                        for ko in T.serial(k_steps):
+                            step = u * k_steps + ko  # the block's K steps, tile after tile
+                            stage = step % stages
+                            T.mbarrier_wait_parity(empty[stage], ((step // stages) & 1) ^ 1)
+                            load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, ko)
+            else:
+                T.inc_max_nreg(consumer_registers(consumers))
+                for u in T.serial(trips):
+                    t = u * blocks + block_id
+                    if t < tiles:
+                        bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
+                        T.clear(C_local)
+                        for ko in T.serial(k_steps):
+                            step = u * k_steps + ko
+                            stage = step % stages
+                            T.mbarrier_wait_parity(full[stage], (step // stages) & 1)
+                            TC.wgmma_gemm(
+                                A_shared[stage, :, :],
+                                B_shared[stage, :, :],
+                                C_local,
+                                transpose_B=trans_B,
+                            )
+                            T.wait_wgmma(in_flight)
+                            if in_flight == 0:
+                                T.barrier_arrive(empty[stage])
+                            elif ko > 0:
+                                T.barrier_arrive(empty[(step + stages - 1) % stages])
+                        # The tile's last batch done, its stage is free: the producer may
+                        # already be loading the next tile while this one is written.
+                        if in_flight:
+                            T.wait_wgmma(0)
+                            T.barrier_arrive(empty[(u * k_steps + k_steps - 1) % stages])
+                        if config.smem_epilogue:
+                            T.copy(C_local, C_shared)
+                            T.copy(C_shared, C[bm * block_M, bn * block_N])
+                        else:
+                            T.copy(C_local, C[bm * block_M, bn * block_N])
+
+    return entry_point(shape, launch_persistent if blocks else launch, delay)

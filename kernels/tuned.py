@@ -113,7 +113,9 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       0, 8 or 16 tile rows (``fitted_candidates``).
     - With ``async_mma``: also each supported config on the hand-written asynchronous
       pipeline (``_a``, kernels/gemm_async.py), and those of the two-warpgroup tiles
-      again in two-block clusters sharing the wider operand (``PAIRED``). 256x256 tiles are
+      again in two-block clusters sharing the wider operand (``PAIRED``), and those with
+      the shared-memory epilogue again in their persistent form (one block per SM, where
+      the C tile fits beside the stages). 256x256 tiles are
       left out: four consumer warpgroups plus the producer leave ~100 registers a thread
       for 128 accumulators.
     """
@@ -203,6 +205,7 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
             for c in twins
             if (c.block_m, c.block_n) in PAIRED
         ]
+        out += [_persistent(c, sms) for c in twins if c.smem_epilogue]
     return list(dict.fromkeys(c for c in out if c is not None))
 
 
@@ -349,6 +352,15 @@ def split_k_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
                     )
                 )
     return [c for c in out if c is not None]
+
+
+def _persistent(config: GemmConfig, sms: int) -> GemmConfig | None:
+    """The asynchronous ``config`` in its persistent form (one block per SM, its tiles in
+    the config's panels), or None where the C tile and the stages do not both fit."""
+    try:
+        return replace(config, persistent=sms)
+    except ValueError:
+        return None
 
 
 def _twin(config: GemmConfig) -> GemmConfig | None:

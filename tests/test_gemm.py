@@ -55,11 +55,11 @@ def test_shape_rejects(kwargs, field, rule):
         ({"smem_epilogue": 1}, "smem_epilogue=1", "bool"),
         ({"persistent": -1}, "persistent=-1", ">= 0"),
         ({"split_k": 0}, "split_k=0", ">= 1"),
-        ({"persistent": 132, "swizzle": 8}, "swizzle=8", "must be 0 with persistent"),
+        ({"persistent": 132, "swizzle": 8}, "swizzle=8", "persistent=132 and async_mma=False"),
         ({"persistent": 132, "split_k": 2}, "split_k=2", "must be 1 with persistent"),
         ({"split_k": 4, "swizzle": 8}, "swizzle=8", "must be 0 with split_k=4"),
         ({"async_mma": 1}, "async_mma=1", "bool"),
-        ({"async_mma": True, "persistent": 132}, "async_mma=True", "persistent=0"),
+        ({"async_mma": True, "multicast": "b", "persistent": 7}, "multicast='b'", "persistent=0"),
         ({"async_mma": True, "policy": "row"}, "async_mma=True", "policy='square'"),
         ({"async_mma": True, "num_stages": 1}, "num_stages=1", ">= 2 with async_mma"),
         ({"stream_k": -1}, "stream_k=-1", ">= 0"),
@@ -465,6 +465,41 @@ def test_sm90a_codegen_of_the_async_pipeline(layout):
     assert "full[0].init(128)" in src  # every producer thread arrives
 
 
+@requires_nvcc
+@pytest.mark.parametrize(
+    "config",
+    [
+        GemmConfig(128, 256, 64, 256, 4, swizzle=16, persistent=132, async_mma=True),
+        GemmConfig.from_id("b128x256x64_t256_s3_w16_e_p132_a"),
+    ],
+    ids=lambda c: c.id,
+)
+def test_sm90a_codegen_of_the_persistent_async_pipeline(config):
+    """The persistent form: both roles loop over the block's tiles; the consumers free
+    every stage of a tile before they write the tile back, so the producer loads the next
+    tile meanwhile; the accumulators stay in registers."""
+    from harness.measure.resources import sm90a_resources
+
+    kernel = compile_gemm(GemmShape(4096, 4096, 4096, "float16"), config, arch="sm_90a")
+    src = kernel.source
+    assert src.count("for (int u") == 2  # the producer's and the consumers' tile loops
+    consumer = src[src.index("warpgroup_reg_alloc<240>") :]
+    write = consumer.index("tma_store") if config.smem_epilogue else consumer.index("(C + ")
+    loop = consumer[consumer.index("for (int ko") : write]
+    assert "warpgroup_wait<0>" not in loop
+    if config.num_stages >= 4:
+        # One batch in flight; the tile's last stage freed once its batch is done, before
+        # the write-back.
+        inner, tail = loop.split("wait_wgmma<0>")
+        assert "wait_wgmma<1>" in inner and ".arrive()" in tail
+    else:
+        # Each batch waited for and its stage freed at once, inside the K loop.
+        assert "wait_wgmma<1>" not in loop
+        assert loop.index("wait_wgmma<0>") < loop.index("empty[")
+    assert "__launch_bounds__(384" in src and "warpgroup_reg_dealloc<24>" in src
+    assert sm90a_resources(kernel).spill_bytes == 0
+
+
 # The shared-memory model against what TileLang's planner allocates: the C tile in the
 # stages' memory (TileLang's pipeline, the hand-written one, split-K), on top of them under
 # a persistent or stream-K grid.
@@ -474,6 +509,7 @@ SMEM_CASES = [
     GemmConfig(128, 128, 64, 128, 3, split_k=3),
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, stream_k=132),
+    GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132, async_mma=True),
 ]
 
 
@@ -606,6 +642,8 @@ DELAY_CASES = [
     (GemmShape(16, 8192, 8192, "bfloat16"), GemmConfig.from_id("b64x256x64_t128_s4_k4")),
     # The hand-written pipeline: tuned configs use it, and the self-test injects into each.
     (GemmShape(4096, 4096, 4096, "bfloat16"), GemmConfig.from_id("b128x256x64_t256_s4_w16_e_a")),
+    # Its persistent form, which the tuned squares, mlp_up and attn_qk_t use.
+    (GemmShape(4096, 4096, 4096), GemmConfig.from_id("b128x256x64_t256_s3_w4_e_p132_a")),
 ]
 
 
@@ -685,6 +723,13 @@ OPTION_CONFIGS = [
     GemmConfig(128, 192, 64, 256, 4, swizzle=8, policy="row", smem_epilogue=True),
     GemmConfig(128, 192, 64, 256, 4, policy="row", split_k=4),
     GemmConfig(128, 192, 64, 256, 4, smem_epilogue=True, async_mma=True),
+    # Its persistent form: a few blocks loop over many tiles (partial ones included), the
+    # stages counted over a block's tiles end to end (K steps per tile not a multiple of
+    # the stages: 4 at K=256 over 3), the C tile from registers or through shared memory.
+    GemmConfig(128, 128, 64, 128, 3, persistent=7, async_mma=True),
+    GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, persistent=132, async_mma=True),
+    GemmConfig(128, 256, 64, 256, 4, swizzle=4, persistent=5, async_mma=True),
+    GemmConfig(256, 128, 64, 256, 3, smem_epilogue=True, persistent=9, async_mma=True),
     # The operands exchanged (``swap_ab``): M on the wgmma's N side in tiles of 16 and 32
     # rows (partial where M is not a multiple: 4097, 2048 + 256 in 48), C written back
     # transposed; split K adds the transposed partial tiles into C element by element
@@ -880,7 +925,7 @@ def test_two_block_clusters_match_float64_reference_tile_by_tile(shape, config):
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("shape, config", [*DELAY_CASES[:2], DELAY_CASES[-1]], ids=lambda v: v.id)
+@pytest.mark.parametrize("shape, config", [*DELAY_CASES[:2], *DELAY_CASES[-2:]], ids=lambda v: v.id)
 def test_delayed_kernel_matches_float64_reference(shape, config):
     kernel = compile_gemm(shape, config, delay=True)
     kernel.delay_cycles = 20_000

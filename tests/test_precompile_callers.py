@@ -8,6 +8,7 @@ import argparse
 import io
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
 
 from families.grouped_gemm.kernel import GroupedGemmShape
@@ -46,7 +47,19 @@ def test_the_gpu_tests_hook_precompiles_every_familys_kernels(monkeypatch):
     ]
 
 
-def test_the_tuner_drops_the_configs_precompile_failed(monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    "only",
+    [
+        None,
+        [
+            GemmConfig.from_id("b64x16x64_t128_s8_x"),
+            GemmConfig.from_id("b64x16x64_t128_s8_x"),  # a repeat is ranked once
+            GemmConfig.from_id("b64x64x128_t128_s4_e"),
+        ],
+    ],
+    ids=["space", "only"],
+)
+def test_the_tuner_drops_the_configs_precompile_failed(monkeypatch, tmp_path, only):
     from benchmarks import tune_gemm
 
     compiled, ranked = [], []
@@ -79,11 +92,15 @@ def test_the_tuner_drops_the_configs_precompile_failed(monkeypatch, tmp_path):
         jsonl=None,
         quick_repeat=5,
         remeasure=False,
+        only=only,
     )
     spec = SimpleNamespace(name="NVIDIA H200", sm_count=132, record=lambda: {"sm_count": 132})
     Tuner(args, console=Console(file=io.StringIO()), spec=spec).run()
     assert compiled and all(c.operator == "gemm" for c in compiled)
     assert compiled[0].config not in ranked and len(ranked) == len(compiled) - 1
+    if only:
+        # --only: the configs given, each once, and nothing of the search space.
+        assert [c.config for c in compiled] == [only[0], only[2]]
 
 
 def test_the_timing_commands_compile_each_gemm_once_under_a_progress_task(monkeypatch):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import warnings
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -741,8 +742,13 @@ def test_async_twins_join_the_space_only_when_asked():
     twins = [c for c in both if c.async_mma]
     assert twins and set(plain) <= set(both)
     for c in twins:  # never with the options the async pipeline does not take
-        assert c.policy == "square" and c.persistent == 0 and c.split_k == 1
-        assert c.stream_k == 0
+        assert c.policy == "square" and c.split_k == 1 and c.stream_k == 0
+    # Its persistent form: one block per SM, the C tile through shared memory, no pairs;
+    # every one the twin of a data-parallel async config in the space.
+    persistent = [c for c in twins if c.persistent]
+    assert persistent and all(c.persistent == SMS for c in persistent)
+    assert all(c.smem_epilogue and not c.multicast for c in persistent)
+    assert {replace(c, persistent=0) for c in persistent} <= set(twins)
 
 
 def test_every_tuned_case_still_gets_its_table_row():
