@@ -183,6 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
         "plot of square4096",
     )
     o.add_argument(
+        "--retune-log",
+        type=Path,
+        nargs="+",
+        metavar="JSONL",
+        help="with --tuned: logs of focused re-tunes (tune_gemm --only), each named in the "
+        "Tuned Configs section with the rows its winners set; their timings join no knob "
+        "comparison",
+    )
+    o.add_argument(
         "--offtable",
         type=Path,
         nargs="+",
@@ -395,14 +404,27 @@ def load_run(path: Path, run: str | None = None):
 
 
 def tuned_data(
-    report: Path, table_path: Path, log_path: Path | None, gpu: str, warn, offtable_paths=()
+    report: Path,
+    table_path: Path,
+    log_path: Path | None,
+    gpu: str,
+    warn,
+    offtable_paths=(),
+    retune_paths=(),
 ):
     """What the report's Tuned Configs section is drawn from (``stage04.Tuned``); its
     plots are written next to ``report``."""
     from harness.report import plots
     from harness.report.offtable import Record
     from harness.report.records import read_jsonl
-    from harness.report.stage04 import KNOB_CASE, Tuned, roofline_points, sweep_bars, tuned_rows
+    from harness.report.stage04 import (
+        KNOB_CASE,
+        Retune,
+        Tuned,
+        roofline_points,
+        sweep_bars,
+        tuned_rows,
+    )
     from kernels.tuned import case_shape, gpu_entry
 
     table = json.loads(table_path.read_text())
@@ -453,7 +475,13 @@ def tuned_data(
                 panels, Path(f"{stem}_tflops_4096.png"), f"TFLOP/s per config, {gpu}"
             )
             drawn["sweep"] = path.name
-    return Tuned(rows, gpu, sms, meta, log, drawn, offtable)
+    retunes = []
+    for path in retune_paths:
+        records, notes = read_jsonl(path)
+        for note in notes:
+            warn(f"--retune-log: {note}")
+        retunes.append(Retune.from_log(path, [r for _, r in records], rows))
+    return Tuned(rows, gpu, sms, meta, log, drawn, offtable, retunes)
 
 
 def launch_row(case, config, console, write) -> None:
@@ -621,6 +649,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tuned: adds a section to the report, so it needs --report")
     if args.tune_log and not args.tuned:
         parser.error("--tune-log: feeds the Tuned Configs section, so it needs --tuned")
+    if args.retune_log and not args.tuned:
+        parser.error("--retune-log: feeds the Tuned Configs section, so it needs --tuned")
     if args.offtable and not args.tuned:
         parser.error("--offtable: feeds the Tuned Configs section, so it needs --tuned")
     if args.run and not args.replay:
@@ -640,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--tune-first-use: measures; --replay renders a recorded run")
         args.run_tilelang = True
     given = [("--tuned", args.tuned), ("--tune-log", args.tune_log)]
-    for name, path in given + [("--offtable", p) for p in args.offtable or ()]:
+    given += [("--offtable", p) for p in args.offtable or ()]
+    for name, path in given + [("--retune-log", p) for p in args.retune_log or ()]:
         if path is not None and not path.is_file():
             parser.error(f"{name}={path}: no such file")
     # Wide when piped or logged: rich would otherwise squeeze the table into 80 columns.
@@ -679,7 +710,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 gpu = str(meta.get("gpu"))
                 tuned = tuned_data(
-                    args.report, args.tuned, args.tune_log, gpu, warn, args.offtable or ()
+                    args.report,
+                    args.tuned,
+                    args.tune_log,
+                    gpu,
+                    warn,
+                    args.offtable or (),
+                    args.retune_log or (),
                 )
             except (OSError, ValueError, KeyError) as err:
                 parser.error(f"--tuned: {err}")

@@ -203,7 +203,9 @@ class GemmConfig:
     # instead of scattered 4-byte stores from the register fragment.
     smem_epilogue: bool = False
     # Persistent grid: this many resident blocks loop over the output tiles (T.Persistent,
-    # grouped rasterisation built in); 0 launches one block per tile.
+    # grouped rasterisation built in; with async_mma the hand-written pipeline's own loop,
+    # tiles in panels of swizzle, the next tile loaded during a write-back); 0 launches one
+    # block per tile.
     persistent: int = 0
     # Split K over this many blocks per output tile; each adds its partial tile into C
     # with a TMA reduce-add (C is zeroed first; its rows must be 16-byte aligned). For

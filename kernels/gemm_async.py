@@ -29,6 +29,16 @@ that 128x256x64 fits 4 stages and the shared-memory epilogue in 192 KiB. Both ro
 meet there at one register count (``epilogue_registers``), so ptxas keeps the
 accumulators in registers through the write-back.
 
+With ``config.persistent`` (its persistent form) that many blocks, one per SM, take the
+output tiles in turn, in the order of ``kernels.schedules.tile_coords`` (panels of
+``config.swizzle`` tile rows). The stages count K steps over a block's tiles end to end,
+and the consumers free a tile's last stage before they write the tile back, inside their
+branch, so the producer loads the next tile meanwhile; TileLang's ``T.Persistent`` runs a
+block's tiles back to back. The C tile then cannot reuse the stages (``smem_bytes`` puts
+it on top), so 128x256x64 takes 3 stages; with fewer than 4 the consumers wait for each
+batch and free its stage at once, since one batch in flight would keep the producer only
+one stage ahead (on the H200, 4096^3 fp16 in 3 stages: 0.180 ms against 0.198 ms).
+
 With ``config.multicast`` the blocks run in clusters of two that share one operand's tile
 (two M tiles of one N column share B's, two N tiles of one M row share A's): the pair's
 first block issues that tile's TMA load once, multicast into both blocks' stage, and each

@@ -129,6 +129,7 @@ def test_replay_with_the_tuned_table_adds_the_section_and_plots(tmp_path):
     assert out.returncode == 0, out.stderr
     text = report.read_text()
     assert "## Tuned Configs" in text and "| square4096 |" in text
+    assert "Re-tuned since" not in text  # no --retune-log
     for png in ("r_roofline.png", "r_tflops_4096.png"):
         assert f"]({png})" in text and (tmp_path / png).stat().st_size > 5000
 

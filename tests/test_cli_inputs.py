@@ -68,6 +68,27 @@ def _run(*args):
             ],
             "--tune-log=/nonexistent.jsonl: no such file",
         ),
+        (
+            [*REPLAY, "--report", "/tmp/r.md", "--retune-log", "reports/tune_h200.jsonl"],
+            "--retune-log: feeds the Tuned Configs section, so it needs --tuned",
+        ),
+        (
+            [*REPLAY, "--report", "/tmp/r.md", "--tuned", TABLE, "--retune-log", "/none.jsonl"],
+            "--retune-log=/none.jsonl: no such file",
+        ),
+        (
+            # A log without winner records is not a re-tune's.
+            [
+                *REPLAY,
+                "--report",
+                "/tmp/r.md",
+                "--tuned",
+                TABLE,
+                "--retune-log",
+                "reports/stage04_gemm.jsonl",
+            ],
+            "reports/stage04_gemm.jsonl: no winner records",
+        ),
     ],
 )
 def test_bad_option_names_the_field_and_rule(args, message):

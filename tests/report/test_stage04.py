@@ -1,6 +1,7 @@
 """Report rendering from synthetic measurements, on the CPU."""
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -256,6 +257,54 @@ def test_next_experiments_follow_the_hand_written_pipelines_standing():
     assert "- Confirm the hand-written pipeline (`_a`)" in wins
     untuned = render_stage04(_rows(), META, title="S")
     assert "## Tuned Configs" not in untuned and "- Confirm the hand-written" in untuned
+
+
+def test_a_persistent_async_winner_is_described_as_what_it_is():
+    """The hand-written pipeline's persistent form as the knob case's winner: the section
+    says what it overlaps and what is left (the last wave), and the next experiments
+    neither ask to confirm nor to make that pipeline win."""
+    from harness.report.stage04 import Tuned, render_tuned, tuned_rows
+
+    winner = "b128x256x64_t256_s3_w4_e_p132_a"
+    rows = tuned_rows(_table(winner)["NVIDIA H200"]["configs"])
+    tuned = Tuned(rows, "NVIDIA H200", 132, {"top": 3, "tilelang": "0.1.15"}, _log(), {})
+    text = render_tuned(tuned)
+    assert f"512 tiles of `{winner}` fill 132 SMs in 3.9 waves, the last of them 116" in text
+    assert "It is the hand-written pipeline's persistent form: 132 blocks" in text
+    assert "With 3 stages its consumers wait for each wgmma batch" in text
+    assert "TileLang's persistent grid cannot overlap" not in text
+    report = render_stage04(_rows(), META, title="S", tuned=tuned)
+    assert "- Share the last wave's K steps out (stream-K)" in report
+    assert "the last, of 116 tiles, leaves 16 SMs idle" in report
+    assert "- Overlap a tile's write-back with the next tile's products" in report
+    assert "Confirm the hand-written" not in report
+    # A plain winner: what T.Persistent cannot do, and no stream-K bullet.
+    plain = render_stage04(_rows(), META, title="S", tuned=_tuned(_log()))
+    assert "TileLang's persistent grid cannot overlap" in plain
+    assert "Share the last wave" not in plain and "persistent form" not in plain
+
+
+def test_a_retune_names_the_rows_its_winners_still_hold():
+    from harness.report.stage04 import Retune, render_tuned
+
+    tuned = _tuned()
+    square = tuned.row("square4096")
+    records = [
+        {"meta": {"command": "python3 -m benchmarks.tune_gemm --only X", "date": "2026-12-02"}},
+        {"shape": square.shape.id, "config": SQUARE, "quick_ms": 0.18},
+        {"shape": square.shape.id, "winner": {"config": SQUARE, "candidates": 11}},
+        # A winner the table no longer holds (tuned again since) is not claimed.
+        {"shape": tuned.row("decode16").shape.id, "winner": {"config": "b64x64x128_t128_s4"}},
+    ]
+    retune = Retune.from_log("log.jsonl", records, tuned.rows)
+    assert retune.rows == ("square4096 float16",) and retune.ranked == 11
+    text = render_tuned(replace(tuned, retunes=(retune,)))
+    assert "Re-tuned since over a given set of configs (`--only`" in text
+    assert "(2026-12-02), 11 configs ranked per case: square4096 float16." in text
+    with pytest.raises(ValueError, match="log.jsonl: no meta line"):
+        Retune.from_log("log.jsonl", records[1:], tuned.rows)
+    with pytest.raises(ValueError, match="no winner records"):
+        Retune.from_log("log.jsonl", records[:2], tuned.rows)
 
 
 def test_no_measured_figure_is_written_into_the_code_or_the_template():

@@ -1,8 +1,10 @@
 """The stage-04 report (``render_stage04``): the sweep's sections in ``sweep``, the Tuned
-Configs section in ``tuned``, what both share in ``common``; the prose is
+Configs section in ``tuned`` (what it reads off the tuner's log in ``knobs``), what both
+share in ``common``; the prose is
 ``harness/report/templates/stage04.md``."""
 
 from harness.report.stage04.common import KNOB_CASE, Device, fmt_optional
+from harness.report.stage04.knobs import knob_effects
 from harness.report.stage04.sweep import (
     TABLE_HEAD,
     config_cells,
@@ -13,9 +15,9 @@ from harness.report.stage04.sweep import (
     short_error,
 )
 from harness.report.stage04.tuned import (
+    Retune,
     Tuned,
     TunedRow,
-    knob_effects,
     render_tuned,
     roofline_points,
     sweep_bars,
@@ -26,6 +28,7 @@ __all__ = [
     "KNOB_CASE",
     "TABLE_HEAD",
     "Device",
+    "Retune",
     "Tuned",
     "TunedRow",
     "config_cells",

@@ -32,7 +32,8 @@ from harness.report.stage04.common import (
     tile,
     warpgroups,
 )
-from harness.report.stage04.tuned import Tuned, async_values, render_tuned
+from harness.report.stage04.knobs import async_values, winner_values
+from harness.report.stage04.tuned import Tuned, render_tuned
 from kernels.gemm import MMA_ALIGN, SM90_SMEM_LIMIT
 
 TABLE_HEAD = (
@@ -349,6 +350,7 @@ def render_stage04(
         "tuned": None if tuned is None else render_tuned(tuned),
         **_bottleneck(results, device),
         **async_values(tuned),
+        **winner_values(tuned),
         "decode_below": ", ".join(decode_below) or None,
         "offtable_below": _offtable_below(tuned),
         **_question_values(results, device),

@@ -1,30 +1,21 @@
 """The stage-04 report's Tuned Configs section: the tuned-config table's rows for the
-run's GPU, the tuner's log (knob comparisons, brief timings) and what holds the cases
-below parity."""
+run's GPU, the re-tunes since, the off-table records and the plots' points; what it
+reads off the tuner's log (knob comparisons, what holds the cases below parity) is
+``knobs``."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from harness.measure import metrics
 from harness.measure.versus import TRIALS as VERSUS_TRIALS
 from harness.report import offtable
 from harness.report.plots import Bar, Point
-from harness.report.stage04.common import (
-    KNOB_CASE,
-    Device,
-    fill,
-    grid,
-    lines,
-    pct,
-    shape_text,
-    tile,
-    warpgroups,
-)
-from kernels import GemmConfig, GemmShape
+from harness.report.stage04.common import KNOB_CASE, Device, fill, lines, pct, shape_text
+from harness.report.stage04.knobs import knob_effects, limits
+from kernels import GemmShape
 from kernels.tuned import CASES, case_shape
 
 
@@ -117,69 +108,31 @@ def sweep_bars(log: Sequence[dict], shape: GemmShape) -> list[Bar]:
     ]
 
 
-# Knobs of the search space, each as the config with that knob undone: a config and its
-# twin differ in that knob alone.
-KNOBS = {
-    "shared-memory epilogue (_e)": lambda c: replace(c, smem_epilogue=False),
-    "swizzled block order (_w)": lambda c: replace(c, swizzle=0),
-    "persistent grid (_p)": lambda c: replace(c, persistent=0),
-    "row/col warp policy (_pr/_pc)": lambda c: replace(c, policy="square"),
-    "split K (_k)": lambda c: replace(c, split_k=1),
-    "stream-K (_sk)": lambda c: replace(c, stream_k=0),
-    "hand-written async pipeline (_a)": lambda c: replace(c, async_mma=False),
-    "two-block clusters (_mb/_ma)": lambda c: replace(c, multicast=""),
-}
-ASYNC = "hand-written async pipeline (_a)"
-PERSISTENT = "persistent grid (_p)"
-
-
 @dataclass(frozen=True, slots=True)
-class KnobEffect:
-    """Brief timings of every config with a knob against its twin without it."""
+class Retune:
+    """A focused re-tune's log (``tune_gemm --only``): its command and date, how many
+    configs it ranked, and the table rows whose config is one of its winners."""
 
-    knob: str
-    pairs: tuple[tuple[float, GemmConfig, float], ...]  # (relative change, config, ms)
+    command: str
+    date: str
+    ranked: int
+    rows: tuple[str, ...]  # TunedRow.name of each row it set
 
-    @property
-    def median(self) -> float:
-        return statistics.median(p[0] for p in self.pairs)
-
-    @property
-    def fastest(self) -> tuple[float, GemmConfig, float]:
-        return min(self.pairs, key=lambda p: p[2])
-
-
-def brief_timings(log: Sequence[dict], shape: GemmShape) -> dict[GemmConfig, float]:
-    """The tuner's brief timing (ms) of every config it ranked at ``shape``."""
-    return {
-        GemmConfig.from_id(r["config"]): r["quick_ms"]
-        for r in log
-        if r.get("shape") == shape.id and "quick_ms" in r
-    }
-
-
-def knob_effects(log: Sequence[dict], shape: GemmShape) -> list[KnobEffect]:
-    """For each knob the tuner varied at ``shape``: every config with it against its twin
-    without it."""
-    timed = brief_timings(log, shape)
-    out = []
-    for name, undo in KNOBS.items():
-        pairs = []
-        for config, ms in timed.items():
-            try:
-                twin = undo(config)
-            except ValueError:
-                continue
-            if twin != config and twin in timed:
-                pairs.append((ms / timed[twin] - 1, config, ms))
-        if pairs:
-            out.append(KnobEffect(name, tuple(pairs)))
-    return out
-
-
-def _range(changes: Sequence[float]) -> str:
-    lo, hi = min(changes), max(changes)
-    return pct(lo) if f"{lo:.3f}" == f"{hi:.3f}" else f"{pct(lo)} to {pct(hi)}"
+    @classmethod
+    def from_log(cls, path, records: Sequence[dict], rows: Sequence[TunedRow]) -> Retune:
+        """From the log's records (``path`` names it in errors): the meta line first,
+        then a ``winner`` record per case it tuned."""
+        meta = next((r["meta"] for r in records if "meta" in r), None)
+        if meta is None or "command" not in meta:
+            raise ValueError(f"{path}: no meta line with the tuner's command")
+        winners = {r["shape"]: r["winner"] for r in records if "winner" in r}
+        if not winners:
+            raise ValueError(f"{path}: no winner records (a tune_gemm --jsonl log)")
+        set_here = tuple(
+            r.name for r in rows if winners.get(r.shape.id, {}).get("config") == r.config
+        )
+        ranked = max(w.get("candidates", 0) for w in winners.values())
+        return cls(meta["command"], meta.get("date", ""), ranked, set_here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +149,8 @@ class Tuned:
     plots: Mapping[str, str] = field(default_factory=dict)
     # Off-table measurements (``python3 -m benchmarks.offtable --json``), each its own table.
     offtable: Sequence[offtable.Record] = ()
+    # Focused re-tunes since the log's run, each with the rows it set.
+    retunes: Sequence[Retune] = ()
 
     @property
     def device(self) -> Device:
@@ -204,89 +159,6 @@ class Tuned:
     def row(self, case: str, dtype: str = "float16") -> TunedRow | None:
         shape = case_shape(case, dtype)
         return next((r for r in self.rows if r.shape == shape), None)
-
-
-def async_values(tuned: Tuned | None) -> dict:
-    """The hand-written pipeline against its automatic twin in the tuner's brief timings
-    at the knob case: its fastest config, and the pairs with the winner's tile and stage
-    count."""
-    none = dict.fromkeys(
-        (
-            "async_best",
-            "async_best_change",
-            "async_best_warpgroups",
-            "async_tile",
-            "async_tile_changes",
-            "async_trails",
-        )
-    )
-    winner = tuned.row(KNOB_CASE) if tuned else None
-    if winner is None or not tuned.log:
-        return none
-    effect = next((e for e in knob_effects(tuned.log, winner.shape) if e.knob == ASYNC), None)
-    if effect is None:
-        return none
-    change, best, _ = effect.fastest
-    win = GemmConfig.from_id(winner.config)
-    like_winner = [
-        p[0] for p in effect.pairs if tile(p[1]) == tile(win) and p[1].num_stages == win.num_stages
-    ]
-    return {
-        **none,
-        "async_best": best.id,
-        "async_best_change": pct(change),
-        "async_best_warpgroups": warpgroups(best),
-        "async_tile": f"{tile(win)} ({win.num_stages} stages)" if like_winner else None,
-        "async_tile_changes": _range(like_winner) if like_winner else None,
-        "async_trails": bool(like_winner) and statistics.median(like_winner) > 0,
-    }
-
-
-def _limits(tuned: Tuned, effects: Sequence[KnobEffect]) -> str:
-    winner = tuned.row(KNOB_CASE)
-    shape = winner.shape
-    win = GemmConfig.from_id(winner.config)
-    timed = brief_timings(tuned.log, shape)
-    per_tile: dict[str, float] = {}
-    for config, ms in timed.items():
-        per_tile[tile(config)] = min(per_tile.get(tile(config), math.inf), ms)
-    fastest = min(per_tile.values())
-    ranking = ", ".join(
-        f"{tile} {'(fastest)' if ms == fastest else pct(ms / fastest - 1)}"
-        for tile, ms in sorted(per_tile.items(), key=lambda kv: kv[1])
-    )
-    gains = [e for e in effects if e.median < 0]
-    persistent = next((e for e in effects if e.knob == PERSISTENT), None)
-    device = tuned.device
-    compute_below = []  # none known without peak figures
-    for r in tuned.rows:
-        roof = device.roof(r.shape)
-        if roof is not None and roof.compute_bound and r.speedup < 1.0:
-            compute_below.append(f"{r.name} at {r.speedup:.3f}")
-    throttled = [r for r in tuned.rows if r.throttled and r.sm_clock_mhz]
-    widest = max(throttled, key=lambda r: r.spread[1] - r.spread[0], default=None)
-    tiles = grid(shape, win)
-    return fill(
-        "limits",
-        compute_below=", ".join(compute_below) or None,
-        knob_shape=shape_text(shape),
-        tile_ranking=ranking,
-        largest_gain=min(gains, key=lambda e: e.median).knob if gains else None,
-        tilelang=tuned.meta.get("tilelang", "?"),
-        winner=winner.config,
-        waves_tiles=tiles,
-        sms=tuned.sm_count,
-        waves=f"{tiles / tuned.sm_count:.1f}",
-        persistent_change=None if persistent is None else pct(persistent.median),
-        throttled=", ".join(
-            f"{r.name} ({r.sm_clock_mhz[0]}-{r.sm_clock_mhz[1]} MHz)" for r in throttled
-        )
-        or None,
-        widest_spread=None
-        if widest is None
-        else f"{widest.spread[0]:.3f}-{widest.spread[1]:.3f} ({widest.name})",
-        **async_values(tuned),
-    )
 
 
 def _offtable_part(record: offtable.Record) -> str:
@@ -354,8 +226,21 @@ def render_tuned(tuned: Tuned) -> str:
         or "none",
         effects=lines("knob_line", effect_lines),
         knob_shape=None if winner is None else shape_text(winner.shape),
-        limits=_limits(tuned, effects) if effects else None,
+        limits=limits(tuned, effects) if effects else None,
         offtable="\n\n".join(_offtable_part(r) for r in tuned.offtable) or None,
+        retunes=lines(
+            "retune_line",
+            [
+                {
+                    "command": r.command,
+                    "date": r.date,
+                    "ranked": r.ranked,
+                    "rows": ", ".join(r.rows) or "none still in the table",
+                }
+                for r in tuned.retunes
+            ],
+        )
+        or None,
         sweep_png=sweep,
         sweep_shape=shape_text(case_shape(KNOB_CASE, "float16")).split()[0],
         roofline_png=tuned.plots.get("roofline"),
