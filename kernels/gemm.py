@@ -218,7 +218,8 @@ class GemmConfig:
     # Stream-K: this many persistent blocks (the GPU's SM count, passed by the caller)
     # compute the whole waves of output tiles data-parallel and share the K steps of the
     # last, partial wave evenly (kernels/schedules.py); a tile split between blocks is
-    # summed by atomic adds into C, zeroed first over the rows those tiles cover. 0: off.
+    # summed by atomic adds into C, zeroed first over the rows those tiles cover (with
+    # async_mma: the hand-written pipeline's persistent form, smem_epilogue only). 0: off.
     stream_k: int = 0
     # Two-block clusters (async_mma only): the pair of blocks shares one operand's tile,
     # which one TMA multicast lands in both blocks' shared memory, so the L2 serves it
@@ -274,15 +275,22 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig.num_stages={self.num_stages}: must be >= 2 with async_mma=True"
             )
-        if self.async_mma and (self.split_k > 1 or self.stream_k or self.policy != "square"):
+        if self.async_mma and (self.split_k > 1 or self.policy != "square"):
             raise ValueError(
-                f"GemmConfig.async_mma={self.async_mma}: needs split_k=1, stream_k=0 and "
-                f"policy='square' (got {self.split_k}, {self.stream_k}, {self.policy!r})"
+                f"GemmConfig.async_mma={self.async_mma}: needs split_k=1 and policy='square' "
+                f"(got {self.split_k}, {self.policy!r})"
             )
-        if self.multicast and self.persistent:
+        if self.async_mma and self.stream_k and not self.smem_epilogue:
             raise ValueError(
-                f"GemmConfig.multicast={self.multicast!r}: needs persistent=0 (got "
-                f"{self.persistent}; a pair's blocks would have to walk their tiles in step)"
+                f"GemmConfig.stream_k={self.stream_k}: with async_mma=True needs "
+                "smem_epilogue=True (the partial tiles are reduce-added by TMA from shared "
+                "memory)"
+            )
+        if self.multicast and (self.persistent or self.stream_k):
+            raise ValueError(
+                f"GemmConfig.multicast={self.multicast!r}: needs persistent=0 and stream_k=0 "
+                f"(got {self.persistent}, {self.stream_k}; a pair's blocks would have to walk "
+                "their tiles in step)"
             )
         if self.multicast not in MULTICASTS:
             raise ValueError(

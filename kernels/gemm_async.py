@@ -39,6 +39,12 @@ it on top), so 128x256x64 takes 3 stages; with fewer than 4 the consumers wait f
 batch and free its stage at once, since one batch in flight would keep the producer only
 one stage ahead (on the H200, 4096^3 fp16 in 3 stages: 0.180 ms against 0.198 ms).
 
+With ``config.stream_k`` (and the shared-memory epilogue) the persistent form follows
+``kernels.schedules.StreamK``: each block's whole tiles as above, then its stream-K
+segments, shares of a tile's K steps whose sums a TMA reduce-add adds into C (zeroed over
+those tiles' rows before the launch); ``StreamK.steps_before`` keeps the stage count going
+across them.
+
 With ``config.multicast`` the blocks run in clusters of two that share one operand's tile
 (two M tiles of one N column share B's, two N tiles of one M row share A's): the pair's
 first block issues that tile's TMA load once, multicast into both blocks' stage, and each
@@ -60,7 +66,7 @@ from kernels.gemm import (
     entry_point,
     register_cap,
 )
-from kernels.schedules import Ops, pair_grid, tile_coords
+from kernels.schedules import Ops, StreamK, pair_grid, tile_coords
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
@@ -115,11 +121,13 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # rasterisation keeps together (``pair_grid``); a block past the matrix, in a last
     # pair that the rounding completes, loads zeros and writes nothing.
     grid = pair_grid(shape, config)
-    # A persistent grid (``config.persistent`` blocks): its tiles and each block's trips.
-    blocks = config.persistent
+    # A persistent grid (``config.persistent`` blocks, or ``config.stream_k``): its tiles
+    # and each block's trips (under stream-K, ``StreamK.units``).
+    blocks = config.persistent or config.stream_k
+    plan = StreamK.plan(shape, config) if config.stream_k else None
     tiles_m, tiles_n = -(-shape.m // block_M), -(-shape.n // block_N)
     tiles = tiles_m * tiles_n
-    trips = -(-tiles // blocks) if blocks else 0
+    trips = plan.units if plan else -(-tiles // blocks) if blocks else 0
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
     cluster = {"cluster_dims": (2, 1, 1)} if paired else {}
     # With a pair, both blocks' consumers must release a stage before either producer
@@ -235,12 +243,62 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 # A block leaves only once its partner has made its last release on it.
                 TC.cluster_sync()
 
+    # Whole-tile trips of a block (every ``blocks``-th tile), then, under stream-K, its
+    # segments (``StreamK.unit``: a share of a tile's K steps, added into C).
+    whole_trips = plan.dp_waves if plan else trips
+    segments = plan.segments if plan else 0
+
+    @T.macro
+    def produce(A, B, A_shared, B_shared, full, empty, t, k_first, k_count, before):
+        """The producer's K steps [k_first, k_first + k_count) of tile ``t``; ``before``:
+        the K steps the block loaded before them (its stages count on across tiles)."""
+        bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
+        for ko in T.serial(k_count):
+            step = before + ko  # the block's K steps, tile after tile
+            stage = step % stages
+            T.mbarrier_wait_parity(empty[stage], ((step // stages) & 1) ^ 1)
+            load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, k_first + ko)
+
+    @T.macro
+    def consume(C, A_shared, B_shared, C_local, C_shared, full, empty, t, k_count, before):
+        """The consumers' side of ``produce``: the products, then the tile written back,
+        or added into C where it is a share of the tile's K steps."""
+        bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
+        T.clear(C_local)
+        for ko in T.serial(k_count):
+            step = before + ko
+            stage = step % stages
+            T.mbarrier_wait_parity(full[stage], (step // stages) & 1)
+            TC.wgmma_gemm(
+                A_shared[stage, :, :], B_shared[stage, :, :], C_local, transpose_B=trans_B
+            )
+            T.wait_wgmma(in_flight)
+            if in_flight == 0:
+                T.barrier_arrive(empty[stage])
+            elif ko > 0:
+                T.barrier_arrive(empty[(step + stages - 1) % stages])
+        # The tile's last batch done, its stage is free: the producer may already be
+        # loading the next tile while this one is written.
+        if in_flight:
+            T.wait_wgmma(0)
+            T.barrier_arrive(empty[(before + k_count - 1) % stages])
+        if config.smem_epilogue:
+            T.copy(C_local, C_shared)
+            if segments and k_count < k_steps:
+                # A stream-K share of the tile: added into C, zeroed before the launch.
+                TC.atomic_add(C[bm * block_M, bn * block_N], C_shared, use_tma=True)
+            else:
+                T.copy(C_shared, C[bm * block_M, bn * block_N])
+        else:
+            T.copy(C_local, C[bm * block_M, bn * block_N])
+
     @T.macro
     def launch_persistent(A, B, C, delay):
-        """``config.persistent`` blocks, each taking every ``blocks``-th tile in the order
-        of ``tile_coords`` (panels of ``config.swizzle`` tile rows). The producer runs on
-        into the next tile's K steps while the consumers write the last one back: the
-        stages count K steps over the block's tiles end to end."""
+        """``blocks`` blocks, each taking every ``blocks``-th tile in the order of
+        ``tile_coords`` (panels of ``config.swizzle`` tile rows), then under stream-K its
+        segments. The producer runs on into the next trip's K steps while the consumers
+        write the last one back: the stages count K steps over the block's trips end to
+        end."""
         with T.Kernel(blocks, threads=consumers + PRODUCER_THREADS) as block_id:
             A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
             B_shared = T.alloc_shared((stages, *b_tile), dtype)
@@ -249,49 +307,30 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             full = T.alloc_barrier([PRODUCER_THREADS] * stages)
             empty = T.alloc_barrier([consumers] * stages)
             spin(delay)
+            loads = (A_shared, B_shared, full, empty)
             tx = T.get_thread_binding()
             if tx >= consumers:
                 T.dec_max_nreg(PRODUCER_REGISTERS)
-                for u in T.serial(trips):
-                    t = u * blocks + block_id
-                    if t < tiles:
-                        bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
-                        for ko in T.serial(k_steps):
-                            step = u * k_steps + ko  # the block's K steps, tile after tile
-                            stage = step % stages
-                            T.mbarrier_wait_parity(empty[stage], ((step // stages) & 1) ^ 1)
-                            load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, ko)
+                for u in T.serial(whole_trips):
+                    if u * blocks + block_id < tiles:
+                        produce(A, B, *loads, u * blocks + block_id, 0, k_steps, u * k_steps)
+                if segments:
+                    for j in T.serial(segments):
+                        t, k_first, k_count = plan.unit(block_id, whole_trips + j, ops)
+                        if k_count > 0:
+                            before = plan.steps_before(block_id, whole_trips + j, ops)
+                            produce(A, B, *loads, t, k_first, k_count, before)
             else:
                 T.inc_max_nreg(consumer_registers(consumers))
-                for u in T.serial(trips):
-                    t = u * blocks + block_id
-                    if t < tiles:
-                        bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
-                        T.clear(C_local)
-                        for ko in T.serial(k_steps):
-                            step = u * k_steps + ko
-                            stage = step % stages
-                            T.mbarrier_wait_parity(full[stage], (step // stages) & 1)
-                            TC.wgmma_gemm(
-                                A_shared[stage, :, :],
-                                B_shared[stage, :, :],
-                                C_local,
-                                transpose_B=trans_B,
-                            )
-                            T.wait_wgmma(in_flight)
-                            if in_flight == 0:
-                                T.barrier_arrive(empty[stage])
-                            elif ko > 0:
-                                T.barrier_arrive(empty[(step + stages - 1) % stages])
-                        # The tile's last batch done, its stage is free: the producer may
-                        # already be loading the next tile while this one is written.
-                        if in_flight:
-                            T.wait_wgmma(0)
-                            T.barrier_arrive(empty[(u * k_steps + k_steps - 1) % stages])
-                        if config.smem_epilogue:
-                            T.copy(C_local, C_shared)
-                            T.copy(C_shared, C[bm * block_M, bn * block_N])
-                        else:
-                            T.copy(C_local, C[bm * block_M, bn * block_N])
+                tile_buffers = (A_shared, B_shared, C_local, C_shared, full, empty)
+                for u in T.serial(whole_trips):
+                    if u * blocks + block_id < tiles:
+                        consume(C, *tile_buffers, u * blocks + block_id, k_steps, u * k_steps)
+                if segments:
+                    for j in T.serial(segments):
+                        t, _, k_count = plan.unit(block_id, whole_trips + j, ops)
+                        if k_count > 0:
+                            before = plan.steps_before(block_id, whole_trips + j, ops)
+                            consume(C, *tile_buffers, t, k_count, before)
 
     return entry_point(shape, launch_persistent if blocks else launch, delay)

@@ -5,12 +5,13 @@ output tile.
 
 Plain, swizzled and split-K grids launch one block per output tile (per tile and K
 split); a persistent grid (``GemmConfig.persistent``) loops its blocks over the tiles with
-``T.Persistent``. Under stream-K, ``stream_k`` persistent blocks (the caller passes the
-GPU's SM count) take the output tiles in the order ``T.use_swizzle(config.swizzle)``
-launches them (panels of ``swizzle`` tile rows walked column by column, every other
-panel backwards; row-major for 0), in two parts (the data-parallel + stream-K hybrid of
-Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix
-Multiplication on the GPU", PPoPP 2023):
+``T.Persistent``, or, on the hand-written pipeline, takes them in turn in the order of
+``tile_coords`` (panels of ``config.swizzle``). Under stream-K, ``stream_k`` persistent
+blocks (the caller passes the GPU's SM count) take the output tiles in the order
+``T.use_swizzle(config.swizzle)`` launches them (panels of ``swizzle`` tile rows walked
+column by column, every other panel backwards; row-major for 0), in two parts (the
+data-parallel + stream-K hybrid of Osama et al., "Stream-K: Work-centric Parallel
+Decomposition for Dense Matrix-Matrix Multiplication on the GPU", PPoPP 2023):
 
 - data-parallel: the first ``waves * blocks`` tiles, whole, block ``b`` taking tiles
   ``b``, ``b + blocks``, ... and writing each once, as the plain kernel does;
@@ -163,6 +164,17 @@ class StreamK:
             ops.select(dp, u * self.blocks + b, self.dp_tiles + tile),
             ops.select(dp, 0, lo - tile * self.k_steps),
             ops.select(dp, self.k_steps, hi - lo),
+        )
+
+    def steps_before(self, b: Any, u: Any, ops: Any = INT_OPS) -> Any:
+        """K steps block ``b`` computes before its ``u``-th trip, over all its tiles: where
+        a pipeline that counts its stages over the block's trips end to end stands (a
+        trip with nothing to do is never reached after one that has)."""
+        start, _ = self.sk_range(b, ops)
+        j = u - self.dp_waves
+        lo = ops.max(start, (start // self.k_steps + j) * self.k_steps)
+        return ops.select(
+            u < self.dp_waves, u * self.k_steps, self.dp_waves * self.k_steps + lo - start
         )
 
     def zero_from_row(self, block_m: int) -> int | None:

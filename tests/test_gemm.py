@@ -66,7 +66,12 @@ def test_shape_rejects(kwargs, field, rule):
         ({"stream_k": 132.0}, "stream_k=132.0", "integer"),
         ({"stream_k": 132, "split_k": 2}, "split_k=2", "must be 1 with stream_k=132"),
         ({"stream_k": 132, "persistent": 132}, "persistent=132", "must be 0 with stream_k"),
-        ({"stream_k": 132, "async_mma": True}, "async_mma=True", "stream_k=0"),
+        ({"stream_k": 132, "async_mma": True}, "stream_k=132", "needs smem_epilogue=True"),
+        (
+            {"stream_k": 132, "async_mma": True, "smem_epilogue": True, "multicast": "b"},
+            "multicast='b'",
+            "stream_k=0",
+        ),
         ({"multicast": "c", "async_mma": True}, "multicast='c'", "one of"),
         ({"multicast": "b"}, "multicast='b'", "needs async_mma=True"),
         ({"multicast": "a", "async_mma": True, "swizzle": 5}, "swizzle=5", "must be even"),
@@ -386,6 +391,29 @@ STREAM_K_CODEGEN = [
     (GemmShape(3000, 5000, 7000, "bfloat16"), GemmConfig.from_id("b128x256x64_t256_s3_w8_e_sk132")),
     (GemmShape(3000, 5000, 7000, "float16"), GemmConfig.from_id("b256x128x64_t256_s4_sk132")),
 ]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+def test_sm90a_codegen_of_the_async_stream_k(layout):
+    """The hand-written pipeline's stream-K: the whole tiles' loop as the persistent
+    form's (a constant 64 K steps, every stage freed before the write-back), then the
+    segments', a trip-dependent count added into C by a TMA reduce-add; no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    shape = GemmShape(4096, 4096, 4096, "float16", layout)
+    config = GemmConfig.from_id("b128x256x64_t256_s3_w4_e_sk132_a")
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    plan = StreamK.plan(shape, config)
+    consumer = src[src.index("warpgroup_reg_alloc<240>") :]
+    assert f"u_1 < {plan.dp_waves}; ++u_1" in consumer
+    assert f"j_1 < {plan.segments}; ++j_1" in consumer
+    whole, segments = consumer.split(f"j_1 < {plan.segments}")
+    assert "ko_2 < 64; ++ko_2" in whole and "tl::tma_store(" in whole
+    assert "tma_store_add" in segments and "warpgroup_wait<0>" not in src
+    assert kernel.blocks == 132 and sm90a_resources(kernel).spill_bytes == 0
+    assert sm90a_resources(kernel).smem_bytes >= config.smem_bytes
 
 
 @requires_nvcc
@@ -802,6 +830,14 @@ STREAM_K_SIZES = {
     "b128x128x64_t128_s3_w4_e_sk7": [(1000, 1000, 1000)],
     "b128x128x64_t128_s3_sk132": [(256, 512, 128)],
     "b64x128x64_t128_s4_e_sk132": [(16, 1024, 2048)],
+    # The hand-written pipeline's stream-K (its persistent form with the last wave shared
+    # out): the squares' 116 tiles over 132 blocks, a wave and a fraction, a few blocks
+    # over many tiles (the two-tile variant: through shared memory the remainder alone),
+    # fewer tiles than blocks, and 4 stages with one batch in flight.
+    "b128x256x64_t256_s3_w4_e_sk132_a": [(4096, 4096, 4096), (2048, 2304, 1024)],
+    "b256x128x64_t256_s3_e_sk132_a": [(2500, 1800, 4000)],
+    "b128x128x64_t128_s4_w4_e_sk7_a": [(1000, 1000, 1024)],
+    "b128x128x64_t128_s3_e_sk132_a": [(256, 512, 128)],
 }
 
 

@@ -102,6 +102,24 @@ def test_stream_k_computes_every_k_step_of_every_tile_once(size, tile, blocks, p
         assert zero_from is None and sk_tiles == 0
 
 
+@pytest.mark.parametrize("size, tile, blocks, panel, sk_tiles", SPLITS)
+def test_a_blocks_trips_count_its_k_steps_end_to_end(size, tile, blocks, panel, sk_tiles):
+    """``steps_before``: where a pipeline whose stages count on across a block's trips
+    stands at each trip with work; each such trip starts where the one before ended."""
+    threads = 256 if tile[0] * tile[1] > 128 * 128 else 128
+    config = GemmConfig(*tile, threads, 3, swizzle=panel, stream_k=blocks)
+    plan = StreamK.plan(GemmShape(*size), config)
+    for b in range(blocks):
+        done = 0
+        for u in range(plan.units):
+            _, _, steps = plan.unit(b, u)
+            if steps > 0:
+                assert plan.steps_before(b, u) == done
+                done += steps
+        start, end = plan.sk_range(b)
+        assert done == plan.dp_waves * plan.k_steps + end - start
+
+
 def test_the_two_tile_variant_is_for_the_register_epilogue_only():
     # 2500x1800 in 256x128 tiles: 150 tiles on 132 blocks, 18 left over (under MIN_SHARE
     # of a wave). Added from registers, a full wave joins them; through shared memory
