@@ -275,7 +275,7 @@ def test_a_persistent_async_winner_is_described_as_what_it_is():
     assert "TileLang's persistent grid cannot overlap" not in text
     report = render_stage04(_rows(), META, title="S", tuned=tuned)
     assert "- Share the last wave's K steps out (stream-K)" in report
-    assert "the last, of 116 tiles, leaves 16 SMs idle" in report
+    assert "the last, of\n  116 tiles, leaves 16 SMs idle" in report
     assert "- Overlap a tile's write-back with the next tile's products" in report
     assert "Confirm the hand-written" not in report
     # A plain winner: what T.Persistent cannot do, and no stream-K bullet.
