@@ -359,6 +359,25 @@ def test_the_sm_count_is_the_recorded_one():
     assert "the run records no SM count" in unknown and " SMs" not in unknown.split("## Q")[0]
 
 
+def test_the_two_persistent_loops_are_knobs_of_their_own():
+    from harness.report.stage04 import knob_effects
+
+    shape = GemmShape(4096, 4096, 4096)
+    log = [
+        {"shape": shape.id, "config": c, "quick_ms": ms}
+        for c, ms in [
+            ("b128x256x64_t256_s3_e", 0.20),
+            ("b128x256x64_t256_s3_e_p132", 0.21),
+            ("b128x256x64_t256_s3_e_a", 0.20),
+            ("b128x256x64_t256_s3_e_p132_a", 0.18),
+        ]
+    ]
+    effects = {e.knob: e for e in knob_effects(log, shape)}
+    assert effects["persistent grid (_p)"].median == pytest.approx(0.05)
+    assert len(effects["persistent grid (_p)"].pairs) == 1
+    assert effects["hand-written persistent form (_p..._a)"].median == pytest.approx(-0.1)
+
+
 def test_knob_effects_pair_a_stream_k_config_with_its_data_parallel_twin():
     from harness.report.stage04 import knob_effects
 

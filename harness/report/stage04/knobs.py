@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 KNOBS = {
     "shared-memory epilogue (_e)": lambda c: replace(c, smem_epilogue=False),
     "swizzled block order (_w)": lambda c: replace(c, swizzle=0),
-    "persistent grid (_p)": lambda c: replace(c, persistent=0),
+    # TileLang's persistent grid (T.Persistent) and the hand-written pipeline's
+    # persistent form are different loops: each is its own knob.
+    "persistent grid (_p)": lambda c: c if c.async_mma else replace(c, persistent=0),
+    "hand-written persistent form (_p..._a)": lambda c: (
+        replace(c, persistent=0) if c.async_mma else c
+    ),
     "row/col warp policy (_pr/_pc)": lambda c: replace(c, policy="square"),
     "split K (_k)": lambda c: replace(c, split_k=1),
     "stream-K (_sk)": lambda c: replace(c, stream_k=0),
