@@ -456,18 +456,13 @@ class GemmConfig:
         pipeline writes back after its branches for that reason); under a persistent or
         stream-K grid the loop over tiles keeps the stages live through every write-back,
         so there it comes on top (checked against the compiled kernels for sm_90a)."""
-        stages = self.stage_bytes
+        stages = (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
         if self.swap_ab or not (self.smem_epilogue or self.split_k > 1):
             return stages
         c_tile = self.block_m * self.block_n * ELEMENT_BYTES
         if self.persistent or self.stream_k:
             return stages + c_tile
         return max(stages, c_tile)
-
-    @property
-    def stage_bytes(self) -> int:
-        """Shared memory of the A and B stages."""
-        return (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
 
 
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:

@@ -121,13 +121,11 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # rasterisation keeps together (``pair_grid``); a block past the matrix, in a last
     # pair that the rounding completes, loads zeros and writes nothing.
     grid = pair_grid(shape, config)
-    # A persistent grid (``config.persistent`` blocks, or ``config.stream_k``): its tiles
-    # and each block's trips (under stream-K, ``StreamK.units``).
+    # A persistent grid (``config.persistent`` blocks, or ``config.stream_k``): its tiles.
     blocks = config.persistent or config.stream_k
     plan = StreamK.plan(shape, config) if config.stream_k else None
     tiles_m, tiles_n = -(-shape.m // block_M), -(-shape.n // block_N)
     tiles = tiles_m * tiles_n
-    trips = plan.units if plan else -(-tiles // blocks) if blocks else 0
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
     cluster = {"cluster_dims": (2, 1, 1)} if paired else {}
     # With a pair, both blocks' consumers must release a stage before either producer
@@ -245,7 +243,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
 
     # Whole-tile trips of a block (every ``blocks``-th tile), then, under stream-K, its
     # segments (``StreamK.unit``: a share of a tile's K steps, added into C).
-    whole_trips = plan.dp_waves if plan else trips
+    whole_trips = plan.dp_waves if plan else -(-tiles // blocks) if blocks else 0
     segments = plan.segments if plan else 0
 
     @T.macro

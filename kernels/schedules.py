@@ -150,14 +150,19 @@ class StreamK:
             (b + 1) * base + ops.min(b + 1, extra),
         )
 
+    def _segment(self, start: Any, u: Any, ops: Any) -> tuple:
+        """(tile within the stream-K part, first K step counted from its start) of the
+        ``u``-th trip of a block whose stream-K range starts at ``start``."""
+        j = u - self.dp_waves  # segment index (negative on data-parallel trips)
+        tile = start // self.k_steps + j
+        return tile, ops.max(start, tile * self.k_steps)
+
     def unit(self, b: Any, u: Any, ops: Any = INT_OPS) -> tuple:
         """(tile index in the tile order, first K step, K steps) of block ``b``'s ``u``-th
         trip; K steps <= 0 means the trip has nothing to do. Trips below ``dp_waves`` are
         whole tiles; the rest are the block's stream-K segments, tile by tile."""
         start, end = self.sk_range(b, ops)
-        j = u - self.dp_waves  # segment index (negative on data-parallel trips)
-        tile = start // self.k_steps + j  # within the stream-K part
-        lo = ops.max(start, tile * self.k_steps)
+        tile, lo = self._segment(start, u, ops)
         hi = ops.min(end, (tile + 1) * self.k_steps)
         dp = u < self.dp_waves
         return (
@@ -171,8 +176,7 @@ class StreamK:
         a pipeline that counts its stages over the block's trips end to end stands (a
         trip with nothing to do is never reached after one that has)."""
         start, _ = self.sk_range(b, ops)
-        j = u - self.dp_waves
-        lo = ops.max(start, (start // self.k_steps + j) * self.k_steps)
+        _, lo = self._segment(start, u, ops)
         return ops.select(
             u < self.dp_waves, u * self.k_steps, self.dp_waves * self.k_steps + lo - start
         )

@@ -103,11 +103,13 @@ def async_values(tuned: Tuned | None) -> dict:
         )
     )
     winner = tuned.row(KNOB_CASE) if tuned else None
+    # Where the hand-written pipeline neither trails nor won, it is yet to be confirmed.
+    confirm = winner is None or not GemmConfig.from_id(winner.config).async_mma
     if winner is None or not tuned.log:
-        return none
+        return none | {"async_confirm": confirm}
     effect = next((e for e in knob_effects(tuned.log, winner.shape) if e.knob == ASYNC), None)
     if effect is None:
-        return none
+        return none | {"async_confirm": confirm}
     change, best, _ = effect.fastest
     win = GemmConfig.from_id(winner.config)
     like_winner = [
@@ -117,6 +119,7 @@ def async_values(tuned: Tuned | None) -> dict:
         and p[1].num_stages == win.num_stages
         and p[1].persistent == win.persistent
     ]
+    trails = bool(like_winner) and statistics.median(like_winner) > 0
     return {
         **none,
         "async_best": best.id,
@@ -124,7 +127,8 @@ def async_values(tuned: Tuned | None) -> dict:
         "async_best_warpgroups": warpgroups(best),
         "async_tile": f"{tile(win)} ({win.num_stages} stages)" if like_winner else None,
         "async_tile_changes": change_range(like_winner) if like_winner else None,
-        "async_trails": bool(like_winner) and statistics.median(like_winner) > 0,
+        "async_trails": trails,
+        "async_confirm": confirm and not trails,
     }
 
 
@@ -146,9 +150,8 @@ def winner_values(tuned: Tuned | None) -> dict:
                 "winner_streamk",
                 "winner_shape",
                 "winner_idle",
-                "async_confirm",
             )
-        ) | {"async_confirm": True}
+        )
     win = GemmConfig.from_id(winner.config)
     tiles = grid(winner.shape, win)
     persistent_async = win.async_mma and bool(win.persistent)
@@ -164,8 +167,6 @@ def winner_values(tuned: Tuned | None) -> dict:
         "winner_streamk": persistent_async and bool(tiles % tuned.sm_count),
         "winner_shape": shape_text(winner.shape),
         "winner_idle": (tuned.sm_count - tiles % tuned.sm_count) % tuned.sm_count or None,
-        # Where the hand-written pipeline neither trails nor won, it is yet to be confirmed.
-        "async_confirm": not win.async_mma and not async_values(tuned)["async_trails"],
     }
 
 
