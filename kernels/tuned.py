@@ -115,7 +115,9 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       pipeline (``_a``, kernels/gemm_async.py), and those of the two-warpgroup tiles
       again in two-block clusters sharing the wider operand (``PAIRED``), and those with
       the shared-memory epilogue again in their persistent form (one block per SM, where
-      the C tile fits beside the stages). 256x256 tiles are
+      the C tile fits beside the stages), and the stream-K configs with the shared-memory
+      epilogue on that pipeline too (its persistent form, the last wave shared out).
+      256x256 tiles are
       left out: four consumer warpgroups plus the producer leave ~100 registers a thread
       for 128 accumulators.
     """
@@ -206,6 +208,9 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
             if (c.block_m, c.block_n) in PAIRED
         ]
         out += [_persistent(c, sms) for c in twins if c.smem_epilogue]
+        # Stream-K on that pipeline: its persistent form with the last wave shared out,
+        # through shared memory (the segments' sums are reduce-added by TMA).
+        out += [_twin(c) for c in out if c is not None and c.stream_k and c.smem_epilogue]
     return list(dict.fromkeys(c for c in out if c is not None))
 
 
@@ -623,6 +628,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       most that keeps the blocks within one wave and 1024 of K per split (decode16: 32
       tiles of 64x256 took 0.0614 ms, split in two 0.0469, eight ways 0.0478; decode64's
       128 tiles of 64x64 lost 7% split in two, so a grid that half-fills is left whole).
+    - Last, the pick goes on the hand-written pipeline where that form ran faster with the
+      same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
+      ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
+      (4096^3 fp16: 0.1804 ms against 0.1850).
     """
     check_sms(sms)
     swapped = swap_for(shape, sms)
@@ -652,7 +661,41 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         value, config = stream_k_score(shape, tile, sms)
         if value > best_value:
             best_value, best = value, config
-    return best
+    return async_form(shape, best, sms)
+
+
+# The hand-written pipeline (kernels/gemm_async.py) where the heuristic's pick has a form
+# on it that the H200 measured faster, the tile and its score unchanged. Stream-K: its
+# persistent form with the last wave shared out, against TileLang's pipeline with the same
+# tile (bench_gemm, CUPTI, fp16; reports/streamk_async_h200.jsonl): 2500x1800x4000 in
+# 256x128 tiles 0.0581 ms against 0.0658, 2000x3000x3000 in 128x256 0.0702 against
+# 0.0708, 4096^3 in 128x256 0.1887 against 0.2023. The persistent form of an unsplit
+# 128x256 grid (panels of 16) where each SM takes ``PERSISTENT_MIN_TRIPS`` tiles or more,
+# so that a block's write-back overlaps its next tile's loads (4096^3, four trips: fp16
+# 0.1804 ms against 0.1850, bf16 0.1755 against 0.1800; reports/persistent_async_h200.jsonl).
+PERSISTENT_MIN_TRIPS = 2
+
+
+def async_form(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``config`` on the hand-written pipeline where that is measured faster: a stream-K
+    grid through shared memory, and an unsplit, unpaired grid of 128x256 tiles that are
+    ``PERSISTENT_MIN_TRIPS`` waves or more, in its persistent form; ``config`` itself
+    otherwise, or where the form does not build for ``shape`` (every load by TMA)."""
+    if config.async_mma:
+        return config
+    form = None
+    if config.stream_k and config.smem_epilogue:
+        form = _twin(config)
+    elif (
+        (config.block_m, config.block_n) == (128, 256)
+        and config.smem_epilogue
+        and config.split_k == 1
+        and not (config.persistent or config.stream_k or config.swap_ab)
+        and output_tiles(shape, 128, 256) >= PERSISTENT_MIN_TRIPS * sms
+    ):
+        twin = _twin(config)
+        form = None if twin is None else _persistent(twin, sms)
+    return form if form is not None and builds(shape, form) else config
 
 
 # Tiles cut to fit the waves: widths between 128x256's and 128x128's, in two warpgroups of

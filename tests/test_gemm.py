@@ -836,6 +836,9 @@ STREAM_K_SIZES = {
     # fewer tiles than blocks, and 4 stages with one batch in flight.
     "b128x256x64_t256_s3_w4_e_sk132_a": [(4096, 4096, 4096), (2048, 2304, 1024)],
     "b256x128x64_t256_s3_e_sk132_a": [(2500, 1800, 4000)],
+    # The heuristic's stream-K picks off the table: both operands' rows off a sector and
+    # K not a multiple of 64; two waves and a fraction.
+    "b128x256x64_t256_s3_e_sk132_a": [(2000, 3000, 3000), (3584, 2560, 2048)],
     "b128x128x64_t128_s4_w4_e_sk7_a": [(1000, 1000, 1024)],
     "b128x128x64_t128_s3_e_sk132_a": [(256, 512, 128)],
 }

@@ -490,6 +490,52 @@ def test_stream_k_efficiency_is_the_tuning_logs():
     assert tuned.STREAM_K_EFFICIENCY == pytest.approx(statistics.median(ratios), abs=0.01)
 
 
+def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
+    # Stream-K picks go on it, their tile unchanged: 2500x1800x4000 (256x128), 2000x3000x3000
+    # and 3584x2560x2048 NT (128x256).
+    for shape, tile in [
+        (GemmShape(2500, 1800, 4000), (256, 128)),
+        (GemmShape(2000, 3000, 3000), (128, 256)),
+        (GemmShape(3584, 2560, 2048, "bfloat16", "NT"), (128, 256)),
+    ]:
+        config = heuristic(shape, SMS)
+        assert config.async_mma and config.stream_k == SMS and config.smem_epilogue, shape
+        assert (config.block_m, config.block_n) == tile and not config.persistent
+    # An unsplit 128x256 grid of two waves or more takes the persistent form, panels kept.
+    for shape in [GemmShape(6144, 6144, 6144), GemmShape(16384, 8192, 4096, "bfloat16", "NT")]:
+        config = heuristic(shape, SMS)
+        assert config.id == "b128x256x64_t256_s3_w16_e_p132_a", shape
+    # Under two waves (2048^2: 128 tiles), paired, split or fitted tiles: as they were.
+    assert heuristic(GemmShape(2048, 2048, 2048), SMS) == TILES[0].config
+    assert heuristic(GemmShape(3000, 5000, 7000, "bfloat16"), SMS) == tuned.PAIRED_TILE
+    for shape in [GemmShape(512, 512, 32768), GemmShape(10000, 8000, 6000, "bfloat16")]:
+        assert not heuristic(shape, SMS).async_mma, shape
+    # Where the form would load a row that TMA cannot (A's rows of 8,008 bytes are off
+    # 16 bytes), TileLang's stream-K stays, A loaded without TMA.
+    odd = GemmShape(2500, 1800, 4004)
+    assert heuristic(odd, SMS).stream_k == SMS and not heuristic(odd, SMS).async_mma
+    assert not tuned.builds(odd, replace(heuristic(odd, SMS), async_mma=True))
+
+
+def test_the_hand_written_forms_are_the_records():
+    """Each form the heuristic takes ran faster on the H200 than the config it replaces,
+    same tile, same shape (``kernels.tuned.async_form``'s evidence, re-read)."""
+    streamed = _sweep("streamk_async_h200.jsonl", "tilelang_ms")
+    for shape_id, plain in [
+        ("m2500_n1800_k4000_f16", "b256x128x64_t256_s3_e_sk132"),
+        ("m2000_n3000_k3000_f16", "b128x256x64_t256_s3_e_sk132"),
+        ("m4096_n4096_k4096_f16", "b128x256x64_t256_s3_e_sk132"),
+    ]:
+        form = tuned.async_form(_shape_of(shape_id), GemmConfig.from_id(plain), SMS)
+        assert form.async_mma and streamed[shape_id][form.id] < streamed[shape_id][plain]
+    persistent = _sweep("persistent_async_h200.jsonl", "tilelang_ms")
+    for dtype in ("float16", "bfloat16"):
+        shape = case_shape("square4096", dtype)
+        form = tuned.async_form(shape, TILES[0].config, SMS)
+        assert form.persistent == SMS
+        assert persistent[shape.id][form.id] < persistent[shape.id][TILES[0].config.id]
+
+
 @pytest.mark.parametrize(
     "shape",
     [
@@ -742,7 +788,11 @@ def test_async_twins_join_the_space_only_when_asked():
     twins = [c for c in both if c.async_mma]
     assert twins and set(plain) <= set(both)
     for c in twins:  # never with the options the async pipeline does not take
-        assert c.policy == "square" and c.split_k == 1 and c.stream_k == 0
+        assert c.policy == "square" and c.split_k == 1 and not c.swap_ab
+    # Its stream-K: the twin of each stream-K config through shared memory, and no other.
+    streamed = {c for c in twins if c.stream_k}
+    assert streamed == {replace(c, async_mma=True) for c in plain if c.stream_k and c.smem_epilogue}
+    assert all(c.smem_epilogue and not (c.multicast or c.persistent) for c in streamed)
     # Its persistent form: one block per SM, the C tile through shared memory, no pairs;
     # every one the twin of a data-parallel async config in the space.
     persistent = [c for c in twins if c.persistent]

@@ -274,14 +274,14 @@ def test_a_persistent_async_winner_is_described_as_what_it_is():
     assert "With 3 stages its consumers wait for each wgmma batch" in text
     assert "TileLang's persistent grid cannot overlap" not in text
     report = render_stage04(_rows(), META, title="S", tuned=tuned)
-    assert "- Share the last wave's K steps out (stream-K)" in report
+    assert "- Win back the last wave some other way than stream-K" in report
     assert "the last, of\n  116 tiles, leaves 16 SMs idle" in report
     assert "- Overlap a tile's write-back with the next tile's products" in report
     assert "Confirm the hand-written" not in report
     # A plain winner: what T.Persistent cannot do, and no stream-K bullet.
     plain = render_stage04(_rows(), META, title="S", tuned=_tuned(_log()))
     assert "TileLang's persistent grid cannot overlap" in plain
-    assert "Share the last wave" not in plain and "persistent form" not in plain
+    assert "Win back the last wave" not in plain and "persistent form" not in plain
 
 
 def test_a_retune_names_the_rows_its_winners_still_hold():
