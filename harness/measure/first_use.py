@@ -71,9 +71,9 @@ QUICK = {"warmup": 5, "repeat": 20}
 # record and the table take (``harness.measure.versus``). CUDA events around a launch also
 # count the GPU's wait for the host between a split grid's zeroing of C and the GEMM: on
 # the H200, first-use tuning by events picked 96x7168x2048 NT's unsplit 128x128 tile
-# (0.664x torch under versus, reports/offtable_first_use_h200.json) over the heuristic's
-# split in two, which it timed first (0.869x; by CUPTI 14.3 us against the unsplit
-# tile's 18.6 us, reports/offtable_sweeps_h200.jsonl).
+# (0.664x torch under versus, reports/offtable_first_use_h200.json at 0c428d5) over the
+# heuristic's split in two, which it timed first (0.869x; by CUPTI 14.3 us against the
+# unsplit tile's 18.6 us, reports/offtable_sweeps_h200.jsonl).
 RANK_BACKEND = "cupti"
 FALLBACK_BACKEND = "event"
 
@@ -83,7 +83,8 @@ class Budget:
     """How much a first-use tuning may spend: wall-clock seconds (compiling, checking and
     timing) and candidates at most. Sixteen: on the H200 host (16 cores) a shape's 16
     candidates took 1-2 s once compiled, and 4 of the 17 off-table winners sit 12th-15th
-    in the spread plan (``reports/offtable_first_use_h200.json``), past a budget of 8."""
+    in the spread plan (``reports/offtable_first_use_h200.json`` at 0c428d5), past a
+    budget of 8."""
 
     seconds: float = 60.0
     candidates: int = 16
