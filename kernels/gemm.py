@@ -275,10 +275,9 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig.num_stages={self.num_stages}: must be >= 2 with async_mma=True"
             )
-        if self.async_mma and (self.split_k > 1 or self.policy != "square"):
+        if self.async_mma and self.split_k > 1:
             raise ValueError(
-                f"GemmConfig.async_mma={self.async_mma}: needs split_k=1 and policy='square' "
-                f"(got {self.split_k}, {self.policy!r})"
+                f"GemmConfig.async_mma={self.async_mma}: needs split_k=1 (got {self.split_k})"
             )
         if self.async_mma and self.stream_k and not self.smem_epilogue:
             raise ValueError(
@@ -522,11 +521,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     dtype, accum_dtype = shape.dtype, config.accum_dtype
     trans_B = shape.layout == "NT"
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
-    policy = {
-        "square": T.GemmWarpPolicy.Square,
-        "row": T.GemmWarpPolicy.FullRow,
-        "col": T.GemmWarpPolicy.FullCol,
-    }[config.policy]
+    policy = warp_policy(config)
     tiles_m, tiles_n = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
 
     # K steps per block: all of them, or one split's share (the last split may run past K;
@@ -652,6 +647,18 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                     tile(A, B, C, *buffers, by, bx, bz * k_steps, k_steps, split)
 
     return entry_point(shape, launch, delay)
+
+
+def warp_policy(config: GemmConfig):
+    """TileLang's warp policy for ``config.policy``: how the consumer warpgroups split
+    the tile for wgmma (``wgmma_partition``), in either pipeline."""
+    import tilelang.language as T
+
+    return {
+        "square": T.GemmWarpPolicy.Square,
+        "row": T.GemmWarpPolicy.FullRow,
+        "col": T.GemmWarpPolicy.FullCol,
+    }[config.policy]
 
 
 def entry_point(shape: GemmShape, launch, delay: bool):

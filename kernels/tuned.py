@@ -194,7 +194,6 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
             _twin(c)
             for c in out
             if c is not None
-            and c.policy == "square"
             and not c.persistent
             and c.split_k == 1
             and not c.stream_k
@@ -269,6 +268,29 @@ PAIRED_TILE = GemmConfig(
 )
 # The median of those five gains (1.30, 1.26, 1.15, 1.11, 1.07).
 PAIR_GAIN = 1.15
+# The narrower wide tile's pair: 128x192 under the row policy (64x192 per warpgroup) on the
+# hand-written pipeline, two blocks sharing B. Where 128x256's pairs leave much of their
+# last wave idle it covers the SMs better: 2000x3000x3000 fp16 (both operands' rows off a
+# sector, 256 tiles against 192 of 128x256, on the H200) 0.0591 ms, 0.92x torch, against
+# 0.0702 for the heuristic's stream-K before it and 0.0729 for the plain 128x192 tile
+# (bench_gemm, CUPTI; reports/streamk_async_h200.jsonl). Its pace per SM slot covered
+# against 128x256's pair, where both fill their waves alike: 0.91 (3000x5000x7000 bf16,
+# 0.3239 ms in 4.9 waves against 0.3146 in 3.6) and 0.96 (9000x7000x4000 bf16, 0.7563
+# in 19.9 against 0.7770 in 15.1): ``NARROW_PAIR_EFFICIENCY`` is their mean, so it wins
+# only where it covers the SMs over 7% better than 128x256's pair. Measured on NN only.
+NARROW_PAIR_TILE = GemmConfig(
+    128,
+    192,
+    64,
+    256,
+    4,
+    swizzle=8,
+    policy="row",
+    smem_epilogue=True,
+    async_mma=True,
+    multicast="b",
+)
+NARROW_PAIR_EFFICIENCY = 0.93
 
 
 def row_bytes(shape: GemmShape) -> dict[str, int]:
@@ -628,6 +650,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       most that keeps the blocks within one wave and 1024 of K per split (decode16: 32
       tiles of 64x256 took 0.0614 ms, split in two 0.0469, eight ways 0.0478; decode64's
       128 tiles of 64x64 lost 7% split in two, so a grid that half-fills is left whole).
+    - Where B's rows start off a sector (NN), 128x192 in pairs sharing B
+      (``NARROW_PAIR_TILE``, 0.93 of the 128x256 pair's pace per slot) is scored too: it
+      wins where it covers the SMs over 7% better (2000x3000x3000: 0.92x torch against
+      0.77x for stream-K).
     - Last, the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
@@ -661,7 +687,26 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         value, config = stream_k_score(shape, tile, sms)
         if value > best_value:
             best_value, best = value, config
+    value = narrow_pair_score(shape, sms)
+    if value > best_value:
+        best_value, best = value, NARROW_PAIR_TILE
     return async_form(shape, best, sms)
+
+
+def narrow_pair_score(shape: GemmShape, sms: int) -> float:
+    """``score`` of ``NARROW_PAIR_TILE``, unsplit, relative to the other tiles: 128x256's
+    pace times ``PAIR_GAIN`` times ``NARROW_PAIR_EFFICIENCY`` per SM slot it covers; 0
+    off NN, where B's rows are on a sector or a load is off TMA's alignment
+    (``pair_fits``), or where its output tiles are few enough to split K."""
+    tiles = output_tiles(shape, 128, 192)
+    if (
+        shape.layout != "NN"
+        or not pair_fits(shape)
+        or split_for(shape, tiles, sms) > 1
+        or not builds(shape, NARROW_PAIR_TILE)
+    ):
+        return 0.0
+    return PAIR_GAIN * NARROW_PAIR_EFFICIENCY * fill(tiles, sms) / waste(shape, 128, 192)
 
 
 # The hand-written pipeline (kernels/gemm_async.py) where the heuristic's pick has a form

@@ -60,7 +60,7 @@ def test_shape_rejects(kwargs, field, rule):
         ({"split_k": 4, "swizzle": 8}, "swizzle=8", "must be 0 with split_k=4"),
         ({"async_mma": 1}, "async_mma=1", "bool"),
         ({"async_mma": True, "multicast": "b", "persistent": 7}, "multicast='b'", "persistent=0"),
-        ({"async_mma": True, "policy": "row"}, "async_mma=True", "policy='square'"),
+        ({"async_mma": True, "split_k": 2}, "async_mma=True", "needs split_k=1"),
         ({"async_mma": True, "num_stages": 1}, "num_stages=1", ">= 2 with async_mma"),
         ({"stream_k": -1}, "stream_k=-1", ">= 0"),
         ({"stream_k": 132.0}, "stream_k=132.0", "integer"),
@@ -570,6 +570,7 @@ ASYNC_SPILL_CASES = [
     GemmConfig(128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True),
     GemmConfig(256, 128, 64, 256, 4, swizzle=8, smem_epilogue=True, async_mma=True),
     GemmConfig(128, 192, 64, 256, 4, smem_epilogue=True, async_mma=True),
+    GemmConfig(128, 192, 64, 256, 4, policy="row", smem_epilogue=True, async_mma=True),
     GemmConfig(128, 128, 64, 128, 4, smem_epilogue=True, async_mma=True),
 ]
 
@@ -953,6 +954,22 @@ MULTICAST_SIZES = {
     "b128x128x64_t128_s4_a_ma": [(1152, 1408, 1024), (16, 1024, 2048)],
 }
 MULTICAST_CASES = cases_of(MULTICAST_SIZES)
+
+# The hand-written pipeline under the row and column warp policies (each consumer
+# warpgroup 64x192 of a 128x192 tile, or 128x64 of a 256x128 one): data-parallel, in
+# pairs, and stream-K on its persistent form, with partial edge tiles.
+POLICY_SIZES = {
+    "b128x192x64_t256_s4_w8_pr_e_a": [(1000, 1000, 1024)],
+    "b128x192x64_t256_s4_w8_pr_e_a_mb": [(1152, 1408, 1024), (2000, 3000, 3000)],
+    "b128x192x64_t256_s4_pr_e_sk132_a": [(2500, 1800, 4000)],
+    "b256x128x64_t256_s3_pc_e_a": [(1000, 1000, 1024)],
+}
+POLICY_CASES = cases_of(POLICY_SIZES)
+
+
+@gpu_cases(POLICY_CASES)
+def test_async_pipeline_under_each_warp_policy_matches_float64_tile_by_tile(shape, config):
+    check_tile_by_tile(shape, config, seeds=(51, 52))
 
 
 @gpu_cases(MULTICAST_CASES)

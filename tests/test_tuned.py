@@ -491,11 +491,10 @@ def test_stream_k_efficiency_is_the_tuning_logs():
 
 
 def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
-    # Stream-K picks go on it, their tile unchanged: 2500x1800x4000 (256x128), 2000x3000x3000
-    # and 3584x2560x2048 NT (128x256).
+    # Stream-K picks go on it, their tile unchanged: 2500x1800x4000 (256x128) and
+    # 3584x2560x2048 NT (128x256).
     for shape, tile in [
         (GemmShape(2500, 1800, 4000), (256, 128)),
-        (GemmShape(2000, 3000, 3000), (128, 256)),
         (GemmShape(3584, 2560, 2048, "bfloat16", "NT"), (128, 256)),
     ]:
         config = heuristic(shape, SMS)
@@ -515,6 +514,42 @@ def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
     odd = GemmShape(2500, 1800, 4004)
     assert heuristic(odd, SMS).stream_k == SMS and not heuristic(odd, SMS).async_mma
     assert not tuned.builds(odd, replace(heuristic(odd, SMS), async_mma=True))
+
+
+def test_the_narrow_pair_where_it_covers_the_sms_much_better_than_128x256_pairs():
+    # 2000x3000x3000: 256 tiles of 128x192 fill 1.94 waves, 192 of 128x256 fill 1.45.
+    assert heuristic(GemmShape(2000, 3000, 3000), SMS) == tuned.NARROW_PAIR_TILE
+    # Both fill their waves alike: 128x256's pair stays (its 0.91 and 0.96 of the pace).
+    for shape in [GemmShape(3000, 5000, 7000, "bfloat16"), GemmShape(9000, 7000, 4000, "bfloat16")]:
+        assert heuristic(shape, SMS) == tuned.PAIRED_TILE, shape
+    # Not in NT (unmeasured), nor where B's rows are on a sector (N = 3072).
+    assert tuned.narrow_pair_score(GemmShape(2000, 3000, 3000, layout="NT"), SMS) == 0.0
+    assert tuned.narrow_pair_score(GemmShape(2000, 3072, 3000), SMS) == 0.0
+    assert heuristic(GemmShape(2000, 3072, 3000), SMS) != tuned.NARROW_PAIR_TILE
+
+
+def test_narrow_pair_efficiency_is_the_records():
+    """Per SM slot covered, the 128x192 pair's pace over the 128x256 pair's, each pair of
+    timings from one run: ``NARROW_PAIR_EFFICIENCY`` is their mean."""
+    wide, narrow = tuned.PAIRED_TILE.id, "b128x192x64_t256_s4_w16_pr_e_a_mb"
+    runs: dict[tuple[str, str], dict[str, float]] = {}
+    for line in (ROOT / "reports" / "streamk_async_h200.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("config") in (wide, narrow) and row.get("tilelang_ms"):
+            runs.setdefault((row["run"], row["shape"]), {})[row["config"]] = row["tilelang_ms"]
+    ratios = []
+    for (_, shape_id), got in runs.items():
+        if len(got) < 2:
+            continue
+        shape = _shape_of(shape_id)
+        per_wave = {
+            c: got[c] / -(-tuned.output_tiles(shape, 128, n) // SMS)
+            for c, n in ((wide, 256), (narrow, 192))
+        }
+        ratios.append(192 / 256 * per_wave[wide] / per_wave[narrow])
+    assert len(ratios) == 2
+    assert tuned.NARROW_PAIR_EFFICIENCY == pytest.approx(statistics.mean(ratios), abs=0.01)
+    assert all(r < 1 for r in ratios)  # slower per slot: it wins on coverage alone
 
 
 def test_the_hand_written_forms_are_the_records():
@@ -788,7 +823,9 @@ def test_async_twins_join_the_space_only_when_asked():
     twins = [c for c in both if c.async_mma]
     assert twins and set(plain) <= set(both)
     for c in twins:  # never with the options the async pipeline does not take
-        assert c.policy == "square" and c.split_k == 1 and not c.swap_ab
+        assert c.split_k == 1 and not c.swap_ab
+    # Every warp policy the space has (128x192 under the row policy among them).
+    assert {c.policy for c in twins} == {c.policy for c in plain}
     # Its stream-K: the twin of each stream-K config through shared memory, and no other.
     streamed = {c for c in twins if c.stream_k}
     assert streamed == {replace(c, async_mma=True) for c in plain if c.stream_k and c.smem_epilogue}
