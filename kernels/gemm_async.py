@@ -185,6 +185,18 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         T.barrier_arrive(full[stage])
 
     @T.macro
+    def products(A_shared, B_shared, C_local, stage):
+        """One K step's wgmma batch on ``stage``, split over the consumer warpgroups by
+        the config's warp policy, issued and not waited for."""
+        TC.wgmma_gemm(
+            A_shared[stage, :, :],
+            B_shared[stage, :, :],
+            C_local,
+            transpose_B=trans_B,
+            policy=policy,
+        )
+
+    @T.macro
     def spin(delay):
         """The test-only delay (None: none): every thread spins once the barriers are set."""
         if delay is not None:
@@ -226,13 +238,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 for ko in T.serial(k_steps):
                     stage = ko % stages
                     T.mbarrier_wait_parity(full[stage], (ko // stages) & 1)
-                    TC.wgmma_gemm(
-                        A_shared[stage, :, :],
-                        B_shared[stage, :, :],
-                        C_local,
-                        transpose_B=trans_B,
-                        policy=policy,
-                    )
+                    products(A_shared, B_shared, C_local, stage)
                     # The previous step's batch is done: its stage may be refilled.
                     T.wait_wgmma(1)
                     if ko > 0:
@@ -279,13 +285,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             step = before + ko
             stage = step % stages
             T.mbarrier_wait_parity(full[stage], (step // stages) & 1)
-            TC.wgmma_gemm(
-                A_shared[stage, :, :],
-                B_shared[stage, :, :],
-                C_local,
-                transpose_B=trans_B,
-                policy=policy,
-            )
+            products(A_shared, B_shared, C_local, stage)
             T.wait_wgmma(in_flight)
             if in_flight == 0:
                 T.barrier_arrive(empty[stage])
