@@ -455,13 +455,35 @@ class GemmConfig:
         pipeline writes back after its branches for that reason); under a persistent or
         stream-K grid the loop over tiles keeps the stages live through every write-back,
         so there it comes on top (checked against the compiled kernels for sm_90a)."""
-        stages = (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
+        stages = self._stage_bytes
         if self.swap_ab or not (self.smem_epilogue or self.split_k > 1):
             return stages
         c_tile = self.block_m * self.block_n * ELEMENT_BYTES
         if self.persistent or self.stream_k:
-            return stages + c_tile
+            return stages + c_tile // self.c_parts
         return max(stages, c_tile)
+
+    @property
+    def _stage_bytes(self) -> int:
+        return (self.block_m + self.block_n) * self.block_k * ELEMENT_BYTES * self.num_stages
+
+    @property
+    def c_parts(self) -> int:
+        """Pieces the shared-memory epilogue stages a C tile in, one after the other: 1,
+        or 2 (row halves of 64) on the hand-written pipeline's persistent and stream-K
+        forms where the whole tile does not fit on top of the stages and half of it does,
+        for a 128-row tile whose consumer warpgroups split it by columns (each warpgroup
+        then holds a share of either half). So 128x256x64 runs those forms in 4 stages."""
+        c_tile = self.block_m * self.block_n * ELEMENT_BYTES
+        halves = (
+            self.async_mma
+            and self.smem_epilogue
+            and bool(self.persistent or self.stream_k)
+            and self.block_m == 2 * WGMMA_M
+            and self.policy != "row"
+            and self._stage_bytes + c_tile > self.smem_limit
+        )
+        return 2 if halves else 1
 
 
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:

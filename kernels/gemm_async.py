@@ -79,6 +79,7 @@ PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
 MAX_REGISTERS = 240
 PAIR_MASK = 0b11  # both blocks of a two-block cluster receive a multicast tile
+IN_FLIGHT_MIN_STAGES = 4
 
 
 def consumer_registers(consumers: int) -> int:
@@ -118,11 +119,16 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     policy = warp_policy(config)  # how the consumer warpgroups split the tile
     b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
     k_steps = T.ceildiv(K, block_K)
-    c_tile = (block_M, block_N) if config.smem_epilogue else (1, 1)
-    # The persistent form's consumers keep one batch in flight where 4 stages or more
-    # leave the producer 3 K steps ahead; with fewer they wait for each batch and free
-    # its stage at once, which keeps the producer as far ahead as TileLang's own pipeline.
-    in_flight = 1 if stages >= 4 else 0
+    # The persistent forms may stage C in row halves (``GemmConfig.c_parts``), each half
+    # of the tile then accumulated in its own fragment.
+    parts = config.c_parts
+    part_m = block_M // parts
+    c_tile = (part_m, block_N) if config.smem_epilogue else (1, 1)
+    # The persistent form's consumers keep one batch in flight where
+    # ``IN_FLIGHT_MIN_STAGES`` stages or more leave the producer that many K steps ahead
+    # less one; with fewer they wait for each batch and free its stage at once, which
+    # keeps the producer as far ahead as TileLang's own pipeline.
+    in_flight = 1 if stages >= IN_FLIGHT_MIN_STAGES else 0
     pair = config.multicast
     paired = bool(pair)
     # A cluster pairs two blocks along the grid's x, which TileLang's cluster-aware
@@ -192,6 +198,25 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             A_shared[stage, :, :],
             B_shared[stage, :, :],
             C_local,
+            transpose_B=trans_B,
+            policy=policy,
+        )
+
+    @T.macro
+    def products_in_halves(A_shared, B_shared, C_top, C_bottom, stage):
+        """``products`` where the tile's row halves accumulate apart (``parts`` 2): one
+        batch per half, both issued and not waited for."""
+        TC.wgmma_gemm(
+            A_shared[stage, 0:part_m, :],
+            B_shared[stage, :, :],
+            C_top,
+            transpose_B=trans_B,
+            policy=policy,
+        )
+        TC.wgmma_gemm(
+            A_shared[stage, part_m:block_M, :],
+            B_shared[stage, :, :],
+            C_bottom,
             transpose_B=trans_B,
             policy=policy,
         )
@@ -276,17 +301,40 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, k_first + ko)
 
     @T.macro
-    def consume(C, A_shared, B_shared, C_local, C_shared, full, empty, t, k_count, before):
+    def write_back(C, acc, C_shared, row, col, added):
+        """One part of the tile (``acc``, its rows from ``row``) into C: through shared
+        memory, added in where ``added`` (a stream-K share), else directly."""
+        if config.smem_epilogue:
+            T.copy(acc, C_shared)
+            if added:
+                # A stream-K share of the tile: added into C, zeroed before the launch.
+                TC.atomic_add(C[row, col], C_shared, use_tma=True)
+            else:
+                T.copy(C_shared, C[row, col])
+        else:
+            T.copy(acc, C[row, col])
+
+    @T.macro
+    def consume(
+        C, A_shared, B_shared, C_local, C_bottom, C_shared, full, empty, t, k_count, before
+    ):
         """The consumers' side of ``produce``: the products, then the tile written back,
-        or added into C where it is a share of the tile's K steps."""
+        or added into C where it is a share of the tile's K steps. With ``parts`` 2,
+        ``C_local`` holds the tile's top half and ``C_bottom`` its bottom half."""
         bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
         T.clear(C_local)
+        if parts > 1:
+            T.clear(C_bottom)
         for ko in T.serial(k_count):
             step = before + ko
             stage = step % stages
             T.mbarrier_wait_parity(full[stage], (step // stages) & 1)
-            products(A_shared, B_shared, C_local, stage)
-            T.wait_wgmma(in_flight)
+            if parts > 1:
+                products_in_halves(A_shared, B_shared, C_local, C_bottom, stage)
+            else:
+                products(A_shared, B_shared, C_local, stage)
+            # A K step is ``parts`` batches: wait until at most one step's are pending.
+            T.wait_wgmma(in_flight * parts)
             if in_flight == 0:
                 T.barrier_arrive(empty[stage])
             elif ko > 0:
@@ -296,15 +344,11 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         if in_flight:
             T.wait_wgmma(0)
             T.barrier_arrive(empty[(before + k_count - 1) % stages])
-        if config.smem_epilogue:
-            T.copy(C_local, C_shared)
-            if segments and k_count < k_steps:
-                # A stream-K share of the tile: added into C, zeroed before the launch.
-                TC.atomic_add(C[bm * block_M, bn * block_N], C_shared, use_tma=True)
-            else:
-                T.copy(C_shared, C[bm * block_M, bn * block_N])
-        else:
-            T.copy(C_local, C[bm * block_M, bn * block_N])
+        added = segments and k_count < k_steps
+        write_back(C, C_local, C_shared, bm * block_M, bn * block_N, added)
+        if parts > 1:
+            # The second half reuses the staging buffer once TMA has read the first.
+            write_back(C, C_bottom, C_shared, bm * block_M + part_m, bn * block_N, added)
 
     @T.macro
     def launch_persistent(A, B, C, delay):
@@ -316,7 +360,8 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         with T.Kernel(blocks, threads=consumers + PRODUCER_THREADS) as block_id:
             A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
             B_shared = T.alloc_shared((stages, *b_tile), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            C_local = T.alloc_fragment((part_m, block_N), accum_dtype)
+            C_bottom = T.alloc_fragment((part_m, block_N), accum_dtype) if parts > 1 else None
             C_shared = T.alloc_shared(c_tile, dtype)
             full = T.alloc_barrier([PRODUCER_THREADS] * stages)
             empty = T.alloc_barrier([consumers] * stages)
@@ -336,7 +381,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                             produce(A, B, *loads, t, k_first, k_count, before)
             else:
                 T.inc_max_nreg(consumer_registers(consumers))
-                tile_buffers = (A_shared, B_shared, C_local, C_shared, full, empty)
+                tile_buffers = (A_shared, B_shared, C_local, C_bottom, C_shared, full, empty)
                 for u in T.serial(whole_trips):
                     if u * blocks + block_id < tiles:
                         consume(C, *tile_buffers, u * blocks + block_id, k_steps, u * k_steps)

@@ -657,7 +657,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     - Last, the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
-      (4096^3 fp16: 0.1804 ms against 0.1850).
+      in 4 stages (4096^3 fp16: 0.1772 ms against 0.1781 in 3 stages, which ran 0.1804
+      against 0.1850 for TileLang's pipeline).
     """
     check_sms(sms)
     swapped = swap_for(shape, sms)
@@ -719,12 +720,20 @@ def narrow_pair_score(shape: GemmShape, sms: int) -> float:
 # so that a block's write-back overlaps its next tile's loads (4096^3, four trips: fp16
 # 0.1804 ms against 0.1850, bf16 0.1755 against 0.1800; reports/persistent_async_h200.jsonl).
 PERSISTENT_MIN_TRIPS = 2
+# That form in ``PERSISTENT_STAGES`` stages where they fit, the C tile then staged in
+# halves (``GemmConfig.c_parts``): one batch in flight with the producer two K steps
+# ahead. On the H200 (bench_gemm, CUPTI; reports/persistent_halves_h200.jsonl), panels of
+# 16, against the 3-stage form: 4096^3 fp16 0.1772 ms against 0.1781, bf16 0.1717 against
+# 0.1728; 8192^3 fp16 1.4141 (0.992x torch for the table's data-parallel config beside
+# it, 1.009x this), bf16 1.3603 (1.016x).
+PERSISTENT_STAGES = 4
 
 
 def async_form(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     """``config`` on the hand-written pipeline where that is measured faster: a stream-K
     grid through shared memory, and an unsplit, unpaired grid of 128x256 tiles that are
-    ``PERSISTENT_MIN_TRIPS`` waves or more, in its persistent form; ``config`` itself
+    ``PERSISTENT_MIN_TRIPS`` waves or more, in its persistent form (in
+    ``PERSISTENT_STAGES`` stages where they fit); ``config`` itself
     otherwise, or where the form does not build for ``shape`` (every load by TMA)."""
     if config.async_mma:
         return config
@@ -740,7 +749,17 @@ def async_form(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     ):
         twin = _twin(config)
         form = None if twin is None else _persistent(twin, sms)
+        deeper = None if form is None else _staged(form, PERSISTENT_STAGES)
+        form = deeper or form
     return form if form is not None and builds(shape, form) else config
+
+
+def _staged(config: GemmConfig, stages: int) -> GemmConfig | None:
+    """``config`` in ``stages`` stages, or None where they do not fit."""
+    try:
+        return replace(config, num_stages=stages)
+    except ValueError:
+        return None
 
 
 # Tiles cut to fit the waves: widths between 128x256's and 128x128's, in two warpgroups of

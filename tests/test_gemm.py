@@ -5,6 +5,7 @@ RUN_TILELANG_SMOKE=1 pytest tests/test_gemm.py -m tilelang  # the training-stage
 """
 
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -172,6 +173,28 @@ def test_config_checks_smem_against_given_limit():
     )
     with pytest.raises(ValueError, match="shared memory"):
         GemmConfig(128, 256, 64, 256, 4, smem_limit=100 * 1024)
+
+
+def test_c_tile_is_staged_in_halves_only_where_whole_it_does_not_fit():
+    """``c_parts``: 128x256x64 in 4 stages takes its persistent and stream-K forms on the
+    hand-written pipeline with half the C tile on top of the stages (192 + 32 KiB); 3
+    stages keep the whole tile; TileLang's pipeline, the data-parallel form (whose C tile
+    reuses the stages) and the row policy (one warpgroup per half) never halve it."""
+    halves = GemmConfig(128, 256, 64, 256, 4, smem_epilogue=True, persistent=132, async_mma=True)
+    assert halves.c_parts == 2 and halves.smem_bytes == 196608 + 32768
+    assert replace(halves, persistent=0, stream_k=132).c_parts == 2
+    assert replace(halves, num_stages=3).c_parts == 1
+    assert replace(halves, num_stages=3).smem_bytes == 147456 + 65536
+    assert replace(halves, persistent=0).c_parts == 1  # the tile reuses the stages
+    narrow = GemmConfig(128, 192, 64, 256, 5, smem_epilogue=True, persistent=7, async_mma=True)
+    assert narrow.c_parts == 2
+    for refused in (
+        dict(async_mma=False, swizzle=0),  # TileLang's persistent loop stages it whole
+        dict(policy="row"),  # each half would be one warpgroup's
+        dict(num_stages=5),  # half the tile does not fit either
+    ):
+        with pytest.raises(ValueError, match="shared memory"):
+            replace(halves, **refused)
 
 
 def test_ids_are_readable_and_distinct():
@@ -499,13 +522,16 @@ def test_sm90a_codegen_of_the_async_pipeline(layout):
     [
         GemmConfig(128, 256, 64, 256, 4, swizzle=16, persistent=132, async_mma=True),
         GemmConfig.from_id("b128x256x64_t256_s3_w16_e_p132_a"),
+        GemmConfig.from_id("b128x256x64_t256_s4_w16_e_p132_a"),
     ],
     ids=lambda c: c.id,
 )
 def test_sm90a_codegen_of_the_persistent_async_pipeline(config):
     """The persistent form: both roles loop over the block's tiles; the consumers free
     every stage of a tile before they write the tile back, so the producer loads the next
-    tile meanwhile; the accumulators stay in registers."""
+    tile meanwhile; the accumulators stay in registers. With the C tile staged in halves
+    (``c_parts`` 2), a K step is two batches and the tile two stores, the second after
+    TMA has read the first out of the one staging buffer."""
     from harness.measure.resources import sm90a_resources
 
     kernel = compile_gemm(GemmShape(4096, 4096, 4096, "float16"), config, arch="sm_90a")
@@ -515,11 +541,17 @@ def test_sm90a_codegen_of_the_persistent_async_pipeline(config):
     write = consumer.index("tma_store") if config.smem_epilogue else consumer.index("(C + ")
     loop = consumer[consumer.index("for (int ko") : write]
     assert "warpgroup_wait<0>" not in loop
+    parts = config.c_parts
+    assert consumer.count("tl::tma_store(") == (parts if config.smem_epilogue else 0)
+    if parts > 1:
+        first, second = consumer.split("tma_store_wait<0, true>")[:2]
+        assert "stmatrix" in first and "stmatrix" in second
     if config.num_stages >= 4:
-        # One batch in flight; the tile's last stage freed once its batch is done, before
-        # the write-back.
+        # One step's batches in flight; the tile's last stage freed once its batches are
+        # done, before the write-back.
         inner, tail = loop.split("wait_wgmma<0>")
-        assert "wait_wgmma<1>" in inner and ".arrive()" in tail
+        assert f"wait_wgmma<{parts}>" in inner and ".arrive()" in tail
+        assert inner.count("warpgroup_commit_batch") == parts
     else:
         # Each batch waited for and its stage freed at once, inside the K loop.
         assert "wait_wgmma<1>" not in loop
@@ -538,6 +570,9 @@ SMEM_CASES = [
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, stream_k=132),
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132, async_mma=True),
+    # The C tile in halves on top of 4 stages (``c_parts``), persistent and stream-K.
+    GemmConfig(128, 256, 64, 256, 4, smem_epilogue=True, persistent=132, async_mma=True),
+    GemmConfig(128, 256, 64, 256, 4, smem_epilogue=True, stream_k=132, async_mma=True),
 ]
 
 
@@ -970,6 +1005,25 @@ POLICY_CASES = cases_of(POLICY_SIZES)
 @gpu_cases(POLICY_CASES)
 def test_async_pipeline_under_each_warp_policy_matches_float64_tile_by_tile(shape, config):
     check_tile_by_tile(shape, config, seeds=(51, 52))
+
+
+# The C tile staged in row halves (``GemmConfig.c_parts``) on top of 4 stages: the
+# persistent form over the squares' 4 trips and over many trips of a few blocks (partial
+# edge tiles: 1000 = 7 x 128 + 104, so the last tiles' bottom halves lie partly or wholly
+# past C), stream-K's shares added in halves, and 128x192 in 5 stages.
+HALVES_SIZES = {
+    "b128x256x64_t256_s4_w4_e_p132_a": [(4096, 4096, 4096)],
+    "b128x256x64_t256_s4_w8_e_p5_a": [(1000, 1000, 1024), (4097, 1032, 512)],
+    "b128x256x64_t256_s4_w4_e_sk132_a": [(4096, 4096, 4096), (2048, 2304, 1024)],
+    "b128x192x64_t256_s5_w8_e_p7_a": [(1000, 1000, 1024)],
+}
+HALVES_CASES = cases_of(HALVES_SIZES)
+
+
+@gpu_cases(HALVES_CASES)
+def test_c_tile_in_halves_matches_float64_tile_by_tile(shape, config):
+    assert config.c_parts == 2
+    check_tile_by_tile(shape, config, seeds=(61, 62))
 
 
 @gpu_cases(MULTICAST_CASES)

@@ -1,6 +1,7 @@
 """Tuned-config table, search space and heuristic (CPU), and the tuned kernels' results
 against a float64 reference (GPU)."""
 
+import itertools
 import json
 import shutil
 import statistics
@@ -503,7 +504,8 @@ def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
     # An unsplit 128x256 grid of two waves or more takes the persistent form, panels kept.
     for shape in [GemmShape(6144, 6144, 6144), GemmShape(16384, 8192, 4096, "bfloat16", "NT")]:
         config = heuristic(shape, SMS)
-        assert config.id == "b128x256x64_t256_s3_w16_e_p132_a", shape
+        assert config.id == "b128x256x64_t256_s4_w16_e_p132_a", shape
+        assert config.c_parts == 2  # the C tile in halves beside 4 stages
     # Under two waves (2048^2: 128 tiles), paired, split or fitted tiles: as they were.
     assert heuristic(GemmShape(2048, 2048, 2048), SMS) == TILES[0].config
     assert heuristic(GemmShape(3000, 5000, 7000, "bfloat16"), SMS) == tuned.PAIRED_TILE
@@ -563,12 +565,21 @@ def test_the_hand_written_forms_are_the_records():
     ]:
         form = tuned.async_form(_shape_of(shape_id), GemmConfig.from_id(plain), SMS)
         assert form.async_mma and streamed[shape_id][form.id] < streamed[shape_id][plain]
+    # The persistent form: in 3 stages against TileLang's pipeline, then in 4 (the C tile
+    # in halves) against 3, on the squares, each pair from one run.
     persistent = _sweep("persistent_async_h200.jsonl", "tilelang_ms")
-    for dtype in ("float16", "bfloat16"):
-        shape = case_shape("square4096", dtype)
+    halves = _sweep("persistent_halves_h200.jsonl", "tilelang_ms")
+    for case, dtype in itertools.product(("square4096", "square8192"), ("float16", "bfloat16")):
+        shape = case_shape(case, dtype)
         form = tuned.async_form(shape, TILES[0].config, SMS)
-        assert form.persistent == SMS
-        assert persistent[shape.id][form.id] < persistent[shape.id][TILES[0].config.id]
+        assert form.persistent == SMS and form.num_stages == tuned.PERSISTENT_STAGES
+        shallower = replace(form, num_stages=3)
+        if case == "square4096":
+            assert persistent[shape.id][shallower.id] < persistent[shape.id][TILES[0].config.id]
+            assert halves[shape.id][form.id] < halves[shape.id][shallower.id]
+        else:  # against the table's data-parallel configs of the same run
+            plain = [c for c in halves[shape.id] if not GemmConfig.from_id(c).persistent]
+            assert halves[shape.id][form.id] < min(halves[shape.id][c] for c in plain)
 
 
 @pytest.mark.parametrize(

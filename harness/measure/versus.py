@@ -77,12 +77,20 @@ def interleaved_trials(fns, trials: int, warmup: int, timer: str) -> tuple[list,
     the timer that recorded them."""
     import torch
 
-    start = time.perf_counter()
-    interleave.interleaved(fns, trials=1, launches=interleave.LAUNCH_ROUND, warmup=warmup)
+    # The warm-up launches come first and untimed: a function's first launch in a process
+    # pays its one-time costs (a kernel module loaded on first use, cuBLAS choosing its
+    # algorithm for a shape), which in the probe's wall time made a 40 us kernel look
+    # like a millisecond one, so it got 6 launches a trial where it needs dozens (the H200,
+    # decode16 fp16: the first measurement in a process 6 launches, speedups 1.116-1.139
+    # over three processes; the next ones 48-72 launches, 1.120-1.127).
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
     torch.cuda.synchronize()
-    per_launch = (
-        (time.perf_counter() - start) * 1e3 / (len(fns) * (interleave.LAUNCH_ROUND + warmup))
-    )
+    start = time.perf_counter()
+    interleave.interleaved(fns, trials=1, launches=interleave.LAUNCH_ROUND, warmup=0)
+    torch.cuda.synchronize()
+    per_launch = (time.perf_counter() - start) * 1e3 / (len(fns) * interleave.LAUNCH_ROUND)
     launches = interleave.launches_for(per_launch, 0.0)
     try:
         got = interleave.interleaved(fns, trials=trials, launches=launches, warmup=0, timer=timer)

@@ -16,7 +16,7 @@ def fake_gpu(monkeypatch):
     calls = []
 
     def interleaved(fns, *, trials, launches, warmup, timer="event"):
-        calls.append({"trials": trials, "launches": launches, "timer": timer})
+        calls.append({"trials": trials, "launches": launches, "warmup": warmup, "timer": timer})
         if timer == "cupti" and fake_gpu.no_cupti:
             raise interleave.kernel_timer.CuptiUnavailable("no kernels recorded")
         out = []
@@ -55,6 +55,36 @@ def test_events_stand_in_where_cupti_records_nothing(fake_gpu):
     got = versus.versus(lambda: None, lambda: None, trials=3)
     assert got.timer == versus.EVENT_FALLBACK
     assert [c["timer"] for c in fake_gpu.calls] == ["event", "cupti", "event"]
+
+
+def test_the_probe_times_no_first_launch(fake_gpu, monkeypatch):
+    """A function's first launch in a process pays one-time costs (a module loaded, an
+    algorithm chosen): the warm-up launches them untimed, before the probe whose wall time
+    sets the launches per trial, so those costs do not cut the launches."""
+    clock = {"now": 0.0}
+    monkeypatch.setattr(versus.time, "perf_counter", lambda: clock["now"])
+    launched = []
+
+    def fn(name):
+        def launch():
+            if name not in launched:
+                clock["now"] += 0.5  # the first launch's one-time cost, in seconds
+            launched.append(name)
+
+        return launch
+
+    scripted = interleave.interleaved
+
+    def interleaved(fns, *, trials, launches, warmup, timer="event"):
+        clock["now"] += len(fns) * launches * 0.1e-3  # 0.1 ms a launch, its flush included
+        return scripted(fns, trials=trials, launches=launches, warmup=warmup, timer=timer)
+
+    monkeypatch.setattr(interleave, "interleaved", interleaved)
+    got = versus.versus(fn("kernel"), fn("torch"), trials=2, warmup=2)
+    assert launched == ["kernel", "torch", "kernel", "torch"]  # before the probe
+    probe, _ = fake_gpu.calls
+    assert probe["warmup"] == 0
+    assert got.launches == interleave.launches_for(0.1, 0.0) > interleave.LAUNCH_ROUND
 
 
 @pytest.mark.parametrize(("trials", "warmup"), [(0, 3), (2, -1), (True, 3)])
