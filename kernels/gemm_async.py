@@ -129,10 +129,10 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     parts = config.c_parts
     part_m = block_M // parts
     c_tile = (part_m, block_N) if config.smem_epilogue else (1, 1)
-    # The persistent form's consumers keep one batch in flight where
-    # ``IN_FLIGHT_MIN_STAGES`` stages or more leave the producer that many K steps ahead
-    # less one; with fewer they wait for each batch and free its stage at once, which
-    # keeps the producer as far ahead as TileLang's own pipeline.
+    # The persistent form's consumers keep one K step's batches in flight where there are
+    # ``IN_FLIGHT_MIN_STAGES`` stages or more, which leave the producer two steps ahead or
+    # more; with fewer they wait for each batch and free its stage at once, which keeps
+    # the producer as far ahead as TileLang's own pipeline.
     in_flight = 1 if stages >= IN_FLIGHT_MIN_STAGES else 0
     pair = config.multicast
     paired = bool(pair)

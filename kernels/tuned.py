@@ -115,11 +115,11 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       pipeline (``_a``, kernels/gemm_async.py), and those of the two-warpgroup tiles
       again in two-block clusters sharing the wider operand (``PAIRED``), and those with
       the shared-memory epilogue again in their persistent form (one block per SM, where
-      the C tile fits beside the stages), and the stream-K configs with the shared-memory
-      epilogue on that pipeline too (its persistent form, the last wave shared out).
-      256x256 tiles are
-      left out: four consumer warpgroups plus the producer leave ~100 registers a thread
-      for 128 accumulators.
+      the C tile, or half of it (``GemmConfig.c_parts``), fits beside the stages), and
+      the stream-K configs with the shared-memory epilogue on that pipeline too (its
+      persistent form, the last wave shared out). 256x256 tiles are left out: four
+      consumer warpgroups plus the producer leave ~100 registers a thread for 128
+      accumulators.
     """
     check_sms(sms)
     out: list[GemmConfig] = []
