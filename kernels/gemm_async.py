@@ -196,32 +196,14 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         T.barrier_arrive(full[stage])
 
     @T.macro
-    def products(A_shared, B_shared, C_local, stage):
-        """One K step's wgmma batch on ``stage``, split over the consumer warpgroups by
-        the config's warp policy, issued and not waited for."""
+    def products(A_shared, B_shared, C_local, stage, first_row, rows):
+        """One K step's wgmma batch on ``stage`` for the tile's ``rows`` rows from
+        ``first_row`` (all ``block_M``, unless the halves accumulate apart), split over the
+        consumer warpgroups by the config's warp policy, issued and not waited for."""
         TC.wgmma_gemm(
-            A_shared[stage, :, :],
+            A_shared[stage, first_row : first_row + rows, :],
             B_shared[stage, :, :],
             C_local,
-            transpose_B=trans_B,
-            policy=policy,
-        )
-
-    @T.macro
-    def products_in_halves(A_shared, B_shared, C_top, C_bottom, stage):
-        """``products`` where the tile's row halves accumulate apart (``parts`` 2): one
-        batch per half, both issued and not waited for."""
-        TC.wgmma_gemm(
-            A_shared[stage, 0:part_m, :],
-            B_shared[stage, :, :],
-            C_top,
-            transpose_B=trans_B,
-            policy=policy,
-        )
-        TC.wgmma_gemm(
-            A_shared[stage, part_m:block_M, :],
-            B_shared[stage, :, :],
-            C_bottom,
             transpose_B=trans_B,
             policy=policy,
         )
@@ -268,7 +250,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 for ko in T.serial(k_steps):
                     stage = ko % stages
                     T.mbarrier_wait_parity(full[stage], (ko // stages) & 1)
-                    products(A_shared, B_shared, C_local, stage)
+                    products(A_shared, B_shared, C_local, stage, 0, block_M)
                     # The previous step's batch is done: its stage may be refilled.
                     T.wait_wgmma(1)
                     if ko > 0:
@@ -335,9 +317,10 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             stage = step % stages
             T.mbarrier_wait_parity(full[stage], (step // stages) & 1)
             if parts > 1:
-                products_in_halves(A_shared, B_shared, C_local, C_bottom, stage)
+                products(A_shared, B_shared, C_local, stage, 0, part_m)
+                products(A_shared, B_shared, C_bottom, stage, part_m, part_m)
             else:
-                products(A_shared, B_shared, C_local, stage)
+                products(A_shared, B_shared, C_local, stage, 0, block_M)
             # A K step is ``parts`` batches: wait until at most one step's are pending.
             T.wait_wgmma(in_flight * parts)
             if in_flight == 0:

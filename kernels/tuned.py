@@ -381,21 +381,23 @@ def split_k_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
     return [c for c in out if c is not None]
 
 
+def _replaced(config: GemmConfig, **fields) -> GemmConfig | None:
+    """``config`` with ``fields`` changed, or None where that is not a valid config."""
+    try:
+        return replace(config, **fields)
+    except ValueError:
+        return None
+
+
 def _persistent(config: GemmConfig, sms: int) -> GemmConfig | None:
     """The asynchronous ``config`` in its persistent form (one block per SM, its tiles in
     the config's panels), or None where the C tile and the stages do not both fit."""
-    try:
-        return replace(config, persistent=sms)
-    except ValueError:
-        return None
+    return _replaced(config, persistent=sms)
 
 
 def _twin(config: GemmConfig) -> GemmConfig | None:
     """``config`` on the asynchronous pipeline, or None where that is not valid."""
-    try:
-        return replace(config, async_mma=True)
-    except ValueError:
-        return None
+    return _replaced(config, async_mma=True)
 
 
 # --- the heuristic for shapes nobody tuned --------------------------------------------
@@ -749,17 +751,9 @@ def async_form(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     ):
         twin = _twin(config)
         form = None if twin is None else _persistent(twin, sms)
-        deeper = None if form is None else _staged(form, PERSISTENT_STAGES)
-        form = deeper or form
+        if form is not None:
+            form = _replaced(form, num_stages=PERSISTENT_STAGES) or form
     return form if form is not None and builds(shape, form) else config
-
-
-def _staged(config: GemmConfig, stages: int) -> GemmConfig | None:
-    """``config`` in ``stages`` stages, or None where they do not fit."""
-    try:
-        return replace(config, num_stages=stages)
-    except ValueError:
-        return None
 
 
 # Tiles cut to fit the waves: widths between 128x256's and 128x128's, in two warpgroups of
