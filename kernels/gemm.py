@@ -393,7 +393,9 @@ class GemmConfig:
                 f"GemmConfig.num_stages={self.num_stages}: needs {self.smem_bytes} bytes of shared "
                 f"memory ((block_m + block_n) * block_k * 2 B * stages; a shared-memory "
                 "epilogue's block_m * block_n * 2 B reuse them, or come on top under a "
-                f"persistent or stream-K grid), must be <= {self.smem_limit}"
+                "persistent or stream-K grid, in row halves on the hand-written pipeline "
+                f"where the whole tile does not fit: c_parts={self.c_parts}), must be <= "
+                f"{self.smem_limit}"
             )
 
     @property

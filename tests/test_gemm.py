@@ -193,8 +193,10 @@ def test_c_tile_is_staged_in_halves_only_where_whole_it_does_not_fit():
         dict(policy="row"),  # each half would be one warpgroup's
         dict(num_stages=5),  # half the tile does not fit either
     ):
-        with pytest.raises(ValueError, match="shared memory"):
+        with pytest.raises(ValueError, match="shared memory") as refusal:
             replace(halves, **refused)
+        assert "GemmConfig.num_stages" in str(refusal.value)
+        assert "c_parts=" in str(refusal.value) and "must be <= 232448" in str(refusal.value)
 
 
 def test_ids_are_readable_and_distinct():
