@@ -32,7 +32,7 @@ the shapes below 0.90 (the goal: median >= 0.95, none below 0.90).
 Categories (each entry names its own; a shape that breaks its category's rule is refused):
 mid (M, N, K in 1000..4096), non_multiple (M or N not a multiple of 128), skinny_m
 (M <= 128), thin_n (N <= 128), long_k (M <= 512, N <= 1024, K >= 16 max(M, N)), large
-(M N >= 6144^2).
+(M N >= 6144^2), short_k (K <= 256, M and N >= 1024: attention's scores).
 
 Exit status: 0 every shape measured and correct (whether or not the goal is met); 2 bad
 input; 3 no GPU; 4 a kernel gave a wrong result; 5 a config failed to build or run (the
@@ -84,6 +84,7 @@ CATEGORIES: dict[str, tuple[Callable[[GemmShape], bool], str]] = {
         "M <= 512, N <= 1024, K >= 16 max(M, N)",
     ),
     "large": (lambda s: s.m * s.n >= 6144 * 6144, "M N >= 6144^2"),
+    "short_k": (lambda s: s.k <= 256 and min(s.m, s.n) >= 1024, "K <= 256, M and N >= 1024"),
 }
 ENTRY_KEYS = ("m", "n", "k", "dtype", "layout", "categories")
 

@@ -16,7 +16,8 @@ For each case, in fp16 first:
 
 ``--remeasure`` skips steps 1 and 2: each case's recorded config (the table's row for this
 GPU) is checked and measured again by step 3 alone, and its row's figures replaced
-(``measured`` gives the date), the config kept. That is how the table's speedups are
+(``measured`` gives the date), the config kept. The rows go case by case in the suite's
+order, both dtypes of each, as asv measures them. That is how the table's speedups are
 brought to what asv measures today without re-tuning
 (``python -m harness.suite.agreement`` compares them).
 bf16 then ranks fp16's ``--bf16-from`` best configs (the dtype changes neither the tile
@@ -56,7 +57,7 @@ from harness.cli import (
 from harness.measure import device, metrics
 from harness.measure.versus import TRIALS
 from kernels import GemmConfig, GemmShape
-from kernels.gemm import check_combination
+from kernels.gemm import SHORT_DTYPES, check_combination
 from kernels.tuned import (
     CASES,
     CONFIGS_KEY,
@@ -297,8 +298,12 @@ class Tuner:
         table = json.loads(args.out.read_text()) if args.out.exists() else {}
         rows = table.get(self.gpu, {}).get(CONFIGS_KEY, {})
         todo = []
-        for dtype in args.dtype:
-            for name in args.case:
+        # In the suite's order (``asv_bench.gemm.Tuned``: case by case, both dtypes of
+        # each), so that a row is measured after the same work as asv measures it: on the
+        # H200, cuBLAS ran attn_qk_t 2% slower after the other cases than first in a
+        # process, the kernel the same.
+        for name in sorted(args.case, key=list(CASES).index):
+            for dtype in sorted(args.dtype, key=list(SHORT_DTYPES.values()).index):
                 shape = case_shape(name, dtype)
                 if shape.id in rows:
                     todo.append((shape, rows[shape.id]))

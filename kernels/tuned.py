@@ -462,6 +462,22 @@ MIN_SPLIT_K = 1024
 # K at or below which a tile sees one or two K steps and a persistent grid won (attn_qk_t:
 # every top-5 config is persistent, 0.0194 ms against 0.0234 ms for the best that is not).
 SMALL_K = 256
+# The grid for it: TileLang's persistent pipeline, and the hand-written pipeline's
+# persistent form (``SMALL_K_ASYNC``), whose tile stores run on under the next tile's K
+# steps, where its loads are TMA's (attn_qk_t fp16 on the H200, CUPTI: 13.1 us against
+# 15.3 us, 1.11x torch.matmul against 0.95x; reports/remeasure_deferred_h200.jsonl and the
+# table's runner-up).
+SMALL_K_TILE = GemmConfig(128, 256, 64, 256, 2, smem_epilogue=True)
+SMALL_K_ASYNC = GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, async_mma=True)
+
+
+def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
+    """The persistent grid of ``sms`` blocks for a K of ``SMALL_K`` or less: on the
+    hand-written pipeline where it builds for ``shape``, else TileLang's."""
+    form = _persistent(SMALL_K_ASYNC, sms)
+    if form is not None and builds(shape, form):
+        return form
+    return replace(SMALL_K_TILE, persistent=sms)
 
 
 def output_tiles(shape: GemmShape, block_m: int, block_n: int) -> int:
@@ -616,7 +632,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       against the plain 128x128 split in two, 0.87x; decode16 bf16 1.01x against 0.97x).
     - K <= ``SMALL_K`` (one or two K steps; M > 64 and N > 128): the write-back dominates,
       and a persistent grid of one block per SM overlaps it with the next tile's loads
-      (attn_qk_t: 0.0194 ms, the best non-persistent config 0.0234 ms).
+      (attn_qk_t: 0.0194 ms, the best non-persistent config 0.0234 ms), on the
+      hand-written pipeline where it builds, which overlaps the tile's store with the
+      next tile's K steps too (``small_k_grid``: attn_qk_t 13.1 us against 15.3 us).
     - Thin, M <= 64 or N <= 128 (decode, attention's P@V): 64x64 tiles streaming the wide
       operand through six stages (decode64 0.0449 ms and attn_pv 0.0194 ms, both the
       winners; 128x128 tiles took 0.032 ms on attn_pv), K split when they fill fewer than
@@ -668,7 +686,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         return swapped
     thin = shape.m <= 64 or shape.n <= 128
     if shape.k <= SMALL_K and not thin:
-        return GemmConfig(128, 256, 64, 256, 2, smem_epilogue=True, persistent=sms)
+        return small_k_grid(shape, sms)
     if thin:
         config = score(shape, THIN, sms)[1]
         wide = with_split(WIDE_THIN, split_for(shape, output_tiles(shape, 64, 256), sms))

@@ -533,7 +533,8 @@ def test_sm90a_codegen_of_the_persistent_async_pipeline(config):
     every stage of a tile before they write the tile back, so the producer loads the next
     tile meanwhile; the accumulators stay in registers. With the C tile staged in halves
     (``c_parts`` 2), a K step is two batches and the tile two stores, the second after
-    TMA has read the first out of the one staging buffer."""
+    TMA has read the first out of the one staging buffer. A tile's store runs on under
+    the next tile's K steps."""
     from harness.measure.resources import sm90a_resources
 
     kernel = compile_gemm(GemmShape(4096, 4096, 4096, "float16"), config, arch="sm_90a")
@@ -545,9 +546,16 @@ def test_sm90a_codegen_of_the_persistent_async_pipeline(config):
     assert "warpgroup_wait<0>" not in loop
     parts = config.c_parts
     assert consumer.count("tl::tma_store(") == (parts if config.smem_epilogue else 0)
-    if parts > 1:
-        first, second = consumer.split("tma_store_wait<0, true>")[:2]
-        assert "stmatrix" in first and "stmatrix" in second
+    if config.smem_epilogue:
+        # No store is waited for where it is issued: each part waits for the one before
+        # to have read the staging buffer, then stages its own; the block waits for its
+        # last store before it exits.
+        loop_part, *staged, last = consumer.split("tma_store_wait<0, true>")
+        assert len(staged) == parts and "stmatrix" not in loop_part
+        for part in staged:
+            assert part.index("stmatrix") < part.index("tl::tma_store(")
+            assert "tma_store_arrive" in part
+        assert "stmatrix" not in last and "tma_store" not in last
     if config.num_stages >= 4:
         # One step's batches in flight; the tile's last stage freed once its batches are
         # done, before the write-back.
@@ -1026,6 +1034,26 @@ HALVES_CASES = cases_of(HALVES_SIZES)
 def test_c_tile_in_halves_matches_float64_tile_by_tile(shape, config):
     assert config.c_parts == 2
     check_tile_by_tile(shape, config, seeds=(61, 62))
+
+
+# The heuristic's grid for a short K (``kernels.tuned.small_k_grid``: each tile's store
+# runs on under the next tile's K steps): one K step a tile (K = 64), a block's K steps
+# not a multiple of the stages (K = 256 over 3), partial edge tiles (3000 = 23 x 128 +
+# 56), and fewer tiles than blocks (1000^2: 32 tiles on 132 blocks).
+SHORT_K_CASES = [
+    (shape, tuned.heuristic(shape, 132))
+    for shape in (
+        GemmShape(2048, 2048, 64, "float16", "NT"),
+        GemmShape(3000, 5000, 256, "bfloat16"),
+        GemmShape(1000, 1000, 128, "bfloat16", "NT"),
+    )
+]
+
+
+@gpu_cases(SHORT_K_CASES)
+def test_short_k_grid_matches_float64_tile_by_tile(shape, config):
+    assert config.async_mma and config.persistent
+    check_tile_by_tile(shape, config, seeds=(71, 72))
 
 
 @gpu_cases(MULTICAST_CASES)

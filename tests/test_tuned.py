@@ -120,6 +120,26 @@ def test_the_heuristic_follows_the_sm_count():
     assert pick_config(small_k, None, 16).persistent == 16
 
 
+@pytest.mark.parametrize(
+    ("shape", "async_mma"),
+    [
+        (GemmShape(8192, 8192, 128, "float16", "NT"), True),
+        (GemmShape(2048, 2048, 64, "bfloat16", "NT"), True),
+        (GemmShape(3000, 5000, 256, "bfloat16"), True),
+        # Rows of A (and of B, NT) 260 bytes: no TMA load, so TileLang's pipeline.
+        (GemmShape(4096, 4096, 130, "float16", "NT"), False),
+    ],
+    ids=lambda v: v.id if isinstance(v, GemmShape) else str(v),
+)
+def test_a_short_k_takes_the_persistent_grid_whose_stores_overlap(shape, async_mma):
+    from kernels.tuned import SMALL_K_ASYNC, SMALL_K_TILE, builds
+
+    config = heuristic(shape, 132)
+    assert config.persistent == 132 and config.async_mma == async_mma
+    expected = SMALL_K_ASYNC if async_mma else SMALL_K_TILE
+    assert replace(config, persistent=0) == expected and builds(shape, config)
+
+
 @pytest.mark.parametrize("sms", [0, -4, 13.0, True, None, "132"])
 def test_an_sm_count_that_is_not_a_positive_int_is_refused(sms):
     shape = GemmShape(4096, 4096, 4096)

@@ -115,3 +115,44 @@ def test_remeasure_names_a_damaged_or_missing_table_before_any_gpu_work(
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert "--remeasure:" in err and str(table) in err and rule in err
+
+
+def test_remeasure_goes_in_the_suites_order(monkeypatch, tmp_path):
+    """Rows are measured as asv's ``gemm.Tuned`` measures its combinations, case by case
+    and both dtypes of each, whatever order the command line gives."""
+    import itertools
+
+    from asv_bench.gemm import Tuned
+
+    cases, dtypes = ["attn_qk_t", "square4096", "decode16"], ["bfloat16", "float16"]
+    shapes = [case_shape(c, d) for c in cases for d in dtypes]
+    out = tmp_path / "tuned.json"
+    _table(out, {s.id: {"config": "b128x128x32_t128_s3", "speedup": 1.0} for s in shapes})
+    monkeypatch.setattr(precompile_module, "precompile", lambda combos, **kw: {})
+    check = SimpleNamespace(ok=True, rel_error=1e-3)
+    monkeypatch.setattr(
+        "harness.measure.cases.Case",
+        lambda shape: SimpleNamespace(shape=shape, check=lambda config, seed: check),
+    )
+    monkeypatch.setattr("harness.measure.gpu_state.open_nvml", lambda: None)
+    order = []
+
+    class Tuner(tune_gemm.Tuner):
+        def measured(self, case, config):
+            order.append(case.shape.id)
+            return {"config": config.id, "tilelang_ms": 0.1, "speedup": 1.0, "timer": "cupti"}
+
+    args = argparse.Namespace(
+        dtype=dtypes,
+        case=cases,
+        workers=1,
+        out=out,
+        jsonl=None,
+        remeasure=True,
+        top=3,
+        quick_repeat=10,
+    )
+    spec = SimpleNamespace(name=GPU, sm_count=132, record=lambda: {"sm_count": 132})
+    Tuner(args, console=Console(file=io.StringIO()), spec=spec).remeasure()
+    suite = [case_shape(c, d).id for c, d in itertools.product(*Tuned.params)]
+    assert order == [s for s in suite if s in order] and len(order) == len(shapes)
