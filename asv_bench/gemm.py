@@ -83,6 +83,14 @@ def _inputs(combo: _discovery.Combination) -> tuple[Any, Any]:
     return _INPUTS[key]
 
 
+def _placement(combo: _discovery.Combination) -> tuple[Any, Any]:
+    """Another set of ``combo``'s inputs (seed 0 as ``_inputs``, other tensors) and its
+    baseline bound to them, not kept."""
+    op = _discovery.operator_of(combo)
+    inputs = op.inputs(combo.shape, 0)
+    return inputs, op.baseline(inputs)
+
+
 @dataclass(frozen=True)
 class _Prepared:
     """One combination ready to time: its inputs, its baseline (``contract.Baseline``)
@@ -242,10 +250,17 @@ class _GpuFamily:
 
     def _measure_vs_torch(self, p: _Prepared) -> list[float]:
         # The tuner's confirmation measures the same way (``harness.measure.versus``), so
-        # the tuned table's speedups are what this track reads.
-        from harness.measure.versus import versus
+        # the tuned table's speedups are what this track reads: over the process's input
+        # set and fresh ones (``versus.placed``), freed once measured.
+        from harness.measure.versus import placed
 
-        return versus(p.launch, p.baseline.fn).ratios
+        def bind(i):
+            if i == 0:
+                return p.launch, p.baseline.fn
+            inputs, baseline = _placement(p.combination)
+            return _discovery.build(p.combination)(inputs), baseline.fn
+
+        return placed(bind).ratios
 
     # What asv runs: read back, no GPU.
 

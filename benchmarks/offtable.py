@@ -22,7 +22,8 @@ outside ``kernels.tuned.CASES`` in the categories below, both dtypes, NN and NT)
 3. the kernel and torch.matmul are launched in turn, launch by launch, the L2 flushed
    before each (``harness.measure.versus``, the tuner's and the suite's way too: each
    launch's kernel time from CUPTI, or CUDA events where CUPTI records nothing),
-   ``--rounds`` trials; a trial's speedup is
+   ``--rounds`` trials shared out over three input sets at addresses of their own
+   (``versus.placed``: cuBLAS's time moves with where its operands lie); a trial's speedup is
    torch's mean latency over the kernel's (strays left out), and the shape's speedup is
    the median over trials, with their range.
 
@@ -240,7 +241,7 @@ def measure_shape(
     or a wrong result is a row with the error. ``tried``: a first-use tuning's candidates
     (``first_use.Tried``), kept in the row."""
     from harness.measure.cases import Case
-    from harness.measure.versus import versus
+    from harness.measure.versus import PLACEMENTS, placed
 
     shape = entry.shape
     base = dict(
@@ -255,7 +256,14 @@ def measure_shape(
         base.update(rel_error=check.rel_error, correct=check.ok)
         if not check.ok:
             return ShapeResult.of(shape, **base, error=f"wrong result: {check}")
-        got = versus(case.tilelang_fn(config), case.torch_fn, args.rounds, args.warmup, args.timer)
+
+        got = placed(
+            case.placed(config),
+            args.rounds,
+            min(PLACEMENTS, args.rounds),
+            warmup=args.warmup,
+            timer=args.timer,
+        )
     except Exception as err:  # a config that fails to build or launch is a row, not the end
         return ShapeResult.of(shape, **base, error=f"{type(err).__name__}: {err}".splitlines()[0])
     return ShapeResult.of(

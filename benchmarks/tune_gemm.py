@@ -55,7 +55,7 @@ from harness.cli import (
     progress_bar,
 )
 from harness.measure import device, metrics
-from harness.measure.versus import TRIALS
+from harness.measure.versus import PLACEMENTS, TRIALS
 from kernels import GemmConfig, GemmShape
 from kernels.gemm import SHORT_DTYPES, check_combination
 from kernels.tuned import (
@@ -215,14 +215,15 @@ class Tuner:
     def measured(self, case, config: GemmConfig) -> dict:
         """One checked config against torch.matmul, as the suite's ``track_vs_torch``
         measures it (``harness.measure.versus``: launched in turn, ``versus.TRIALS``
-        trials), with the GPU's clocks and throttling while it ran."""
-        from harness.measure.versus import versus
+        trials shared out over ``versus.PLACEMENTS`` input sets), with the GPU's clocks and
+        throttling while it ran."""
+        from harness.measure.versus import placed
 
-        fn = case.tilelang_fn(config)
+        bind = case.placed(config)
         if self.nvml is None:
-            got, state = versus(fn, case.torch_fn), None
+            got, state = placed(bind), None
         else:
-            got, state = self.nvml.during(lambda: versus(fn, case.torch_fn))
+            got, state = self.nvml.during(lambda: placed(bind))
         speedups = got.speedups
         return {
             "config": config.id,
@@ -232,6 +233,7 @@ class Tuner:
             "ratio_spread": [min(speedups), max(speedups)],
             "median_rsd": metrics.median_rsd(list(got.kernel_ms)),
             "timer": got.timer,
+            "placements": PLACEMENTS,
             "sm_clock_mhz": None
             if state is None
             else [state.min_sm_clock_mhz or state.sm_clock_mhz, state.sm_clock_mhz],

@@ -143,6 +143,7 @@ class Case:
 
     def __init__(self, shape, seed: int = 0, device: DeviceSpec | None = None) -> None:
         self.shape = shape
+        self.seed = seed
         self.op = operator_for(shape)
         self.device = device  # None: build for the visible GPU
         self.inputs = self.op.inputs(shape, seed)
@@ -160,6 +161,21 @@ class Case:
     @property
     def out(self):
         return self.inputs.out
+
+    def placement(self, i: int) -> Case:
+        """The ``i``-th input set of ``harness.measure.versus.placed``: this case for 0,
+        else a fresh one of the same shape, seed and device (same values, other tensors)."""
+        return self if i == 0 else Case(self.shape, self.seed, self.device)
+
+    def placed(self, config):
+        """``versus.placed``'s ``bind`` for ``config``: the kernel and torch.matmul on the
+        i-th input set (``placement``)."""
+
+        def bind(i: int):
+            case = self.placement(i)
+            return case.tilelang_fn(config), case.torch_fn
+
+        return bind
 
     def tilelang_fn(self, config):
         return build_combination(self.op, self.shape, config, self.device)(self.inputs)

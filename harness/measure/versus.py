@@ -10,7 +10,9 @@ trial's GPU budget (``interleave.launches_for``, from one probe trial's wall tim
 launch's kernel time comes from CUPTI (no launch gaps or event overhead, which weigh a few
 microseconds on a 10 us kernel), or from CUDA events where CUPTI records nothing. A trial's
 latency per function is ``interleave.trial_center`` (the mean of its launches, strays
-left out); its ratio is the kernel's over the baseline's.
+left out); its ratio is the kernel's over the baseline's. The callers measure over
+``PLACEMENTS`` input sets at once (``placed``), the trials shared out among them, since
+the baseline's time moves with where its operands lie.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from harness.measure import interleave
 # Trials per measurement where the caller has no count of its own: the suite's
 # ``track_vs_torch`` samples and the tuner's confirmation, so both read the same estimator.
 TRIALS = 10
+# Input sets one speedup is measured over (``placed``), each at an address of its own.
+PLACEMENTS = 3
 WARMUP = 3  # untimed launches of each before the probe
 EVENT_FALLBACK = "event (CUPTI recorded nothing)"
 
@@ -69,6 +73,38 @@ def versus(
     got, launches, used = interleaved_trials(fns, trials, warmup, timer)
     kernel_ms, baseline_ms = (tuple(interleave.trial_center(t) for t in f) for f in got)
     return Versus(kernel_ms, baseline_ms, launches, used)
+
+
+def placed(
+    bind: Callable[[int], tuple[Callable[[], object], Callable[[], object]]],
+    trials: int = TRIALS,
+    placements: int = PLACEMENTS,
+    warmup: int = WARMUP,
+    timer: str = "cupti",
+) -> Versus:
+    """``versus`` over ``placements`` input sets, its ``trials`` shared out among them
+    (the first sets one more where they do not divide) and pooled in order. ``bind(i)``
+    returns the kernel and baseline launches on the i-th set; each set is held until the
+    last is measured, so a fresh one lies at addresses of its own. cuBLAS's time on one
+    shape moves with where its operands lie (the H200, attn_qk_t fp16: 14.29-15.18 us over
+    eight placements, the kernel 12.91-13.14 us), so a speedup taken on one set carries
+    that set's luck; the median over the pooled trials does not hang on one set."""
+    if isinstance(placements, bool) or not isinstance(placements, int) or placements < 1:
+        raise ValueError(f"placements={placements!r}: must be an int >= 1")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < placements:
+        raise ValueError(f"trials={trials!r}: must be an int >= placements ({placements})")
+    held, parts = [], []
+    for i in range(placements):
+        held.append(bind(i))
+        share = trials // placements + (i < trials % placements)
+        parts.append(versus(*held[-1], share, warmup, timer))
+    timers = {p.timer for p in parts}
+    return Versus(
+        tuple(ms for p in parts for ms in p.kernel_ms),
+        tuple(ms for p in parts for ms in p.baseline_ms),
+        min(p.launches for p in parts),
+        timers.pop() if len(timers) == 1 else EVENT_FALLBACK,
+    )
 
 
 def interleaved_trials(fns, trials: int, warmup: int, timer: str) -> tuple[list, int, str]:

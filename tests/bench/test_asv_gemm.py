@@ -69,6 +69,7 @@ def gpu_here(monkeypatch):
     monkeypatch.setattr(gemm, "_INPUTS", {})
     baseline = Baseline("torch.matmul", lambda: "torch")
     monkeypatch.setattr(gemm, "_inputs", lambda combo: ("inputs", baseline))
+    monkeypatch.setattr(gemm, "_placement", lambda combo: ("more inputs", baseline))
     from harness.ops import registry
 
     built = Compiler()
@@ -126,6 +127,28 @@ def test_setup_cache_measures_every_combination_once(gpu_here, capsys):
     first = str(failed.value).splitlines()[0]
     assert first.startswith("test_asv_gemm.Fake(broken, f16) failed: ")
     assert first.endswith("RuntimeError: CUDA error: an illegal memory access was encountered")
+
+
+def test_vs_torch_is_measured_over_the_process_inputs_and_fresh_sets(gpu_here, monkeypatch):
+    """``track_vs_torch`` pools ``versus.PLACEMENTS`` input sets: the kernel bound to the
+    process's cached inputs first, then to fresh sets, each built through the walk."""
+    import harness.measure.versus
+
+    seen = []
+    fake = harness.measure.versus.versus
+
+    def versus(kernel, ref, trials=harness.measure.versus.TRIALS, *args):
+        seen.append((kernel, trials))
+        return fake(kernel, ref, trials)
+
+    monkeypatch.setattr(harness.measure.versus, "versus", versus)
+    cache = Fake().setup_cache()
+    assert [k for k, _ in seen] == [("kernel", "inputs")] + [("kernel", "more inputs")] * (
+        harness.measure.versus.PLACEMENTS - 1
+    )
+    assert sum(n for _, n in seen) == harness.measure.versus.TRIALS
+    samples = cache["combinations"][("ok", "f16")]["track_vs_torch"]
+    assert len(samples) == harness.measure.versus.TRIALS
 
 
 def test_setup_cache_measures_only_the_combinations_the_runner_lists(gpu_here, monkeypatch, capsys):

@@ -91,3 +91,58 @@ def test_the_probe_times_no_first_launch(fake_gpu, monkeypatch):
 def test_bad_counts_are_refused_by_name(trials, warmup):
     with pytest.raises(ValueError, match="trials|warmup"):
         versus.versus(lambda: None, lambda: None, trials=trials, warmup=warmup)
+
+
+def test_placed_shares_the_trials_over_input_sets_held_to_the_end(fake_gpu, monkeypatch):
+    """Each set's launches come from ``bind(i)``; every set is held until the last one is
+    measured (a freed set's memory would be the next set's: the same addresses); the
+    trials are shared out, the first sets one more, and pooled in order."""
+    import gc
+    import weakref
+
+    class Inputs:
+        pass
+
+    alive, shares = [], []
+    real = versus.versus
+
+    def counting(kernel, baseline, trials, *args):
+        shares.append(trials)
+        gc.collect()
+        alive.append(sum(r() is not None for r in refs))
+        return real(kernel, baseline, trials, *args)
+
+    refs = []
+
+    def bind(i):
+        inputs = Inputs()
+        refs.append(weakref.ref(inputs))
+        return (lambda: inputs), (lambda: inputs)
+
+    monkeypatch.setattr(versus, "versus", counting)
+    got = versus.placed(bind, trials=10, placements=3)
+    assert shares == [4, 3, 3] and alive == [1, 2, 3]
+    assert len(got.kernel_ms) == len(got.baseline_ms) == 10 and got.timer == "cupti"
+    # The fake's trials get slower one by one: pooled in order, each set from its start.
+    assert got.kernel_ms[4] == pytest.approx(got.kernel_ms[0])
+    assert got.speedup == pytest.approx(0.8)
+
+
+def test_placed_names_a_count_that_cannot_be_shared(fake_gpu):
+    with pytest.raises(ValueError, match=r"placements=0: must be an int >= 1"):
+        versus.placed(lambda i: (None, None), trials=4, placements=0)
+    with pytest.raises(ValueError, match=r"trials=2: must be an int >= placements \(3\)"):
+        versus.placed(lambda i: (None, None), trials=2, placements=3)
+
+
+def test_placed_reports_events_where_one_set_fell_back(fake_gpu, monkeypatch):
+    real, calls = versus.versus, []
+
+    def flaky(kernel, baseline, trials, *args):
+        calls.append(1)
+        fake_gpu.no_cupti = len(calls) == 2
+        return real(kernel, baseline, trials, *args)
+
+    monkeypatch.setattr(versus, "versus", flaky)
+    got = versus.placed(lambda i: (lambda: None, lambda: None), trials=6, placements=3)
+    assert got.timer == versus.EVENT_FALLBACK

@@ -212,6 +212,10 @@ def test_rows_measured_again_say_when_and_how():
     assert f"{TRIALS} trials of kernel times (cupti timer)" in text
     assert "1 of them kept their config and were measured again" in text
     assert "1 were tuned again with this confirmation" in text
+    assert "input sets" not in text  # no row records its placements
+    raw[first] = {**raw[first], "placements": 3}
+    text = render_tuned(Tuned(tuned_rows(raw), "NVIDIA H200", 132, {"top": 3}, (), {}))
+    assert "In 1 rows the trials were shared out over 3 input sets" in text
 
 
 def test_knob_effects_compare_each_config_with_its_twin():

@@ -34,6 +34,7 @@ class TunedRow:
     throttled: bool | None = None  # NVML flagged a throttled batch; None: not recorded
     measured: str | None = None  # date of ``tune_gemm --remeasure``'s figures; None: tuning's
     timer: str | None = None  # ``versus``'s timer where its figures are versus's; None: rounds
+    placements: int | None = None  # input sets ``versus.placed`` pooled; None: one
 
     @property
     def tflops(self) -> float:
@@ -73,6 +74,7 @@ def tuned_rows(got: Mapping[str, dict]) -> list[TunedRow]:
                         row.get("throttled"),
                         row.get("measured"),
                         row.get("timer"),
+                        row.get("placements"),
                     )
                 )
     return rows
@@ -206,6 +208,7 @@ def render_tuned(tuned: Tuned) -> str:
         )
     meta = tuned.meta
     sweep = tuned.plots.get("sweep")
+    placed = [r for r in tuned.rows if r.placements]
     return fill(
         "tuned",
         gpu=tuned.gpu,
@@ -220,6 +223,8 @@ def render_tuned(tuned: Tuned) -> str:
         versus_timers=", ".join(sorted({r.timer for r in tuned.rows if r.timer})),
         rows_count=len(tuned.rows),
         versus_trials=VERSUS_TRIALS,
+        placed_rows=len(placed) or None,
+        placements=", ".join(str(n) for n in sorted({r.placements for r in placed})),
         table="\n".join(table),
         parity=", ".join(r.name for r in tuned.rows if r.speedup >= 1.0) or "none",
         below=", ".join(f"{r.name} ({r.speedup:.3f})" for r in tuned.rows if r.speedup < 1.0)
