@@ -301,9 +301,9 @@ class Tuner:
         rows = table.get(self.gpu, {}).get(CONFIGS_KEY, {})
         todo = []
         # In the suite's order (``asv_bench.gemm.Tuned``: case by case, both dtypes of
-        # each), so that a row is measured after the same work as asv measures it: on the
-        # H200, cuBLAS ran attn_qk_t 2% slower after the other cases than first in a
-        # process, the kernel the same.
+        # each), so that a row is measured after the same work as asv measures it:
+        # cuBLAS's time on a shape moves with what the process ran before and with where
+        # its operands lie (``versus.placed``), the kernel's much less.
         for name in sorted(args.case, key=list(CASES).index):
             for dtype in sorted(args.dtype, key=list(SHORT_DTYPES.values()).index):
                 shape = case_shape(name, dtype)
