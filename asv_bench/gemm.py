@@ -77,15 +77,13 @@ def _inputs(combo: _discovery.Combination) -> tuple[Any, Any]:
     made once per process."""
     key = (combo.operator, combo.shape)
     if key not in _INPUTS:
-        op = _discovery.operator_of(combo)
-        inputs = op.inputs(combo.shape, 0)
-        _INPUTS[key] = (inputs, op.baseline(inputs))
+        _INPUTS[key] = _placement(combo)
     return _INPUTS[key]
 
 
 def _placement(combo: _discovery.Combination) -> tuple[Any, Any]:
-    """Another set of ``combo``'s inputs (seed 0 as ``_inputs``, other tensors) and its
-    baseline bound to them, not kept."""
+    """A fresh set of ``combo``'s inputs (seed 0) and its baseline bound to them: the one
+    ``_inputs`` keeps, or another for ``versus.placed``, not kept."""
     op = _discovery.operator_of(combo)
     inputs = op.inputs(combo.shape, 0)
     return inputs, op.baseline(inputs)

@@ -11,7 +11,7 @@ import pytest
 from benchmarks import offtable
 from harness import cli
 from harness.report.offtable import Record, ShapeResult, render_markdown, summarise
-from kernels import GemmShape
+from kernels import GemmConfig, GemmShape
 from kernels.tuned import heuristic
 from tests.conftest import NO_GPU
 
@@ -44,6 +44,10 @@ def _entry(**over):
     [
         ([_entry(m=4096, n=4096, k=4096)], "shapes[0]: m4096_n4096_k4096_f16 is a tuned case"),
         ([_entry(categories=["long_k"])], "shapes[0]: categories: m2048_n2048_k2048_f16 is not"),
+        (
+            [_entry(m=512, n=4096, k=128, categories=["short_k"])],
+            "m512_n4096_k128_f16 is not short_k (K <= 256, M and N >= 1024)",
+        ),
         ([_entry(categories=["tiny"])], "shapes[0]: categories: 'tiny' must be one of"),
         ([_entry(categories=[])], "shapes[0]: categories: must be a non-empty list"),
         ([_entry(m=0)], "shapes[0]: GemmShape.m=0: must be >= 1"),
@@ -220,3 +224,29 @@ def test_a_hung_launch_keeps_the_shapes_measured_before_it(tmp_path, monkeypatch
     assert [r.shape for r in record.rows] == ["m2048_n2048_k2048_f16"]
     assert "m2048_n2048_k2048_f16" in args.markdown.read_text()
     assert not correctness._LAST_WORDS  # the hook left with the run
+
+
+@pytest.mark.parametrize("rounds, placements", [(1, 1), (2, 2), (8, 3)])
+def test_fewer_rounds_than_input_sets_still_measure(monkeypatch, rounds, placements):
+    """``--rounds`` below ``versus.PLACEMENTS`` measures over as many sets as rounds,
+    one round each, rather than failing the shape."""
+    import argparse
+    from types import SimpleNamespace
+
+    import harness.measure.cases
+    import harness.measure.versus
+
+    check = SimpleNamespace(ok=True, rel_error=1e-3)
+    fake_case = SimpleNamespace(check=lambda config, seed: check, placed=lambda config: None)
+    monkeypatch.setattr(harness.measure.cases, "Case", lambda shape, seed: fake_case)
+    seen = []
+
+    def placed(bind, trials, sets, warmup, timer):
+        seen.append((trials, sets))
+        return harness.measure.versus.Versus((0.5,) * trials, (0.4,) * trials, 6, "cupti")
+
+    monkeypatch.setattr(harness.measure.versus, "placed", placed)
+    entry = offtable.OffTableShape(GemmShape(2048, 2048, 2048), ("mid",))
+    args = argparse.Namespace(rounds=rounds, seed=0, warmup=3, timer="cupti")
+    row = offtable.measure_shape(entry, GemmConfig(), "heuristic", args)
+    assert seen == [(rounds, placements)] and row.error is None
