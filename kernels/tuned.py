@@ -210,6 +210,7 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
         # Stream-K on that pipeline: its persistent form with the last wave shared out,
         # through shared memory (the segments' sums are reduce-added by TMA).
         out += [_twin(c) for c in out if c is not None and c.stream_k and c.smem_epilogue]
+        out += [c for c in (narrow_persistent(shape, sms),) if c is not None]
     return list(dict.fromkeys(c for c in out if c is not None))
 
 
@@ -674,6 +675,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       (``NARROW_PAIR_TILE``, 0.93 of the 128x256 pair's pace per slot) is scored too: it
       wins where it covers the SMs over 7% better (2000x3000x3000: 0.92x torch against
       0.77x for stream-K).
+    - Two or three waves of 128x192 tiles, the last 70% full or more, B's rows on a
+      sector: 128x192's persistent form on the hand-written pipeline
+      (``narrow_persistent``), ahead of the scores above (3072x1968x3232: 0.998x torch
+      against 0.880x on the H200).
     - Last, the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
@@ -693,6 +698,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         if shape.m <= 64 and waves(shape, wide, sms) == 1 < waves(shape, config, sms):
             return wide if waste(shape, 64, 256) <= waste(shape, 64, 64) else config
         return config
+    narrow = narrow_persistent(shape, sms)
+    if narrow is not None:
+        return narrow
     best_value, best = score(shape, TILES[0], sms)
     for tile in TILES[1:]:
         if (tile.config.block_m, tile.config.block_n) == NARROW_WIDE and not narrow_fits(shape):
@@ -728,6 +736,51 @@ def narrow_pair_score(shape: GemmShape, sms: int) -> float:
     ):
         return 0.0
     return PAIR_GAIN * NARROW_PAIR_EFFICIENCY * fill(tiles, sms) / waste(shape, 128, 192)
+
+
+# --- two or three waves of 128x192 tiles: its persistent form ------------------------
+#
+# Where 128x192 tiles make two or three waves of blocks, the last at least
+# ``NARROW_PERSISTENT_LAST_WAVE`` full, and B's rows start on a sector, their persistent
+# form on the hand-written pipeline (``NARROW_PERSISTENT``, one block per SM) hides each
+# block's first write-back and pipeline fill under its next tile's loads. The rules
+# below, fitted to large shapes, pick other tiles there. On the H200 (bench_gemm, CUPTI,
+# against torch.matmul; reports/mid_train_h200.jsonl, a sweep of forms over mid shapes
+# drawn at random, and reports/mid_forms_h200.jsonl), against the rules' pick:
+# 3072x1968x3232 0.998x against 0.880x (2.00 waves), 3672x1616x1632 0.948x against
+# 0.866x (1.98), 2912x1872x3088 bf16 0.966x against 0.894x (1.74), 3976x2240x2608 bf16
+# 1.011x against 0.980x (2.91), 3088x1616x2344 0.876x against 0.847x (1.70). Where the
+# last wave is emptier it lost (1656x3184x2032 NT bf16, 1.67 waves: 0.874x against
+# 0.900x; at 1.06-1.52 waves the rules' picks ran 0.94-1.10x in the off-table records),
+# and where B's rows are off a sector the pairs sharing B stay (3040x2952x3840: 0.832x
+# against 0.907x). Other forms swept there (stream-K and pairs of 192x192 tiles,
+# 128x256's persistent form) won on some of those shapes and lost on others: scored
+# together by efficiencies fitted to the sweep they lifted its median from 0.89x to
+# 0.92x, but cost 8-9% on listed shapes outside it (2500x1800x4000 0.857x against 0.938x,
+# 1792x1792x3072 NT bf16 0.923x against 1.011x; reports/offtable_fitted_forms_h200.json),
+# so none is taken.
+NARROW_PERSISTENT = GemmConfig(
+    128, 192, 64, 256, 4, swizzle=8, policy="row", smem_epilogue=True, async_mma=True
+)
+NARROW_PERSISTENT_LAST_WAVE = 0.7
+NARROW_PERSISTENT_WAVES = (2, 3)
+
+
+def narrow_persistent(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """``NARROW_PERSISTENT`` over ``sms`` blocks where its output tiles are
+    ``NARROW_PERSISTENT_WAVES`` waves, the last ``NARROW_PERSISTENT_LAST_WAVE`` full or
+    more, B's rows on a sector and the form builds for ``shape``; None elsewhere."""
+    tiles = output_tiles(shape, *NARROW_WIDE)
+    waves_of = -(-tiles // sms)
+    last = tiles / sms - (waves_of - 1)
+    if (
+        waves_of not in NARROW_PERSISTENT_WAVES
+        or last < NARROW_PERSISTENT_LAST_WAVE
+        or row_bytes(shape)["B"] % SECTOR_BYTES
+    ):
+        return None
+    config = replace(NARROW_PERSISTENT, persistent=sms)
+    return config if builds(shape, config) else None
 
 
 # The hand-written pipeline (kernels/gemm_async.py) where the heuristic's pick has a form

@@ -1056,6 +1056,23 @@ def test_short_k_grid_matches_float64_tile_by_tile(shape, config):
     check_tile_by_tile(shape, config, seeds=(71, 72))
 
 
+# 128x192's persistent form as the heuristic runs it (``kernels.tuned.narrow_persistent``)
+# on 132 SMs: two trips of tiles with partial edge tiles (3000x2000: 264 tiles; 3000 =
+# 23 x 128 + 56, 2000 = 10 x 192 + 80) and a partial K step (1000 = 15 x 64 + 40); and on
+# 7 blocks, many trips.
+NARROW_PERSISTENT_CASES = cases_of(
+    {
+        replace(tuned.NARROW_PERSISTENT, persistent=132).id: [(3000, 2000, 1000)],
+        replace(tuned.NARROW_PERSISTENT, persistent=7).id: [(1000, 1000, 1024)],
+    }
+)
+
+
+@gpu_cases(NARROW_PERSISTENT_CASES)
+def test_128x192_persistent_matches_float64_tile_by_tile(shape, config):
+    check_tile_by_tile(shape, config, seeds=(81, 82))
+
+
 @gpu_cases(MULTICAST_CASES)
 def test_two_block_clusters_match_float64_reference_tile_by_tile(shape, config):
     """A pair that loads the wrong shared tile, or refills a stage its partner still

@@ -3,6 +3,7 @@ against a float64 reference (GPU)."""
 
 import itertools
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -262,10 +263,10 @@ def test_no_exchange_where_m_fills_the_wgmma_or_the_swapped_grid_is_thin():
 
 
 def test_the_tile_that_pads_least_and_fills_best_wins():
-    # N = 6272 is 49 tiles of 128: 256x128 divides it (392 tiles, 2.97 waves), 128x256
-    # pads it to 6400 (400 tiles, 3.03 waves).
-    assert tuned.waste(GemmShape(2048, 6272, 4096), 128, 256) == pytest.approx(6400 / 6272)
-    config = heuristic(GemmShape(2048, 6272, 4096), SMS)
+    # N = 6272 is 49 tiles of 128: 256x128 divides it (784 tiles, 5.94 waves), 128x256
+    # pads it to 6400 (800 tiles, 6.06 waves).
+    assert tuned.waste(GemmShape(4096, 6272, 4096), 128, 256) == pytest.approx(6400 / 6272)
+    config = heuristic(GemmShape(4096, 6272, 4096), SMS)
     assert (config.block_m, config.block_n) == (256, 128)
     # Both divide 4096: the faster tile, 128x256, in four full-ish waves.
     config = heuristic(GemmShape(4096, 4096, 4096), SMS)
@@ -346,8 +347,6 @@ def test_fitted_tile_efficiencies_are_the_sweeps():
     """Each ``FITTED`` tile's efficiency: on 8192x8192x4096 (bf16 NT, fp16 NN), 128x256's
     time over the tile's, per SM slot covered (``fill`` / ``waste``), rounded down to
     0.01; the lower of the two layouts where it is scored on both; at most 1.0."""
-    import math
-
     times = _sweep("tiles_fitted_h200.jsonl", "tilelang_ms")
     shape = {"NT": GemmShape(8192, 8192, 4096, "bfloat16", "NT"), "NN": GemmShape(8192, 8192, 4096)}
 
@@ -484,10 +483,14 @@ def test_pair_twins_join_the_space_with_the_async_pipeline():
 
 
 def test_stream_k_where_a_partial_last_wave_idles_the_sms_and_nowhere_else():
-    # 2500x1800x4000: 150 tiles of 256x128 leave 43% of two waves' slots idle; stream-K
-    # ran 0.0756 ms on the H200; the best other config, persistent 128x128, 0.0934.
-    config = heuristic(GemmShape(2500, 1800, 4000), SMS)
-    assert (config.block_m, config.block_n, config.stream_k) == (256, 128, SMS)
+    # 3584x4864x4096: 532 tiles of 128x256 leave 19% of five waves' slots idle (and 4.0
+    # waves of them: past the mid shapes' forms).
+    config = heuristic(GemmShape(3584, 4864, 4096), SMS)
+    assert (config.block_m, config.block_n, config.stream_k) == (128, 256, SMS)
+    # 2500x1800x4000, a mid shape: 150 tiles of 256x128 leave 43% of two waves' slots
+    # idle; stream-K ran 0.0756 ms on the H200, the best other config of the tuning,
+    # persistent 128x128, 0.0934. The mid shapes' forms stream-K it too.
+    assert heuristic(GemmShape(2500, 1800, 4000), SMS).stream_k == SMS
     # Full waves, or many of them, stay plain; under a wave, split-K's place.
     for size in [(4096, 4096, 4096), (3000, 5000, 7000), (10000, 8000, 6000), (1536, 1536, 1536)]:
         assert heuristic(GemmShape(*size), SMS).stream_k == 0, size
@@ -512,11 +515,11 @@ def test_stream_k_efficiency_is_the_tuning_logs():
 
 
 def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
-    # Stream-K picks go on it, their tile unchanged: 2500x1800x4000 (256x128) and
-    # 3584x2560x2048 NT (128x256).
+    # Stream-K picks go on it, their tile unchanged: 3584x4864x4096 and 7168x2560x4096 NT
+    # (128x256; past the mid shapes, whose forms are on it already).
     for shape, tile in [
-        (GemmShape(2500, 1800, 4000), (256, 128)),
-        (GemmShape(3584, 2560, 2048, "bfloat16", "NT"), (128, 256)),
+        (GemmShape(3584, 4864, 4096), (128, 256)),
+        (GemmShape(7168, 2560, 4096, "float16", "NT"), (128, 256)),
     ]:
         config = heuristic(shape, SMS)
         assert config.async_mma and config.stream_k == SMS and config.smem_epilogue, shape
@@ -526,13 +529,13 @@ def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
         config = heuristic(shape, SMS)
         assert config.id == "b128x256x64_t256_s4_w16_e_p132_a", shape
         assert config.c_parts == 2  # the C tile in halves beside 4 stages
-    # Under two waves (2048^2: 128 tiles), paired, split or fitted tiles: as they were.
-    assert heuristic(GemmShape(2048, 2048, 2048), SMS) == TILES[0].config
+    # Paired, split or fitted tiles: as they were.
     assert heuristic(GemmShape(3000, 5000, 7000, "bfloat16"), SMS) == tuned.PAIRED_TILE
     for shape in [GemmShape(512, 512, 32768), GemmShape(10000, 8000, 6000, "bfloat16")]:
         assert not heuristic(shape, SMS).async_mma, shape
     # Where the form would load a row that TMA cannot (A's rows of 8,008 bytes are off
-    # 16 bytes), TileLang's stream-K stays, A loaded without TMA.
+    # 16 bytes; nor does any mid shape's form), TileLang's stream-K stays, A loaded
+    # without TMA.
     odd = GemmShape(2500, 1800, 4004)
     assert heuristic(odd, SMS).stream_k == SMS and not heuristic(odd, SMS).async_mma
     assert not tuned.builds(odd, replace(heuristic(odd, SMS), async_mma=True))
@@ -879,3 +882,61 @@ def test_every_tuned_case_still_gets_its_table_row():
                 row = entry.rows.get(shape.id)
                 if row is not None:
                     assert pick_config(shape, gpu, entry.sm_count) == row.config
+
+
+# --- 128x192's persistent form ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape, takes",
+    [
+        (GemmShape(3072, 1968, 3232), True),  # 264 tiles: two full waves
+        (GemmShape(3088, 1616, 2344), True),  # 225: the last wave 70% full
+        (GemmShape(3976, 2240, 2608, "bfloat16"), True),  # 384: three waves, 91%
+        (GemmShape(1656, 3184, 2032, "bfloat16", "NT"), False),  # 221: 67%
+        (GemmShape(2500, 1800, 4000), False),  # 200: 52%
+        (GemmShape(1792, 1792, 3072, "bfloat16", "NT"), False),  # 140: 6%
+        (GemmShape(4096, 4096, 4096), False),  # 704: six waves
+        (GemmShape(3040, 2952, 3840), False),  # B's rows of 5,904 bytes off a sector
+    ],
+    ids=lambda v: getattr(v, "id", str(v)),
+)
+def test_128x192_persistent_where_its_tiles_fill_two_or_three_waves(shape, takes):
+    config = heuristic(shape, SMS)
+    assert (config == replace(tuned.NARROW_PERSISTENT, persistent=SMS)) is takes, config.id
+
+
+def test_128x192_persistent_follows_the_sm_count_and_joins_the_space():
+    shape = GemmShape(3072, 1968, 3232)
+    assert tuned.narrow_persistent(shape, 2 * SMS) is None  # 264 tiles: one wave of 264
+    assert replace(tuned.NARROW_PERSISTENT, persistent=SMS) in candidates(
+        shape, SMS, async_mma=True
+    )
+    # Where the form cannot load A (rows of 6,466 bytes, off TMA's 16), the rules' pick.
+    odd = GemmShape(3072, 1968, 3233)
+    assert tuned.narrow_persistent(odd, SMS) is None and not heuristic(odd, SMS).persistent
+
+
+def test_128x192_persistent_ran_faster_than_the_rules_where_it_is_taken(monkeypatch):
+    """Over the recorded sweeps of mid shapes, each shape the rule takes ran faster in
+    the form than in what the rules without it pick."""
+    times: dict[str, dict[str, list[float]]] = {}
+    shapes: dict[str, GemmShape] = {}
+    for name in ("mid_train_h200.jsonl", "mid_forms_h200.jsonl"):
+        for line in (ROOT / "reports" / name).read_text().splitlines():
+            row = json.loads(line)
+            if "meta" in row or not row.get("tilelang_ms"):
+                continue
+            by_config = times.setdefault(row["shape"], {})
+            by_config.setdefault(row["config"], []).append(row["tilelang_ms"])
+            shapes[row["shape"]] = GemmShape(
+                row["m"], row["n"], row["k"], row["dtype"], row["layout"]
+            )
+    taken = {
+        s: heuristic(shapes[s], SMS).id for s in times if tuned.narrow_persistent(shapes[s], SMS)
+    }
+    monkeypatch.setattr(tuned, "NARROW_PERSISTENT_WAVES", ())
+    assert len(taken) >= 5
+    for shape_id, form in taken.items():
+        ms = {c: statistics.median(v) for c, v in times[shape_id].items()}
+        assert ms[form] < ms[heuristic(shapes[shape_id], SMS).id], shape_id
