@@ -743,8 +743,8 @@ def narrow_pair_score(shape: GemmShape, sms: int) -> float:
 # Where 128x192 tiles make two or three waves of blocks, the last at least
 # ``NARROW_PERSISTENT_LAST_WAVE`` full, and B's rows start on a sector, their persistent
 # form on the hand-written pipeline (``NARROW_PERSISTENT``, one block per SM) hides each
-# block's first write-back and pipeline fill under its next tile's loads. The rules
-# below, fitted to large shapes, pick other tiles there. On the H200 (bench_gemm, CUPTI,
+# block's first write-back and pipeline fill under its next tile's loads. The scores
+# above, fitted to large shapes, pick other tiles there. On the H200 (bench_gemm, CUPTI,
 # against torch.matmul; reports/mid_train_h200.jsonl, a sweep of forms over mid shapes
 # drawn at random, and reports/mid_forms_h200.jsonl), against the rules' pick:
 # 3072x1968x3232 0.998x against 0.880x (2.00 waves), 3672x1616x1632 0.948x against

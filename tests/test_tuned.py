@@ -483,14 +483,13 @@ def test_pair_twins_join_the_space_with_the_async_pipeline():
 
 
 def test_stream_k_where_a_partial_last_wave_idles_the_sms_and_nowhere_else():
-    # 3584x4864x4096: 532 tiles of 128x256 leave 19% of five waves' slots idle (and 4.0
-    # waves of them: past the mid shapes' forms).
+    # 2500x1800x4000: 150 tiles of 256x128 leave 43% of two waves' slots idle; stream-K
+    # ran 0.0756 ms on the H200; the best other config, persistent 128x128, 0.0934.
+    config = heuristic(GemmShape(2500, 1800, 4000), SMS)
+    assert (config.block_m, config.block_n, config.stream_k) == (256, 128, SMS)
+    # 3584x4864x4096: 532 tiles of 128x256 leave 19% of five waves' slots idle.
     config = heuristic(GemmShape(3584, 4864, 4096), SMS)
     assert (config.block_m, config.block_n, config.stream_k) == (128, 256, SMS)
-    # 2500x1800x4000, a mid shape: 150 tiles of 256x128 leave 43% of two waves' slots
-    # idle; stream-K ran 0.0756 ms on the H200, the best other config of the tuning,
-    # persistent 128x128, 0.0934. The mid shapes' forms stream-K it too.
-    assert heuristic(GemmShape(2500, 1800, 4000), SMS).stream_k == SMS
     # Full waves, or many of them, stay plain; under a wave, split-K's place.
     for size in [(4096, 4096, 4096), (3000, 5000, 7000), (10000, 8000, 6000), (1536, 1536, 1536)]:
         assert heuristic(GemmShape(*size), SMS).stream_k == 0, size
@@ -515,10 +514,10 @@ def test_stream_k_efficiency_is_the_tuning_logs():
 
 
 def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
-    # Stream-K picks go on it, their tile unchanged: 3584x4864x4096 and 7168x2560x4096 NT
-    # (128x256; past the mid shapes, whose forms are on it already).
+    # Stream-K picks go on it, their tile unchanged: 2500x1800x4000 (256x128) and
+    # 7168x2560x4096 NT (128x256).
     for shape, tile in [
-        (GemmShape(3584, 4864, 4096), (128, 256)),
+        (GemmShape(2500, 1800, 4000), (256, 128)),
         (GemmShape(7168, 2560, 4096, "float16", "NT"), (128, 256)),
     ]:
         config = heuristic(shape, SMS)
@@ -529,13 +528,13 @@ def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
         config = heuristic(shape, SMS)
         assert config.id == "b128x256x64_t256_s4_w16_e_p132_a", shape
         assert config.c_parts == 2  # the C tile in halves beside 4 stages
-    # Paired, split or fitted tiles: as they were.
+    # Under two waves (2048^2: 128 tiles), paired, split or fitted tiles: as they were.
+    assert heuristic(GemmShape(2048, 2048, 2048), SMS) == TILES[0].config
     assert heuristic(GemmShape(3000, 5000, 7000, "bfloat16"), SMS) == tuned.PAIRED_TILE
     for shape in [GemmShape(512, 512, 32768), GemmShape(10000, 8000, 6000, "bfloat16")]:
         assert not heuristic(shape, SMS).async_mma, shape
     # Where the form would load a row that TMA cannot (A's rows of 8,008 bytes are off
-    # 16 bytes; nor does any mid shape's form), TileLang's stream-K stays, A loaded
-    # without TMA.
+    # 16 bytes), TileLang's stream-K stays, A loaded without TMA.
     odd = GemmShape(2500, 1800, 4004)
     assert heuristic(odd, SMS).stream_k == SMS and not heuristic(odd, SMS).async_mma
     assert not tuned.builds(odd, replace(heuristic(odd, SMS), async_mma=True))
