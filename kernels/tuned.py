@@ -753,7 +753,9 @@ def narrow_pair_score(shape: GemmShape, sms: int) -> float:
 # last wave is emptier it lost (1656x3184x2032 NT bf16, 1.67 waves: 0.874x against
 # 0.900x; at 1.06-1.52 waves the rules' picks ran 0.94-1.10x in the off-table records),
 # and where B's rows are off a sector the pairs sharing B stay (3040x2952x3840: 0.832x
-# against 0.907x). Other forms swept there (stream-K and pairs of 192x192 tiles,
+# against 0.907x). On two shapes drawn after the rule (reports/mid_fresh_check_h200.jsonl):
+# 3464x2352x1680 NT bf16 0.856x against 0.800x, 2632x3136x2912 NT 0.912x against 0.913x.
+# Other forms swept there (stream-K and pairs of 192x192 tiles,
 # 128x256's persistent form) won on some of those shapes and lost on others: scored
 # together by efficiencies fitted to the sweep they lifted its median from 0.89x to
 # 0.92x, but cost 8-9% on listed shapes outside it (2500x1800x4000 0.857x against 0.938x,
