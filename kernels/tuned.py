@@ -117,7 +117,8 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       the shared-memory epilogue again in their persistent form (one block per SM, where
       the C tile, or half of it (``GemmConfig.c_parts``), fits beside the stages), and
       the stream-K configs with the shared-memory epilogue on that pipeline too (its
-      persistent form, the last wave shared out). 256x256 tiles are left out: four
+      persistent form, the last wave shared out), and 128x192's persistent form where
+      the heuristic takes it (``narrow_persistent``). 256x256 tiles are left out: four
       consumer warpgroups plus the producer leave ~100 registers a thread for 128
       accumulators.
     """
