@@ -118,7 +118,8 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
       the C tile, or half of it (``GemmConfig.c_parts``), fits beside the stages), and
       the stream-K configs with the shared-memory epilogue on that pipeline too (its
       persistent form, the last wave shared out), and 128x192's persistent form where
-      the heuristic takes it (``narrow_persistent``). 256x256 tiles are left out: four
+      the heuristic takes it (``narrow_persistent``), and the forms that won the sweeps
+      over mid shapes (``forms``). 256x256 tiles are left out: four
       consumer warpgroups plus the producer leave ~100 registers a thread for 128
       accumulators.
     """
@@ -212,6 +213,7 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
         # through shared memory (the segments' sums are reduce-added by TMA).
         out += [_twin(c) for c in out if c is not None and c.stream_k and c.smem_epilogue]
         out += [c for c in (narrow_persistent(shape, sms),) if c is not None]
+        out += forms(shape, sms)
     return list(dict.fromkeys(c for c in out if c is not None))
 
 
@@ -881,6 +883,55 @@ def fitted_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
                     out.append(replace(c, num_stages=stages, swizzle=panel))
                 except ValueError:
                     continue  # over the shared-memory budget
+    return out
+
+
+# --- the forms a first-use tuning tries beside the spread ------------------------------
+#
+# The search space without the hand-written pipeline (``candidates``, what a first-use
+# tuning spreads over) reaches few of the forms that won the sweeps over mid shapes drawn
+# at random (reports/mid_train_h200.jsonl, mid_forms_h200.jsonl, mid_fresh_check_h200.jsonl
+# and offtable_sweeps_h200.jsonl; H200, bench_gemm, CUPTI, against torch.matmul): of 29
+# shapes, 24 had their fastest config outside it. ``FORMS`` are the forms that ran within
+# 2% of a shape's fastest on at least one of them, as (config, grid): "tiles" as it is,
+# "persistent" one block per SM, "stream_k" one block per SM with the last wave shared
+# out. They led or tied: 128x192 and 192x192 in stream-K and persistent form five shapes
+# each, 128x256's pair four, 192x192's pair, its plain grid, 128x192 plain and its pair,
+# and 128x160 two each, the rest one. A form joins a shape's plan where its output tiles
+# make a wave or more (fewer leave SMs idle whatever the grid), the shape is neither thin
+# nor short in K (``candidates``' other branches) and the form builds.
+FORMS: tuple[tuple[GemmConfig, str], ...] = (
+    (NARROW_PERSISTENT, "stream_k"),
+    (replace(_fitted(192, 192), num_stages=3, async_mma=True), "stream_k"),
+    (replace(_fitted(192, 192), num_stages=3, async_mma=True), "persistent"),
+    (NARROW_PERSISTENT, "persistent"),
+    (PAIRED_TILE, "tiles"),
+    (replace(_fitted(192, 192), async_mma=True, multicast="b"), "tiles"),
+    (_fitted(192, 192), "tiles"),
+    (replace(NARROW_PERSISTENT, async_mma=False), "tiles"),
+    (NARROW_PAIR_TILE, "tiles"),
+    (_fitted(128, 160), "tiles"),
+    (GemmConfig(256, 128, 64, 256, 3, smem_epilogue=True, async_mma=True), "stream_k"),
+    (replace(PAIRED_TILE, multicast=""), "persistent"),
+    (replace(_fitted(128, 160), async_mma=True), "persistent"),
+    (_fitted(192, 128), "tiles"),
+)
+
+
+def forms(shape: GemmShape, sms: int) -> list[GemmConfig]:
+    """``FORMS`` on a GPU of ``sms`` SMs that ``shape`` takes: where it is neither thin
+    (M <= 64 or N <= 128) nor short in K (K <= 256), the forms whose output tiles make at
+    least a wave and that build for it, in ``FORMS``' order."""
+    check_sms(sms)
+    if shape.m <= 64 or shape.n <= 128 or shape.k <= 256:
+        return []
+    out = []
+    for config, grid in FORMS:
+        if output_tiles(shape, config.block_m, config.block_n) < sms:
+            continue
+        form = config if grid == "tiles" else _replaced(config, **{grid: sms})
+        if form is not None and builds(shape, form):
+            out.append(form)
     return out
 
 

@@ -476,9 +476,16 @@ def test_pair_twins_join_the_space_with_the_async_pipeline():
     assert not any(c.multicast for c in candidates(shape, SMS))
     paired = [c for c in candidates(shape, SMS, async_mma=True) if c.multicast]
     assert paired and all(c.async_mma for c in paired)
-    assert {(c.block_m, c.block_n, c.multicast) for c in paired} == {
+    # The space's own tiles in pairs, and the forms' (``FORMS``: 128x192 and 192x192 too).
+    forms = tuned.forms(shape, SMS)
+    assert {(c.block_m, c.block_n, c.multicast) for c in paired if c not in forms} == {
         (128, 256, "b"),
         (256, 128, "a"),
+    }
+    assert {(c.block_m, c.block_n) for c in forms if c.multicast} == {
+        (128, 256),
+        (192, 192),
+        (128, 192),
     }
 
 
@@ -853,7 +860,9 @@ def test_async_twins_join_the_space_only_when_asked():
     shape = case_shape("square4096", "float16")
     plain, both = candidates(shape, SMS), candidates(shape, SMS, async_mma=True)
     assert not any(c.async_mma for c in plain)
-    twins = [c for c in both if c.async_mma]
+    forms = set(tuned.forms(shape, SMS))  # the mid sweeps' forms join too, as they are
+    assert forms <= set(both)
+    twins = [c for c in both if c.async_mma and c not in forms]
     assert twins and set(plain) <= set(both)
     for c in twins:  # never with the options the async pipeline does not take
         assert c.split_k == 1 and not c.swap_ab
@@ -861,7 +870,8 @@ def test_async_twins_join_the_space_only_when_asked():
     assert {c.policy for c in twins} == {c.policy for c in plain}
     # Its stream-K: the twin of each stream-K config through shared memory, and no other.
     streamed = {c for c in twins if c.stream_k}
-    assert streamed == {replace(c, async_mma=True) for c in plain if c.stream_k and c.smem_epilogue}
+    twin_of = {replace(c, async_mma=True) for c in plain if c.stream_k and c.smem_epilogue}
+    assert streamed == twin_of - forms
     assert all(c.smem_epilogue and not (c.multicast or c.persistent) for c in streamed)
     # Its persistent form: one block per SM, the C tile through shared memory, no pairs;
     # every one the twin of a data-parallel async config in the space.
@@ -939,3 +949,70 @@ def test_128x192_persistent_ran_faster_than_the_rules_where_it_is_taken(monkeypa
     for shape_id, form in taken.items():
         ms = {c: statistics.median(v) for c, v in times[shape_id].items()}
         assert ms[form] < ms[heuristic(shapes[shape_id], SMS).id], shape_id
+
+
+MID_SWEEPS = (
+    "mid_train_h200.jsonl",
+    "mid_forms_h200.jsonl",
+    "mid_fresh_check_h200.jsonl",
+    "offtable_sweeps_h200.jsonl",
+)
+
+
+def test_every_form_ran_within_2_percent_of_a_shapes_fastest():
+    """Each of ``FORMS``, on the H200's SM count, is within 2% of the fastest config of at
+    least one shape in the recorded sweeps over mid shapes (median kernel time per
+    config); and most of those shapes' fastest configs are outside the search space
+    that a first-use tuning spreads over (the reason the forms join its plan)."""
+    times: dict[str, dict[str, list[float]]] = {}
+    shapes: dict[str, GemmShape] = {}
+    for name in MID_SWEEPS:
+        for line in (ROOT / "reports" / name).read_text().splitlines():
+            row = json.loads(line)
+            if "meta" in row or not row.get("tilelang_ms"):
+                continue
+            times.setdefault(row["shape"], {}).setdefault(row["config"], []).append(
+                row["tilelang_ms"]
+            )
+            shapes[row["shape"]] = GemmShape(
+                row["m"], row["n"], row["k"], row["dtype"], row["layout"]
+            )
+    near: set[str] = set()
+    outside = 0
+    for shape_id, by_config in times.items():
+        ms = {c: statistics.median(v) for c, v in by_config.items()}
+        fastest = min(ms, key=ms.get)
+        near |= {c for c, v in ms.items() if v <= 1.02 * ms[fastest]}
+        outside += GemmConfig.from_id(fastest) not in candidates(shapes[shape_id], SMS)
+    for config, grid in tuned.FORMS:
+        form = config if grid == "tiles" else replace(config, **{grid: SMS})
+        assert form.id in near, form.id
+    assert outside >= len(times) * 2 // 3, (outside, len(times))
+
+
+@pytest.mark.parametrize(
+    ("shape", "count"),
+    [
+        (GemmShape(3464, 2352, 1680, "bfloat16", "NT"), len(tuned.FORMS)),
+        # 192x192 tiles are under a wave of 132 SMs (12 x 8), the rest are not.
+        (GemmShape(2288, 1368, 3248, "bfloat16"), 7),
+        (GemmShape(1536, 1200, 1736, "bfloat16", "NT"), 0),  # every form under a wave
+        (GemmShape(64, 8192, 8192), 0),  # thin M: the skinny branch's space
+        (GemmShape(8192, 128, 8192), 0),  # thin N
+        (GemmShape(8192, 8192, 256), 0),  # short K
+        # A's rows off TMA's 16 bytes: only the forms on TileLang's own pipeline build.
+        (GemmShape(4096, 4096, 4097), 4),
+    ],
+    ids=lambda v: getattr(v, "id", str(v)),
+)
+def test_the_forms_a_shape_takes(shape, count):
+    got = tuned.forms(shape, SMS)
+    assert len(got) == len(set(got)) == count
+    order = [c if g == "tiles" else replace(c, **{g: SMS}) for c, g in tuned.FORMS]
+    assert got == [c for c in order if c in got]  # in FORMS' order
+    for form in got:
+        assert tuned.builds(shape, form)
+        assert tuned.output_tiles(shape, form.block_m, form.block_n) >= SMS
+        assert form in candidates(shape, SMS, async_mma=True)
+        assert not (form.async_mma and shape.k == 4097)
+    assert all(c.persistent in (0, 2 * SMS) for c in tuned.forms(shape, 2 * SMS))

@@ -51,6 +51,7 @@ from kernels.tuned import (
     candidates,
     check_sms,
     fill,
+    forms,
     heuristic,
     lookup,
     output_tiles,
@@ -81,13 +82,15 @@ FALLBACK_BACKEND = "event"
 @dataclass(frozen=True, slots=True)
 class Budget:
     """How much a first-use tuning may spend: wall-clock seconds (compiling, checking and
-    timing) and candidates at most. Sixteen: on the H200 host (16 cores) a shape's 16
-    candidates took 1-2 s once compiled, and 4 of the 17 off-table winners sit 12th-15th
-    in the spread plan (``reports/offtable_first_use_h200.json`` at 0c428d5), past a
-    budget of 8."""
+    timing) and candidates at most. Twenty-four: the pick, then on mid and large shapes
+    up to fourteen forms (``kernels.tuned.forms``) in turn with the spread of the
+    search space, so that a shape still gets nine or more of the spread's (on the H200
+    host, 16 cores, a shape's 16 candidates took 1-2 s once compiled, and 4 of the 17
+    off-table winners sat 12th-15th in the spread plan before the forms joined it,
+    ``reports/offtable_first_use_h200.json`` at 0c428d5)."""
 
     seconds: float = 60.0
-    candidates: int = 16
+    candidates: int = 24
 
     def __post_init__(self) -> None:
         s = self.seconds
@@ -137,14 +140,11 @@ def _structure(config: GemmConfig) -> tuple:
     return (c.block_m, c.block_n, c.block_k, c.threads, c.split_k, grid, c.async_mma)
 
 
-def plan(shape: GemmShape, sms: int, limit: int) -> list[GemmConfig]:
-    """The configs a first-use tuning tries, in order: the heuristic's pick, then the
-    search space spread over its decompositions (``_structure``): the best-scored config
-    of each decomposition, best decomposition first, then the second best of each, and so
-    on (ties: the fewest fields away from the pick), ``limit`` in all. A budget of a few
-    candidates thus tries other tiles and splits of K, not only the pick's neighbours."""
-    check_sms(sms)
-    pick = heuristic(shape, sms)
+def spread(shape: GemmShape, sms: int, pick: GemmConfig) -> list[GemmConfig]:
+    """The search space (``candidates``, without the hand-written pipeline) spread over
+    its decompositions (``_structure``): the best-scored config of each decomposition,
+    best decomposition first, then the second best of each, and so on (ties: the fewest
+    fields away from ``pick``, which is left out)."""
     ranked = sorted(
         (c for c in candidates(shape, sms) if c != pick),
         key=lambda c: (-expected(shape, c, sms), _distance(c, pick)),
@@ -152,8 +152,20 @@ def plan(shape: GemmShape, sms: int, limit: int) -> list[GemmConfig]:
     groups: dict[tuple, list[GemmConfig]] = {}
     for c in ranked:
         groups.setdefault(_structure(c), []).append(c)
-    spread = [c for layer in itertools.zip_longest(*groups.values()) for c in layer if c]
-    return [pick, *spread][:limit]
+    return [c for layer in itertools.zip_longest(*groups.values()) for c in layer if c]
+
+
+def plan(shape: GemmShape, sms: int, limit: int) -> list[GemmConfig]:
+    """The configs a first-use tuning tries, in order, ``limit`` in all: the heuristic's
+    pick, then the forms that won the sweeps over mid shapes (``kernels.tuned.forms``,
+    most on the hand-written pipeline) in turn with the ``spread`` of the search space,
+    each config once. A budget of a few candidates thus tries other tiles, grids and
+    splits of K, not only the pick's neighbours."""
+    check_sms(sms)
+    pick = heuristic(shape, sms)
+    turns = itertools.zip_longest(forms(shape, sms), spread(shape, sms, pick))
+    ordered = [pick, *(c for pair in turns for c in pair if c is not None)]
+    return list(dict.fromkeys(ordered))[:limit]
 
 
 @dataclass(frozen=True, slots=True)

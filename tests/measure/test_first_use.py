@@ -10,7 +10,7 @@ import pytest
 from harness.measure import first_use
 from harness.measure.first_use import Budget, plan, progress_line, run_budgeted, tuned_config
 from harness.measure.first_use_cache import CacheFile
-from kernels import GemmConfig, GemmShape
+from kernels import GemmConfig, GemmShape, tuned
 from kernels.tuned import FITTED, THIN, TILES, candidates, case_shape, heuristic, lookup
 
 SMS = 132
@@ -56,9 +56,18 @@ def configs(n):
 
 @pytest.mark.parametrize("shape", [OFF_TABLE, SKINNY, GemmShape(8192, 64, 8192)])
 def test_the_plan_starts_with_the_heuristic_then_spreads_over_decompositions(shape):
-    got = plan(shape, SMS, 8)
-    assert got[0] == heuristic(shape, SMS)
-    assert len(got) == 8 == len(set(got))
+    pick = heuristic(shape, SMS)
+    forms = tuned.forms(shape, SMS)
+    full = plan(shape, SMS, 8 + 2 * len(forms))
+    assert full[0] == pick
+    assert len(full) == 8 + 2 * len(forms) == len(set(full))
+    # The forms in turn with the spread: every form within the first two per form.
+    assert set(forms) <= set(full[: 1 + 2 * len(forms)])
+    spread = first_use.spread(shape, SMS, pick)
+    rest = [c for c in full[1:] if c not in forms]
+    assert rest == [c for c in spread if c not in forms][: len(rest)]
+    # The spread itself.
+    got = [pick, *spread[:7]]
     space = candidates(shape, SMS)
     assert all(c in space for c in got[1:])
     # Each decomposition's best-scored config comes before any second of one.
