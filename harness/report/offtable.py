@@ -229,10 +229,18 @@ def table_lines(record: Record) -> list[str]:
 def render_markdown(record: Record) -> str:
     """A table of the shapes and the summary, with the run's GPU, timer and command."""
     meta = record.meta
+    tuning = meta.get("first_use")
+    picked = (
+        f"Configs from first-use tuning on this GPU (`harness.measure.first_use`: the table's "
+        f"row where it has one, else the best of up to {tuning.get('candidates', '?')} "
+        f"candidates timed within {tuning.get('budget_s', '?')} s) for "
+        if isinstance(tuning, Mapping)
+        else "Configs from `kernels.tuned.pick_config` for "
+    )
     lines = [
         f"# Off-table GEMM shapes on the {meta.get('gpu', '?')}",
         "",
-        f"Configs from `kernels.tuned.pick_config` for {meta.get('sm_count', '?')} SMs; "
+        f"{picked}{meta.get('sm_count', '?')} SMs; "
         f"speedup = torch.matmul latency / kernel latency, per round of "
         f"launches alternated with torch.matmul (L2 flushed, {meta.get('timer', '?')} timer); "
         f"the median over {meta.get('rounds', '?')} rounds and their range.",

@@ -167,6 +167,12 @@ def test_the_record_round_trips_and_renders():
     assert Record.from_dict(data).rows == rows
     text = render_markdown(record)
     assert "| `m2048_n2048_k2048_f16` | NN | mid |" in text and "0.900-1.000" in text
+    assert "Configs from `kernels.tuned.pick_config` for 132 SMs" in text
+    # A first-use run says so, with its budget.
+    tuned = Record({**record.meta, "first_use": {"budget_s": 60.0, "candidates": 24}}, rows)
+    head = render_markdown(tuned).splitlines()[2]
+    assert "first-use tuning" in head and "24 candidates timed within 60.0 s" in head
+    assert "pick_config" not in head
     with pytest.raises(ValueError, match="version=7"):
         Record.from_dict({**data, "version": 7})
 
