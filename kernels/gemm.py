@@ -63,6 +63,9 @@ MAX_STAGES = 8
 # fp32 accumulators per thread; past this the fragment crowds out the operand and
 # address registers under the 255-per-thread limit and ptxas starts to spill.
 MAX_ACCUM_PER_THREAD = 128
+# Under ``GemmConfig.pingpong`` a consumer warpgroup holds a whole tile and takes 240
+# registers (``setmaxnreg``): room for this many accumulators beside its addresses.
+PINGPONG_MAX_ACCUM = 192
 # Largest dynamic shared memory one block may opt in to on sm_90 (H100/H200): 227 KiB.
 SM90_SMEM_LIMIT = 232_448
 
@@ -81,7 +84,7 @@ POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 # GemmConfig.multicast: the operand a two-block cluster shares ("" for none).
 MULTICASTS = ("", "a", "b")
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(?:_m([ab]))?(_x)?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(_pp)?(?:_m([ab]))?(_x)?"
 )
 
 
@@ -231,6 +234,13 @@ class GemmConfig:
     # tile is block_m columns of C (along N) by block_n rows of C (along M), and each
     # block writes its tile of C transposed, element by element (added in, under split-K).
     swap_ab: bool = False
+    # Ping-pong (the hand-written pipeline's persistent form, two consumer warpgroups):
+    # each consumer warpgroup takes every other tile of its block and accumulates the
+    # whole tile itself, so that one warpgroup's write-back runs while the other's K steps
+    # do; the stages are shared, loaded tile after tile. The write-back is direct, from
+    # registers. Measured slower than the persistent form on the H200 (kernels/
+    # gemm_async.py): in no search space.
+    pingpong: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -347,17 +357,49 @@ class GemmConfig:
                 "and async_mma=False (T.Persistent rasterises the tiles itself; the "
                 "hand-written pipeline's persistent loop takes them in panels of swizzle)"
             )
+        if not isinstance(self.pingpong, bool):
+            raise ValueError(f"GemmConfig.pingpong={self.pingpong!r}: must be a bool")
+        if self.pingpong and (
+            not self.async_mma
+            or not self.persistent
+            or self.smem_epilogue
+            or self.multicast
+            or self.threads != 2 * WARPGROUP
+            or self.policy != "square"
+            or self.num_stages < 3
+        ):
+            raise ValueError(
+                "GemmConfig.pingpong=True: needs async_mma=True, persistent > 0, "
+                f"smem_epilogue=False, multicast='', threads={2 * WARPGROUP}, policy='square' "
+                f"and num_stages >= 3 (got {self.async_mma}, {self.persistent}, "
+                f"{self.smem_epilogue}, {self.multicast!r}, {self.threads}, {self.policy!r}, "
+                f"{self.num_stages}): two consumer warpgroups of one tile each, on the "
+                "persistent loop, writing back from registers"
+            )
         if self.accum_dtype not in ACCUM_DTYPES:
             raise ValueError(
                 f"GemmConfig.accum_dtype={self.accum_dtype!r}: must be one of {list(ACCUM_DTYPES)}"
             )
-        per_thread = self.block_m * self.block_n // self.threads
-        if per_thread > MAX_ACCUM_PER_THREAD:
+        per_thread = self.block_m * self.block_n // self.tile_threads
+        cap = PINGPONG_MAX_ACCUM if self.pingpong else MAX_ACCUM_PER_THREAD
+        if per_thread > cap:
             raise ValueError(
-                f"GemmConfig.threads={self.threads}: block_m*block_n/threads = {per_thread} fp32 "
-                f"accumulators per thread, must be <= {MAX_ACCUM_PER_THREAD} (raise threads or "
-                "shrink the tile)"
+                f"GemmConfig.threads={self.threads}: block_m*block_n/{self.tile_threads} = "
+                f"{per_thread} fp32 accumulators per thread, must be <= {cap} (raise threads "
+                "or shrink the tile)"
             )
+        if self.pingpong:
+            if self.block_m % WGMMA_M or self.block_n % WGMMA_SLICE_N:
+                raise ValueError(
+                    f"GemmConfig.block_n={self.block_n}: with pingpong=True one warpgroup "
+                    f"takes the whole tile, so block_n must be a multiple of {WGMMA_SLICE_N}"
+                )
+            if self.smem_bytes > self.smem_limit:
+                raise ValueError(
+                    f"GemmConfig.num_stages={self.num_stages}: needs {self.smem_bytes} bytes "
+                    f"of shared memory, must be <= {self.smem_limit}"
+                )
+            return
         if not wgmma_partitions(self.block_m, self.block_n, self.threads):
             fits = [
                 t
@@ -405,7 +447,7 @@ class GemmConfig:
         epilogue, ``_p16`` persistent grid of 16 blocks, ``_k4`` K split over 4 blocks,
         ``_sk16`` stream-K over 16 blocks, ``_a`` the hand-written asynchronous
         pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast,
-        ``_x`` the operands exchanged (``swap_ab``)."""
+        ``_x`` the operands exchanged (``swap_ab``); ``_pp`` after ``_a``: ping-pong."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]
         tail += "_e" if self.smem_epilogue else ""
@@ -413,6 +455,7 @@ class GemmConfig:
         tail += f"_k{self.split_k}" if self.split_k > 1 else ""
         tail += f"_sk{self.stream_k}" if self.stream_k else ""
         tail += "_a" if self.async_mma else ""
+        tail += "_pp" if self.pingpong else ""
         tail += f"_m{self.multicast}" if self.multicast else ""
         tail += "_x" if self.swap_ab else ""
         return (
@@ -428,9 +471,9 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
                 "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks>, _a, "
-                "_ma or _mb, _x in that order"
+                "_pp, _ma or _mb, _x in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, mc, swap = found.groups()
+        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, pp, mc, swap = found.groups()
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
         return cls(
             int(bm),
@@ -447,7 +490,14 @@ class GemmConfig:
             async_mma=bool(asy),
             multicast=mc or "",
             swap_ab=bool(swap),
+            pingpong=bool(pp),
         )
+
+    @property
+    def tile_threads(self) -> int:
+        """Consumer threads that hold one tile's accumulators: all of them, or one
+        warpgroup under ``pingpong``."""
+        return WARPGROUP if self.pingpong else self.threads
 
     @property
     def smem_bytes(self) -> int:

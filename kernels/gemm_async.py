@@ -61,6 +61,16 @@ segments, shares of a tile's K steps whose sums a TMA reduce-add adds into C (ze
 those tiles' rows before the launch); ``StreamK.steps_before`` keeps the stage count going
 across them.
 
+With ``config.pingpong`` the persistent form has two consumer warpgroups of a whole tile
+each (accumulators of 128 x block_N a thread's share of one warpgroup), the block's even
+trips to the first and its odd ones to the second, which take turns at their K steps
+(an ``order`` barrier each) so that one writes back from registers while the other
+computes. On the H200 it ran behind the persistent form it was meant to improve
+(bench_gemm, CUPTI, against torch.matmul in one run; reports/pingpong_h200.jsonl): at
+best 0.611x against 0.729x on 2096x2728x1304 NT fp16, 0.715x against 0.867x on
+3464x2352x1680 NT bf16, 0.808x against 0.903x on 2632x3136x2912 NT fp16, 0.842x against
+0.841x on 2232x3384x2048 NT bf16; so no search space has it yet.
+
 With ``config.multicast`` the blocks run in clusters of two that share one operand's tile
 (two M tiles of one N column share B's, two N tiles of one M row share A's): the pair's
 first block issues that tile's TMA load once, multicast into both blocks' stage, and each
@@ -77,6 +87,7 @@ from kernels.gemm import (
     DELAY_FUNCTION,
     DELAY_SOURCE,
     REGISTER_FILE,
+    WARPGROUP,
     GemmConfig,
     GemmShape,
     entry_point,
@@ -311,15 +322,19 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
 
     @T.macro
     def consume(
-        C, A_shared, B_shared, C_local, C_bottom, C_shared, full, empty, t, k_count, before
+        C, A_shared, B_shared, C_local, C_bottom, C_shared, full, empty, t, k_count, before, turn
     ):
         """The consumers' side of ``produce``: the products, then the tile written back,
         or added into C where it is a share of the tile's K steps. With ``parts`` 2,
-        ``C_local`` holds the tile's top half and ``C_bottom`` its bottom half."""
+        ``C_local`` holds the tile's top half and ``C_bottom`` its bottom half. ``turn``
+        (ping-pong): the barrier and parity to wait on before the K steps, and the
+        barrier to arrive on after them."""
         bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
         T.clear(C_local)
         if parts > 1:
             T.clear(C_bottom)
+        if turn is not None:
+            T.mbarrier_wait_parity(turn[0], turn[1])
         for ko in T.serial(k_count):
             step = before + ko
             stage = step % stages
@@ -335,6 +350,8 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 T.barrier_arrive(empty[stage])
             elif ko > 0:
                 T.barrier_arrive(empty[(step + stages - 1) % stages])
+        if turn is not None:
+            T.barrier_arrive(turn[2])
         # The tile's last batch done, its stage is free: the producer may already be
         # loading the next tile while this one is written.
         if in_flight:
@@ -380,16 +397,62 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 tile_buffers = (A_shared, B_shared, C_local, C_bottom, C_shared, full, empty)
                 for u in T.serial(whole_trips):
                     if u * blocks + block_id < tiles:
-                        consume(C, *tile_buffers, u * blocks + block_id, k_steps, u * k_steps)
+                        consume(C, *tile_buffers, u * blocks + block_id, k_steps, u * k_steps, None)
                 if segments:
                     for j in T.serial(segments):
                         t, _, k_count = plan.unit(block_id, whole_trips + j, ops)
                         if k_count > 0:
                             before = plan.steps_before(block_id, whole_trips + j, ops)
-                            consume(C, *tile_buffers, t, k_count, before)
+                            consume(C, *tile_buffers, t, k_count, before, None)
                 if config.smem_epilogue:
                     # The block's last store reads shared memory, which lives as long as
                     # the block.
                     T.tma_store_wait(0)
 
+    @T.macro
+    def launch_pingpong(A, B, C, delay):
+        """``config.pingpong``: the persistent loop with two consumer warpgroups, each a
+        tile of its own, the even trips of the block to the first and the odd ones to the
+        second. The producer loads the trips in turn into the shared stages, and the two
+        take turns at their K steps (``order``: each waits until the other has issued
+        its last tile's, and a stage's ``full`` barrier is then within one lap of the step
+        awaited, where its parity tells them apart), so each one's write-back (direct,
+        from registers) runs under the other's K steps; a stage is freed by the one
+        warpgroup that used it."""
+        with T.Kernel(blocks, threads=consumers + PRODUCER_THREADS) as block_id:
+            A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
+            B_shared = T.alloc_shared((stages, *b_tile), dtype)
+            C_even = T.alloc_fragment((block_M, block_N), accum_dtype)
+            C_odd = T.alloc_fragment((block_M, block_N), accum_dtype)
+            full = T.alloc_barrier([PRODUCER_THREADS] * stages)
+            empty = T.alloc_barrier([WARPGROUP] * stages)  # the consuming warpgroup's
+            order = T.alloc_barrier([WARPGROUP, WARPGROUP])  # K steps done: even, odd
+            spin(delay)
+            loads = (A_shared, B_shared, full, empty)
+            tx = T.get_thread_binding()
+            if tx >= consumers:
+                T.dec_max_nreg(PRODUCER_REGISTERS)
+                for u in T.serial(whole_trips):
+                    if u * blocks + block_id < tiles:
+                        produce(A, B, *loads, u * blocks + block_id, 0, k_steps, u * k_steps)
+            elif tx < WARPGROUP:
+                T.inc_max_nreg(consumer_registers(consumers))
+                even = (A_shared, B_shared, C_even, None, None, full, empty)
+                for v in T.serial(-(-whole_trips // 2)):
+                    trip = 2 * v
+                    if trip * blocks + block_id < tiles:
+                        # A fresh barrier passes the wait on parity 1: the first turn is free.
+                        turn = (order[1], (v + 1) & 1, order[0])
+                        consume(C, *even, trip * blocks + block_id, k_steps, trip * k_steps, turn)
+            else:
+                T.inc_max_nreg(consumer_registers(consumers))
+                odd = (A_shared, B_shared, C_odd, None, None, full, empty)
+                for v in T.serial(whole_trips // 2):
+                    trip = 2 * v + 1
+                    if trip * blocks + block_id < tiles:
+                        turn = (order[0], v & 1, order[1])
+                        consume(C, *odd, trip * blocks + block_id, k_steps, trip * k_steps, turn)
+
+    if config.pingpong:
+        return entry_point(shape, launch_pingpong, delay)
     return entry_point(shape, launch_persistent if blocks else launch, delay)

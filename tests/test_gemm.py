@@ -12,7 +12,7 @@ import torch
 
 from harness.measure.correctness import check_kernel
 from kernels import GemmConfig, GemmKernel, GemmShape, compile_gemm, make_gemm, tuned
-from kernels.gemm import DELAY_FUNCTION, _compile_gemm
+from kernels.gemm import DELAY_FUNCTION, WARPGROUP, _compile_gemm
 from kernels.schedules import StreamK
 from tests.conftest import requires_gpu, requires_nvcc
 
@@ -458,6 +458,51 @@ def test_sm90a_codegen_of_stream_k(shape, config):
     else:
         assert "AtomicAddx2" in src and "tma_store" not in src
     assert kernel.blocks == config.stream_k
+
+
+PINGPONG_CODEGEN = [
+    (GemmShape(2096, 2728, 1304, "float16", "NT"), "b128x192x64_t256_s4_p132_a_pp"),  # 2 trips
+    (GemmShape(2632, 3136, 2912, "bfloat16", "NT"), "b128x176x64_t256_s5_p132_a_pp"),  # 3
+    (GemmShape(4096, 4096, 4096, "float16"), "b128x128x64_t256_s6_w8_p132_a_pp"),  # 8 trips
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("shape, config_id", PINGPONG_CODEGEN, ids=lambda v: getattr(v, "id", v))
+def test_sm90a_codegen_of_pingpong(shape, config_id):
+    """Two consumer warpgroups of a whole tile each (every wgmma batch one warpgroup's,
+    its accumulators the whole tile's), 240 registers each and no spills; each frees the
+    stages it used (barriers of one warpgroup's threads) and writes back from registers."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id(config_id)
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    tile = config.block_m * config.block_n // WARPGROUP
+    assert src.count(f"float C_even[{tile}];") == 1 and src.count(f"float C_odd[{tile}];") == 1
+    assert src.count("warpgroup_reg_alloc<240>") == 2 and "tma_store" not in src
+    assert f"64, {config.block_n}, 16" in src  # one wgmma covers the tile's width
+    assert f"empty[{config.num_stages - 1}].init({WARPGROUP});" in src
+    assert kernel.blocks == config.persistent
+    assert sm90a_resources(kernel).spill_bytes == 0
+
+
+def test_pingpong_rules_name_the_field():
+    good = GemmConfig.from_id("b128x192x64_t256_s5_p132_a_pp")
+    assert good.pingpong and good.id == "b128x192x64_t256_s5_p132_a_pp"
+    assert good.tile_threads == WARPGROUP and good.smem_bytes == 5 * (128 + 192) * 64 * 2
+    for bad in (
+        "b128x192x64_t256_s5_a_pp",  # not persistent
+        "b128x192x64_t256_s5_p132_pp",  # not the hand-written pipeline
+        "b128x192x64_t256_s4_e_p132_a_pp",  # a shared-memory epilogue
+        "b128x192x64_t384_s4_p132_a_pp",  # three consumer warpgroups
+        "b128x192x64_t256_s4_pr_p132_a_pp",  # a warp policy: one warpgroup takes the tile
+        "b128x256x64_t256_s4_p132_a_pp",  # 256 accumulators a thread
+        "b128x200x64_t256_s4_p132_a_pp",  # a width off wgmma's 16
+        "b128x192x64_t256_s6_p132_a_pp",  # six stages: 240 KiB
+    ):
+        with pytest.raises(ValueError, match=r"GemmConfig\.\w+="):
+            GemmConfig.from_id(bad)
 
 
 MULTICAST_CODEGEN = [
@@ -1071,6 +1116,24 @@ NARROW_PERSISTENT_CASES = cases_of(
 @gpu_cases(NARROW_PERSISTENT_CASES)
 def test_128x192_persistent_matches_float64_tile_by_tile(shape, config):
     check_tile_by_tile(shape, config, seeds=(81, 82))
+
+
+# Ping-pong on 132 blocks: two trips (3000x2000 in 128x192 tiles: 24 x 11 = 264, each
+# warpgroup one tile, edges partial, a partial K step) and an odd count of trips on 7
+# blocks (1000x1000 in 128x176: 8 x 6 = 48 tiles, 7 trips: the even warpgroup takes 4).
+PINGPONG_CASES = cases_of(
+    {
+        "b128x192x64_t256_s4_p132_a_pp": [(3000, 2000, 1000)],
+        "b128x176x64_t256_s5_p7_a_pp": [(1000, 1000, 1024)],
+    }
+)
+
+
+@gpu_cases(PINGPONG_CASES)
+def test_pingpong_matches_float64_tile_by_tile(shape, config):
+    """A warpgroup that reads a stage the other one's tile owns, or frees one early,
+    spoils whole tiles: checked tile by tile, into a NaN-poisoned output."""
+    check_tile_by_tile(shape, config, seeds=(91, 92))
 
 
 @gpu_cases(MULTICAST_CASES)

@@ -50,6 +50,7 @@ UNSUPPORTED = {
     "split_k": 1,
     "async_mma": False,
     "multicast": "",
+    "pingpong": False,
 }
 
 
