@@ -152,7 +152,7 @@ def test_replay_with_off_table_records_adds_their_tables_and_points(tmp_path):
     assert "**Shapes nobody tuned.**" in text
     assert text.count("| `m2500_n1800_k4000_f16` | NN |") == 2
     assert "the heuristic's config" in text and "each shape tuned on first use" in text
-    assert "17 shapes: median speedup" in text
+    assert "20 shapes: median speedup" in text
     assert "shapes nobody tuned (hollow o, +)](r_roofline.png)" in text
 
 
