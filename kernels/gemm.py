@@ -389,7 +389,7 @@ class GemmConfig:
                 "or shrink the tile)"
             )
         if self.pingpong:
-            if self.block_m % WGMMA_M or self.block_n % WGMMA_SLICE_N:
+            if self.block_n % WGMMA_SLICE_N:
                 raise ValueError(
                     f"GemmConfig.block_n={self.block_n}: with pingpong=True one warpgroup "
                     f"takes the whole tile, so block_n must be a multiple of {WGMMA_SLICE_N}"

@@ -763,7 +763,7 @@ def narrow_pair_score(shape: GemmShape, sms: int) -> float:
 # together by efficiencies fitted to the sweep they lifted its median from 0.89x to
 # 0.92x, but cost 8-9% on listed shapes outside it (2500x1800x4000 0.857x against 0.938x,
 # 1792x1792x3072 NT bf16 0.923x against 1.011x; reports/offtable_fitted_forms_h200.json),
-# so none is taken.
+# so the heuristic takes none; first-use tuning tries them (``FORMS``).
 NARROW_PERSISTENT = GemmConfig(
     128, 192, 64, 256, 4, swizzle=8, policy="row", smem_epilogue=True, async_mma=True
 )

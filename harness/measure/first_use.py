@@ -84,10 +84,11 @@ class Budget:
     """How much a first-use tuning may spend: wall-clock seconds (compiling, checking and
     timing) and candidates at most. Twenty-four: the pick, then on mid and large shapes
     up to fourteen forms (``kernels.tuned.forms``) in turn with the spread of the
-    search space, so that a shape still gets nine or more of the spread's (on the H200
-    host, 16 cores, a shape's 16 candidates took 1-2 s once compiled, and 4 of the 17
+    search space, so that a shape still gets nine or more of the spread's (4 of the 17
     off-table winners sat 12th-15th in the spread plan before the forms joined it,
-    ``reports/offtable_first_use_h200.json`` at 0c428d5)."""
+    ``reports/offtable_first_use_h200.json`` at 0c428d5). On the H200 host (16 cores) a
+    shape's 24 candidates took 1-8 s once compiled (the ``offtable_*first_use_h200``
+    records' runs)."""
 
     seconds: float = 60.0
     candidates: int = 24
