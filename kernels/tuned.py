@@ -682,6 +682,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       sector: 128x192's persistent form on the hand-written pipeline
       (``narrow_persistent``), ahead of the scores above (3072x1968x3232: 0.998x torch
       against 0.880x on the H200).
+    - Six waves or more of 192x192 tiles: their stream-K form on the hand-written
+      pipeline in 3 stages (``large_stream_k``), ahead of the scores above too (9000x7000x4000
+      bf16: 1.001x torch in first use against the rules' 0.891x on the H200).
     - Last, the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
@@ -704,6 +707,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     narrow = narrow_persistent(shape, sms)
     if narrow is not None:
         return narrow
+    large = large_stream_k(shape, sms)
+    if large is not None:
+        return large
     best_value, best = score(shape, TILES[0], sms)
     for tile in TILES[1:]:
         if (tile.config.block_m, tile.config.block_n) == NARROW_WIDE and not narrow_fits(shape):
@@ -785,6 +791,41 @@ def narrow_persistent(shape: GemmShape, sms: int) -> GemmConfig | None:
     ):
         return None
     config = replace(NARROW_PERSISTENT, persistent=sms)
+    return config if builds(shape, config) else None
+
+
+# --- six waves or more of 192x192 tiles: their stream-K form -------------------------
+#
+# On large shapes the first-use tunings of the H200 (reports/offtable*_first_use_h200.json,
+# quick CUPTI timings of each candidate) found 192x192 in stream-K form on the hand-written
+# pipeline, 3 stages (``LARGE_STREAM_K``, one block per SM, the last wave shared out), at
+# or near the best wherever its tiles make six waves or more: against the rules' pick,
+# 1.018x on 6144^3 (7.8 waves), 1.026x on 16384x8192x4096 NT bf16, 1.015x on
+# 10000x8000x6000 bf16, 1.049x on 7168x6144x4096 NT bf16, 1.076x on 9000x7000x4000 bf16,
+# 1.040x on 9984x10016x3648 NT bf16, 1.009x on 9656x9048x5120 NT bf16, and 0.994x on
+# 7936x6784x2816 NT bf16 (11.5 waves). Under that it lost (3000x5000x7000 bf16, 3.3 waves:
+# 0.880x; 3848x4056x3808 NT, 3.5 waves: 0.979x). Its persistent form without stream-K
+# ran 0.98-1.05x there, less steadily.
+LARGE_STREAM_K = GemmConfig(
+    192,
+    192,
+    64,
+    384,
+    3,
+    swizzle=8,
+    policy="row",
+    smem_epilogue=True,
+    async_mma=True,
+)
+LARGE_WAVES = 6
+
+
+def large_stream_k(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """``LARGE_STREAM_K`` over ``sms`` blocks where its output tiles make ``LARGE_WAVES``
+    waves or more and the form builds for ``shape``; None elsewhere."""
+    if output_tiles(shape, 192, 192) < LARGE_WAVES * sms:
+        return None
+    config = replace(LARGE_STREAM_K, stream_k=sms)
     return config if builds(shape, config) else None
 
 
@@ -902,8 +943,8 @@ def fitted_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
 # nor short in K (``candidates``' other branches) and the form builds.
 FORMS: tuple[tuple[GemmConfig, str], ...] = (
     (NARROW_PERSISTENT, "stream_k"),
-    (replace(_fitted(192, 192), num_stages=3, async_mma=True), "stream_k"),
-    (replace(_fitted(192, 192), num_stages=3, async_mma=True), "persistent"),
+    (LARGE_STREAM_K, "stream_k"),
+    (LARGE_STREAM_K, "persistent"),
     (NARROW_PERSISTENT, "persistent"),
     (PAIRED_TILE, "tiles"),
     (replace(_fitted(192, 192), async_mma=True, multicast="b"), "tiles"),

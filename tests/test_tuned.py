@@ -374,7 +374,10 @@ def test_nn_scores_only_fitted_widths_of_whole_128_byte_rows():
         assert times[f"b128x{width}x64_t256_s4_w8_pr_e"] > 1.5 * times["b128x256x64_t256_s4_w16_e"]
 
 
-def test_a_fitted_tile_wins_where_its_tiles_fill_the_wave():
+def test_a_fitted_tile_wins_where_its_tiles_fill_the_wave(monkeypatch):
+    # The rules beneath the large-shape stream-K rule (``large_stream_k``), which
+    # takes six waves or more of 192x192 tiles ahead of them.
+    monkeypatch.setattr(tuned, "LARGE_WAVES", 10**9)
     # 1536^3 NT: 132 tiles of 128x144 (one whole wave; 0.98x torch on the H200 against
     # 0.82x for 128x192's 96). In NN the width is not scored, and 128x192 stays.
     nt = GemmShape(1536, 1536, 1536, "bfloat16", "NT")
@@ -489,7 +492,10 @@ def test_pair_twins_join_the_space_with_the_async_pipeline():
     }
 
 
-def test_stream_k_where_a_partial_last_wave_idles_the_sms_and_nowhere_else():
+def test_stream_k_where_a_partial_last_wave_idles_the_sms_and_nowhere_else(monkeypatch):
+    # The rules beneath the large-shape stream-K rule (``large_stream_k``), which
+    # takes six waves or more of 192x192 tiles ahead of them.
+    monkeypatch.setattr(tuned, "LARGE_WAVES", 10**9)
     # 2500x1800x4000: 150 tiles of 256x128 leave 43% of two waves' slots idle; stream-K
     # ran 0.0756 ms on the H200; the best other config, persistent 128x128, 0.0934.
     config = heuristic(GemmShape(2500, 1800, 4000), SMS)
@@ -520,7 +526,10 @@ def test_stream_k_efficiency_is_the_tuning_logs():
     assert tuned.STREAM_K_EFFICIENCY == pytest.approx(statistics.median(ratios), abs=0.01)
 
 
-def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
+def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster(monkeypatch):
+    # The rules beneath the large-shape stream-K rule (``large_stream_k``), which
+    # takes six waves or more of 192x192 tiles ahead of them.
+    monkeypatch.setattr(tuned, "LARGE_WAVES", 10**9)
     # Stream-K picks go on it, their tile unchanged: 2500x1800x4000 (256x128) and
     # 7168x2560x4096 NT (128x256).
     for shape, tile in [
@@ -547,7 +556,10 @@ def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster():
     assert not tuned.builds(odd, replace(heuristic(odd, SMS), async_mma=True))
 
 
-def test_the_narrow_pair_where_it_covers_the_sms_much_better_than_128x256_pairs():
+def test_the_narrow_pair_where_it_covers_the_sms_much_better_than_128x256_pairs(monkeypatch):
+    # The rules beneath the large-shape stream-K rule (``large_stream_k``), which
+    # takes six waves or more of 192x192 tiles ahead of them.
+    monkeypatch.setattr(tuned, "LARGE_WAVES", 10**9)
     # 2000x3000x3000: 256 tiles of 128x192 fill 1.94 waves, 192 of 128x256 fill 1.45.
     assert heuristic(GemmShape(2000, 3000, 3000), SMS) == tuned.NARROW_PAIR_TILE
     # Both fill their waves alike: 128x256's pair stays (its 0.91 and 0.96 of the pace).
@@ -629,7 +641,8 @@ def test_sm90a_codegen_of_the_heuristics_picks(shape):
     config = heuristic(shape, SMS)
     src = compile_gemm(shape, config, arch="sm_90a").source
     assert "tma_load" in src and ("GmmaDescriptor" in src or "wgmma" in src)
-    assert ("tma_store_add" in src) == (config.split_k > 1)
+    # C's tiles are added in by a TMA reduce-add under split-K and stream-K's shares.
+    assert ("tma_store_add" in src) == (config.split_k > 1 or bool(config.stream_k))
 
 
 def test_unknown_case_is_named():
@@ -1016,3 +1029,51 @@ def test_the_forms_a_shape_takes(shape, count):
         assert form in candidates(shape, SMS, async_mma=True)
         assert not (form.async_mma and shape.k == 4097)
     assert all(c.persistent in (0, 2 * SMS) for c in tuned.forms(shape, 2 * SMS))
+
+
+@pytest.mark.parametrize(
+    ("shape", "takes"),
+    [
+        (GemmShape(6144, 6144, 6144), True),  # 32 x 32 tiles of 192: 7.8 waves
+        (GemmShape(9000, 7000, 4000, "bfloat16"), True),  # B's rows off a sector too
+        (GemmShape(11976, 11144, 1760, "float16", "NT"), True),
+        (GemmShape(4096, 4096, 4096), False),  # 3.7 waves: 128x256's persistent form
+        (GemmShape(3000, 5000, 7000, "bfloat16"), False),  # 3.3 waves: 128x256's pair
+        (GemmShape(6144, 6144, 6145), False),  # A's rows off TMA's 16 bytes
+    ],
+    ids=lambda v: getattr(v, "id", str(v)),
+)
+def test_192x192_stream_k_where_its_tiles_make_six_waves(shape, takes):
+    config = heuristic(shape, SMS)
+    assert (config == replace(tuned.LARGE_STREAM_K, stream_k=SMS)) is takes, config.id
+    assert (tuned.large_stream_k(shape, SMS) is not None) is takes
+
+
+def test_192x192_stream_k_follows_the_sm_count():
+    shape = GemmShape(6144, 6144, 6144)
+    assert tuned.large_stream_k(shape, 2 * SMS) is None  # 1024 tiles: 3.9 waves of 264
+    assert tuned.large_stream_k(shape, SMS // 2).stream_k == SMS // 2
+    assert tuned.large_stream_k(shape, SMS) in candidates(shape, SMS, async_mma=True)
+
+
+def test_192x192_stream_k_ran_faster_than_the_rules_on_fresh_large_shapes(monkeypatch):
+    """On every shape of the H200 sweep of ten large shapes drawn after the rule
+    (reports/offtable_large_shapes.json), the rule's form ran faster than what the rules
+    beneath it pick (both in one run, kernel time by CUPTI)."""
+    times: dict[str, dict[str, float]] = {}
+    shapes: dict[str, GemmShape] = {}
+    for line in (ROOT / "reports" / "large_rule_h200.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "meta" in row or not row.get("tilelang_ms"):
+            continue
+        times.setdefault(row["shape"], {})[row["config"]] = row["tilelang_ms"]
+        shapes[row["shape"]] = GemmShape(row["m"], row["n"], row["k"], row["dtype"], row["layout"])
+    drawn = json.loads((ROOT / "reports" / "offtable_large_shapes.json").read_text())["shapes"]
+    assert {GemmShape(s["m"], s["n"], s["k"], s["dtype"], s["layout"]).id for s in drawn} == set(
+        times
+    )
+    form = {s: heuristic(shapes[s], SMS).id for s in times}
+    monkeypatch.setattr(tuned, "LARGE_WAVES", 10**9)
+    for shape_id, ms in times.items():
+        assert form[shape_id] == replace(tuned.LARGE_STREAM_K, stream_k=SMS).id
+        assert ms[form[shape_id]] < ms[heuristic(shapes[shape_id], SMS).id], shape_id
