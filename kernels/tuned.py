@@ -805,7 +805,10 @@ def narrow_persistent(shape: GemmShape, sms: int) -> GemmConfig | None:
 # 1.040x on 9984x10016x3648 NT bf16, 1.009x on 9656x9048x5120 NT bf16, and 0.994x on
 # 7936x6784x2816 NT bf16 (11.5 waves). Under that it lost (3000x5000x7000 bf16, 3.3 waves:
 # 0.880x; 3848x4056x3808 NT, 3.5 waves: 0.979x). Its persistent form without stream-K
-# ran 0.98-1.05x there, less steadily.
+# ran 0.98-1.05x there, less steadily. On ten large shapes drawn after the rule
+# (reports/offtable_large_shapes.json; bench_gemm, CUPTI, reports/large_rule_h200.jsonl)
+# it ran faster than the rules' pick on every one, 1.007-1.079x in kernel time (median
+# 1.054x): 0.974x torch at the median against 0.918x, the worst 0.906x against 0.860x.
 LARGE_STREAM_K = GemmConfig(
     192,
     192,
