@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
         return EXIT_NO_GPU
     spec = device.DeviceSpec.read()
-    meta = run_meta(args, spec, argv)
+    meta = {**run_meta(args, spec, argv), "planned": len(shapes)}
     console.print(f"{len(shapes)} off-table shapes on {spec.name} ({spec.sm_count} SMs)")
     rows, interrupted = run(
         shapes, args, spec, console, keep=lambda rows: write_record(args, meta, rows, console)

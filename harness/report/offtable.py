@@ -251,6 +251,13 @@ def render_markdown(record: Record) -> str:
         *table_lines(record),
         "",
     ]
+    planned = meta.get("planned")
+    if isinstance(planned, int) and len(record.rows) < planned:
+        lines += [
+            f"Stopped after {len(record.rows)} of {planned} shapes (interrupted, or a launch "
+            "that never finished): the summary covers the shapes measured.",
+            "",
+        ]
     failed = [r for r in record.rows if r.error]
     for r in failed:
         lines.append(f"- `{r.shape}` failed: {r.error}")

@@ -168,6 +168,8 @@ def test_the_record_round_trips_and_renders():
     text = render_markdown(record)
     assert "| `m2048_n2048_k2048_f16` | NN | mid |" in text and "0.900-1.000" in text
     assert "Configs from `kernels.tuned.pick_config` for 132 SMs" in text
+    assert "Stopped after" not in text  # no planned count: nothing to be short of
+    assert "Stopped after" not in render_markdown(Record({**record.meta, "planned": 1}, rows))
     # A first-use run says so, with its budget.
     tuned = Record({**record.meta, "first_use": {"budget_s": 60.0, "candidates": 24}}, rows)
     head = render_markdown(tuned).splitlines()[2]
@@ -218,7 +220,7 @@ def test_a_hung_launch_keeps_the_shapes_measured_before_it(tmp_path, monkeypatch
         budget=None, workers=1, json=tmp_path / "r.json", markdown=tmp_path / "r.md"
     )
     spec = types.SimpleNamespace(name="NVIDIA H200", sm_count=SMS)
-    meta = {"gpu": "NVIDIA H200", "sm_count": SMS, "rounds": 2}
+    meta = {"gpu": "NVIDIA H200", "sm_count": SMS, "rounds": 2, "planned": len(shapes)}
     from rich.console import Console
 
     console = Console(file=open(tmp_path / "out.txt", "w"), width=200)
@@ -228,6 +230,9 @@ def test_a_hung_launch_keeps_the_shapes_measured_before_it(tmp_path, monkeypatch
     assert err.value.args == (cli.EXIT_HUNG,)
     record = Record.from_dict(json.loads(args.json.read_text()))
     assert [r.shape for r in record.rows] == ["m2048_n2048_k2048_f16"]
+    # The record says it is short of the list.
+    assert "Stopped after 1 of 2 shapes" in args.markdown.read_text()
+    assert record.meta["planned"] == 2
     assert "m2048_n2048_k2048_f16" in args.markdown.read_text()
     assert not correctness._LAST_WORDS  # the hook left with the run
 
