@@ -388,33 +388,23 @@ class GemmConfig:
                 f"{per_thread} fp32 accumulators per thread, must be <= {cap} (raise threads "
                 "or shrink the tile)"
             )
-        if self.pingpong:
-            if self.block_n % WGMMA_SLICE_N:
-                raise ValueError(
-                    f"GemmConfig.block_n={self.block_n}: with pingpong=True one warpgroup "
-                    f"takes the whole tile, so block_n must be a multiple of {WGMMA_SLICE_N}"
-                )
-            if self.smem_bytes > self.smem_limit:
-                raise ValueError(
-                    f"GemmConfig.num_stages={self.num_stages}: needs {self.smem_bytes} bytes "
-                    f"of shared memory, must be <= {self.smem_limit}"
-                )
-            return
-        if not wgmma_partitions(self.block_m, self.block_n, self.threads):
+        # The warpgroups that split one tile: all the consumers, or one under ping-pong.
+        mma = self.tile_threads
+        if not wgmma_partitions(self.block_m, self.block_n, mma):
             fits = [
                 t
                 for t in range(WARPGROUP, MAX_THREADS + 1, WARPGROUP)
                 if wgmma_partitions(self.block_m, self.block_n, t)
             ]
             raise ValueError(
-                f"GemmConfig.threads={self.threads}: {self.threads // WARPGROUP} warpgroups "
+                f"GemmConfig.threads={self.threads}: {mma // WARPGROUP} warpgroups "
                 f"cannot split the {self.block_m}x{self.block_n} tile for wgmma (g warpgroups "
                 f"along M and the rest along N need block_m % (64 g) == 0 and block_n % "
                 f"(8 * rest) == 0 for some g); threads that fit this tile: {fits}"
             )
-        _, n_groups = wgmma_partition(self.block_m, self.block_n, self.threads, self.policy)
+        _, n_groups = wgmma_partition(self.block_m, self.block_n, mma, self.policy)
         slice_n = self.block_n // n_groups
-        split = f"policy={self.policy!r} over threads={self.threads} makes slices of {slice_n} "
+        split = f"policy={self.policy!r} over threads={mma} makes slices of {slice_n} "
         if slice_n % WGMMA_SLICE_N:
             raise ValueError(
                 f"GemmConfig.block_n={self.block_n}: {split}columns per warpgroup, must be a "

@@ -304,6 +304,14 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, k_first + ko)
 
     @T.macro
+    def produce_trips(A, B, loads, block_id):
+        """The producer's whole-tile trips of block ``block_id``: every ``blocks``-th tile,
+        all its K steps (``loads``: the stages and their barriers)."""
+        for u in T.serial(whole_trips):
+            if u * blocks + block_id < tiles:
+                produce(A, B, *loads, u * blocks + block_id, 0, k_steps, u * k_steps)
+
+    @T.macro
     def write_back(C, acc, C_shared, row, col, added):
         """One part of the tile (``acc``, its rows from ``row``) into C: through shared
         memory, added in where ``added`` (a stream-K share), else directly."""
@@ -383,9 +391,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             tx = T.get_thread_binding()
             if tx >= consumers:
                 T.dec_max_nreg(PRODUCER_REGISTERS)
-                for u in T.serial(whole_trips):
-                    if u * blocks + block_id < tiles:
-                        produce(A, B, *loads, u * blocks + block_id, 0, k_steps, u * k_steps)
+                produce_trips(A, B, loads, block_id)
                 if segments:
                     for j in T.serial(segments):
                         t, k_first, k_count = plan.unit(block_id, whole_trips + j, ops)
@@ -432,9 +438,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             tx = T.get_thread_binding()
             if tx >= consumers:
                 T.dec_max_nreg(PRODUCER_REGISTERS)
-                for u in T.serial(whole_trips):
-                    if u * blocks + block_id < tiles:
-                        produce(A, B, *loads, u * blocks + block_id, 0, k_steps, u * k_steps)
+                produce_trips(A, B, loads, block_id)
             elif tx < WARPGROUP:
                 T.inc_max_nreg(consumer_registers(consumers))
                 even = (A_shared, B_shared, C_even, None, None, full, empty)
