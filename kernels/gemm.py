@@ -227,7 +227,9 @@ class GemmConfig:
     # Two-block clusters (async_mma only): the pair of blocks shares one operand's tile,
     # which one TMA multicast lands in both blocks' shared memory, so the L2 serves it
     # once per pair. "b": the pair is two M tiles of one N column and shares B's tile;
-    # "a": two N tiles of one M row sharing A's. "" leaves clusters off.
+    # "a": two N tiles of one M row sharing A's. "" leaves clusters off. On a persistent
+    # or stream-K grid (of an even number of blocks) each cluster takes a pair of tiles
+    # at a time (kernels.schedules.Units).
     multicast: str = ""
     # Operands exchanged: the kernel computes C^T = B^T A^T, so a skinny M rides on the
     # wgmma's N side (a multiple of 8, 16 here) instead of padding its 64-row M side: the
@@ -295,11 +297,11 @@ class GemmConfig:
                 "smem_epilogue=True (the partial tiles are reduce-added by TMA from shared "
                 "memory)"
             )
-        if self.multicast and (self.persistent or self.stream_k):
+        if self.multicast and (self.persistent % 2 or self.stream_k % 2):
             raise ValueError(
-                f"GemmConfig.multicast={self.multicast!r}: needs persistent=0 and stream_k=0 "
-                f"(got {self.persistent}, {self.stream_k}; a pair's blocks would have to walk "
-                "their tiles in step)"
+                f"GemmConfig.multicast={self.multicast!r}: needs an even persistent and "
+                f"stream_k (got {self.persistent}, {self.stream_k}): a persistent grid runs "
+                "in whole two-block clusters, each taking a pair of tiles at a time"
             )
         if self.multicast not in MULTICASTS:
             raise ValueError(

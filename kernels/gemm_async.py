@@ -80,7 +80,11 @@ every consumer warp releases it on its own block's ``empty`` barrier and on its
 partner's, and a block waits for its partner (a cluster barrier) before it exits, so
 that no release lands on a block that has gone. The L2 then serves the shared tile once
 per pair: what shapes whose rows of B start off a 32-byte sector are short of
-(``kernels.tuned.pair_fits``).
+(``kernels.tuned.pair_fits``). On the persistent and stream-K forms the clusters are the
+workers: each takes a pair of tiles per trip (``kernels.schedules.Units``), its two
+blocks one tile each, so both walk the same trips and K steps in step; on the H200 that
+ran 2232x3384x2048 NT bf16 in 128x256 tiles at 0.936x torch against 0.848x for the
+unclustered grids beside it (reports/clusters_h200.jsonl), and lost on other shapes.
 """
 
 from kernels.gemm import (
@@ -94,7 +98,7 @@ from kernels.gemm import (
     register_cap,
     warp_policy,
 )
-from kernels.schedules import Ops, StreamK, pair_grid, tile_coords
+from kernels.schedules import Ops, StreamK, Units, pair_grid
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
@@ -156,11 +160,13 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # rasterisation keeps together (``pair_grid``); a block past the matrix, in a last
     # pair that the rounding completes, loads zeros and writes nothing.
     grid = pair_grid(shape, config)
-    # A persistent grid (``config.persistent`` blocks, or ``config.stream_k``): its tiles.
+    # A persistent grid (``config.persistent`` blocks, or ``config.stream_k``): its units
+    # of work, tiles or, in clusters, pairs of them (``Units``), one per cluster.
     blocks = config.persistent or config.stream_k
     plan = StreamK.plan(shape, config) if config.stream_k else None
-    tiles_m, tiles_n = -(-shape.m // block_M), -(-shape.n // block_N)
-    tiles = tiles_m * tiles_n
+    units = Units.of(shape, config)
+    workers = blocks // units.per_unit  # blocks, or clusters
+    tiles = units.count
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
     cluster = {"cluster_dims": (2, 1, 1)} if paired else {}
     # With a pair, both blocks' consumers must release a stage before either producer
@@ -169,6 +175,10 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     releases = 2 * consumers // 32 if paired else consumers
     a_mask = PAIR_MASK if pair == "a" else None
     b_mask = PAIR_MASK if pair == "b" else None
+
+    def rank():
+        """The block's rank in its cluster (0 without clusters)."""
+        return TC.block_rank_in_cluster() if paired else 0
 
     @T.macro
     def release(empty, stage, tx):
@@ -289,14 +299,14 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
 
     # Whole-tile trips of a block (every ``blocks``-th tile), then, under stream-K, its
     # segments (``StreamK.unit``: a share of a tile's K steps, added into C).
-    whole_trips = plan.dp_waves if plan else -(-tiles // blocks) if blocks else 0
+    whole_trips = plan.dp_waves if plan else -(-tiles // workers) if blocks else 0
     segments = plan.segments if plan else 0
 
     @T.macro
     def produce(A, B, A_shared, B_shared, full, empty, t, k_first, k_count, before):
         """The producer's K steps [k_first, k_first + k_count) of tile ``t``; ``before``:
         the K steps the block loaded before them (its stages count on across tiles)."""
-        bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
+        bm, bn = units.tile(t, rank(), ops)
         for ko in T.serial(k_count):
             step = before + ko  # the block's K steps, tile after tile
             stage = step % stages
@@ -304,12 +314,12 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, k_first + ko)
 
     @T.macro
-    def produce_trips(A, B, loads, block_id):
-        """The producer's whole-tile trips of block ``block_id``: every ``blocks``-th tile,
-        all its K steps (``loads``: the stages and their barriers)."""
+    def produce_trips(A, B, loads, worker):
+        """The producer's whole-tile trips of ``worker`` (a block, or a cluster): every
+        ``workers``-th unit, all its K steps (``loads``: the stages and their barriers)."""
         for u in T.serial(whole_trips):
-            if u * blocks + block_id < tiles:
-                produce(A, B, *loads, u * blocks + block_id, 0, k_steps, u * k_steps)
+            if u * workers + worker < tiles:
+                produce(A, B, *loads, u * workers + worker, 0, k_steps, u * k_steps)
 
     @T.macro
     def write_back(C, acc, C_shared, row, col, added):
@@ -337,7 +347,8 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         ``C_local`` holds the tile's top half and ``C_bottom`` its bottom half. ``turn``
         (ping-pong): the barrier and parity to wait on before the K steps, and the
         barrier to arrive on after them."""
-        bm, bn = tile_coords(t, tiles_m, tiles_n, config.swizzle, ops)
+        tx = T.get_thread_binding()
+        bm, bn = units.tile(t, rank(), ops)
         T.clear(C_local)
         if parts > 1:
             T.clear(C_bottom)
@@ -355,16 +366,16 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             # A K step is ``parts`` batches: wait until at most one step's are pending.
             T.wait_wgmma(in_flight * parts)
             if in_flight == 0:
-                T.barrier_arrive(empty[stage])
+                release(empty, stage, tx)
             elif ko > 0:
-                T.barrier_arrive(empty[(step + stages - 1) % stages])
+                release(empty, (step + stages - 1) % stages, tx)
         if turn is not None:
             T.barrier_arrive(turn[2])
         # The tile's last batch done, its stage is free: the producer may already be
         # loading the next tile while this one is written.
         if in_flight:
             T.wait_wgmma(0)
-            T.barrier_arrive(empty[(before + k_count - 1) % stages])
+            release(empty, (before + k_count - 1) % stages, tx)
         added = segments and k_count < k_steps
         write_back(C, C_local, C_shared, bm * block_M, bn * block_N, added)
         if parts > 1:
@@ -378,42 +389,51 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         segments. The producer runs on into the next trip's K steps while the consumers
         write the last one back: the stages count K steps over the block's trips end to
         end."""
-        with T.Kernel(blocks, threads=consumers + PRODUCER_THREADS) as block_id:
+        with T.Kernel(blocks, threads=consumers + PRODUCER_THREADS, **cluster) as block_id:
             A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
             B_shared = T.alloc_shared((stages, *b_tile), dtype)
             C_local = T.alloc_fragment((part_m, block_N), accum_dtype)
             C_bottom = T.alloc_fragment((part_m, block_N), accum_dtype) if parts > 1 else None
             C_shared = T.alloc_shared(c_tile, dtype)
             full = T.alloc_barrier([PRODUCER_THREADS] * stages)
-            empty = T.alloc_barrier([consumers] * stages)
+            if paired:
+                empty = T.alloc_cluster_barrier([releases] * stages)
+            else:
+                empty = T.alloc_barrier([releases] * stages)
             spin(delay)
             loads = (A_shared, B_shared, full, empty)
+            # The blocks of a cluster are consecutive along x: they take their units
+            # together, as one worker.
+            worker = block_id // units.per_unit
             tx = T.get_thread_binding()
             if tx >= consumers:
                 T.dec_max_nreg(PRODUCER_REGISTERS)
-                produce_trips(A, B, loads, block_id)
+                produce_trips(A, B, loads, worker)
                 if segments:
                     for j in T.serial(segments):
-                        t, k_first, k_count = plan.unit(block_id, whole_trips + j, ops)
+                        t, k_first, k_count = plan.unit(worker, whole_trips + j, ops)
                         if k_count > 0:
-                            before = plan.steps_before(block_id, whole_trips + j, ops)
+                            before = plan.steps_before(worker, whole_trips + j, ops)
                             produce(A, B, *loads, t, k_first, k_count, before)
             else:
                 T.inc_max_nreg(consumer_registers(consumers))
                 tile_buffers = (A_shared, B_shared, C_local, C_bottom, C_shared, full, empty)
                 for u in T.serial(whole_trips):
-                    if u * blocks + block_id < tiles:
-                        consume(C, *tile_buffers, u * blocks + block_id, k_steps, u * k_steps, None)
+                    if u * workers + worker < tiles:
+                        consume(C, *tile_buffers, u * workers + worker, k_steps, u * k_steps, None)
                 if segments:
                     for j in T.serial(segments):
-                        t, _, k_count = plan.unit(block_id, whole_trips + j, ops)
+                        t, _, k_count = plan.unit(worker, whole_trips + j, ops)
                         if k_count > 0:
-                            before = plan.steps_before(block_id, whole_trips + j, ops)
+                            before = plan.steps_before(worker, whole_trips + j, ops)
                             consume(C, *tile_buffers, t, k_count, before, None)
                 if config.smem_epilogue:
                     # The block's last store reads shared memory, which lives as long as
                     # the block.
                     T.tma_store_wait(0)
+            if paired:
+                # A block leaves only once its partner has made its last release on it.
+                TC.cluster_sync()
 
     @T.macro
     def launch_pingpong(A, B, C, delay):

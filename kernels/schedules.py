@@ -75,8 +75,69 @@ def tile_coords(t: Any, tiles_m: int, tiles_n: int, panel: int, ops: Any = INT_O
 
 
 @dataclass(frozen=True, slots=True)
+class Units:
+    """What a persistent grid hands out: output tiles, or under ``GemmConfig.multicast``
+    pairs of them, one per two-block cluster (two M tiles of one N column where the pair
+    shares B's tile, two N tiles of one M row where it shares A's). Both blocks of a
+    cluster take the same unit and each computes its own tile of it, ``rank`` (the block's
+    rank in the cluster) along the pair's axis, so the two walk their units in step; a
+    block whose tile lies past C, in a last pair that the rounding completes, loads zeros
+    and writes nothing."""
+
+    tiles_m: int
+    tiles_n: int
+    pair: str  # GemmConfig.multicast: "" (a unit is a tile), "b" or "a"
+    panel: int  # the tile order's panel in tile rows (GemmConfig.swizzle)
+
+    @classmethod
+    def of(cls, shape: Any, config: Any) -> "Units":
+        tiles_m = -(-shape.m // config.block_m)
+        tiles_n = -(-shape.n // config.block_n)
+        return cls(tiles_m, tiles_n, config.multicast, config.swizzle)
+
+    @property
+    def per_unit(self) -> int:
+        """Blocks that share one unit: 2 in clusters, else 1."""
+        return 2 if self.pair else 1
+
+    @property
+    def units_m(self) -> int:
+        return -(-self.tiles_m // 2) if self.pair == "b" else self.tiles_m
+
+    @property
+    def units_n(self) -> int:
+        return -(-self.tiles_n // 2) if self.pair == "a" else self.tiles_n
+
+    @property
+    def count(self) -> int:
+        return self.units_m * self.units_n
+
+    @property
+    def unit_panel(self) -> int:
+        """The panel in unit rows: a pair sharing B spans two tile rows."""
+        return self.panel // 2 if self.pair == "b" else self.panel
+
+    @property
+    def rows_per_unit(self) -> int:
+        """Tile rows one unit spans."""
+        return 2 if self.pair == "b" else 1
+
+    def tile(self, t: Any, rank: Any = 0, ops: Any = INT_OPS) -> tuple:
+        """(tile row, tile column) that the block of ``rank`` computes for unit ``t``,
+        the units taken in ``tile_coords`` order of their own grid."""
+        um, un = tile_coords(t, self.units_m, self.units_n, self.unit_panel, ops)
+        if self.pair == "b":
+            return 2 * um + rank, un
+        if self.pair == "a":
+            return um, 2 * un + rank
+        return um, un
+
+
+@dataclass(frozen=True, slots=True)
 class StreamK:
-    """The split of one (shape, config) over ``blocks`` persistent blocks."""
+    """The split of one (shape, config) over ``blocks`` persistent blocks (under
+    ``GemmConfig.multicast``, over ``blocks`` two-block clusters, its tiles the pairs of
+    ``Units``)."""
 
     blocks: int
     tiles_m: int
@@ -84,14 +145,16 @@ class StreamK:
     k_steps: int  # K steps of one whole tile
     panel: int  # the tile order's panel (GemmConfig.swizzle)
     sk_tiles: int  # tiles in the stream-K part, the last ones in the tile order
+    rows_per_tile: int = 1  # tile rows of C that one of these tiles spans (2: pairs on M)
 
     @classmethod
     def plan(cls, shape: Any, config: Any) -> "StreamK":
         """The split of ``shape`` (a GemmShape) under ``config`` (a GemmConfig with
-        ``stream_k`` blocks, its ``swizzle`` the tile order's panel)."""
-        blocks = config.stream_k
-        tiles_m = -(-shape.m // config.block_m)
-        tiles_n = -(-shape.n // config.block_n)
+        ``stream_k`` blocks, its ``swizzle`` the tile order's panel); in clusters, of the
+        pairs over ``stream_k // 2`` clusters."""
+        units = Units.of(shape, config)
+        blocks = config.stream_k // units.per_unit
+        tiles_m, tiles_n = units.units_m, units.units_n
         k_steps = -(-shape.k // config.block_k)
         tiles = tiles_m * tiles_n
         remainder = tiles % blocks
@@ -103,7 +166,9 @@ class StreamK:
             sk_tiles = remainder + blocks
         else:
             sk_tiles = remainder
-        return cls(blocks, tiles_m, tiles_n, k_steps, config.swizzle, sk_tiles)
+        return cls(
+            blocks, tiles_m, tiles_n, k_steps, units.unit_panel, sk_tiles, units.rows_per_unit
+        )
 
     @property
     def tiles(self) -> int:
@@ -190,7 +255,7 @@ class StreamK:
             tile_coords(t, self.tiles_m, self.tiles_n, self.panel)[0]
             for t in range(self.dp_tiles, self.tiles)
         )
-        return min(rows) * block_m
+        return min(rows) * self.rows_per_tile * block_m
 
 
 def pair_grid(shape: Any, config: Any) -> tuple[int, int]:

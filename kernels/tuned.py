@@ -941,9 +941,17 @@ def fitted_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
 # "persistent" one block per SM, "stream_k" one block per SM with the last wave shared
 # out. They led or tied: 128x192 and 192x192 in stream-K and persistent form five shapes
 # each, 128x256's pair four, 192x192's pair, its plain grid, 128x192 plain and its pair,
-# and 128x160 two each, the rest one. A form joins a shape's plan where its output tiles
-# make a wave or more (fewer leave SMs idle whatever the grid), the shape is neither thin
-# nor short in K (``candidates``' other branches) and the form builds.
+# and 128x160 two each, the rest one. "clusters" is the persistent grid in two-block
+# clusters (an even count of blocks, one per SM; each cluster a pair of tiles at a time,
+# ``kernels.schedules.Units``): in a sweep of 12 mid shapes (reports/clusters_h200.jsonl)
+# 128x256's pair led two, 2232x3384x2048 NT bf16 at 0.936x torch against 0.848x for the
+# best of the older forms swept beside it, and 3848x4056x3808 NT fp16 at 0.972x against
+# 0.952x; 128x192's pair (row policy) led 1536x1200x1736 NT bf16, 0.831x against 0.715x,
+# and 3464x2352x1680 NT bf16, 0.89x against 0.837x, and lost elsewhere (1400x3616x3216
+# NT bf16 0.772x against 0.817x). A form joins a shape's plan where its output tiles
+# make ``FORM_MIN_WAVE`` of a wave or more (fewer leave too many SMs idle whatever the
+# grid), the shape is neither thin nor short in K (``candidates``' other branches) and
+# the form builds.
 FORMS: tuple[tuple[GemmConfig, str], ...] = (
     (NARROW_PERSISTENT, "stream_k"),
     (LARGE_STREAM_K, "stream_k"),
@@ -959,21 +967,43 @@ FORMS: tuple[tuple[GemmConfig, str], ...] = (
     (replace(PAIRED_TILE, multicast=""), "persistent"),
     (replace(_fitted(128, 160), async_mma=True), "persistent"),
     (_fitted(192, 128), "tiles"),
+    (PAIRED_TILE, "clusters"),
+    (replace(NARROW_PERSISTENT, multicast="b"), "clusters"),
 )
+
+
+# The least share of a wave a form's output tiles make for it to join a shape's plan. A
+# whole wave kept out the fastest config of 1776x1472x4088 bf16 measured: 128x192 in its
+# persistent form, 112 tiles on the H200's SMs (0.85 of a wave), 35.6 us against 39.5 us
+# for the first-use tuning's winner without it (reports/clusters_h200.jsonl,
+# offtable_mid_first_use_h200.json before this rule); with it first-use tuning took
+# 128x192 on TileLang's pipeline there, 0.905x torch against 0.764x before.
+FORM_MIN_WAVE = 0.8
+
+
+def form_of(config: GemmConfig, grid: str, sms: int) -> GemmConfig | None:
+    """One of ``FORMS`` on a GPU of ``sms`` SMs: "tiles" as it is, "persistent" and
+    "stream_k" over ``sms`` blocks, "clusters" persistent over the most whole two-block
+    clusters that ``sms`` SMs hold; None where that is not a valid config."""
+    if grid == "tiles":
+        return config
+    if grid == "clusters":
+        return _replaced(config, persistent=sms - sms % 2)
+    return _replaced(config, **{grid: sms})
 
 
 def forms(shape: GemmShape, sms: int) -> list[GemmConfig]:
     """``FORMS`` on a GPU of ``sms`` SMs that ``shape`` takes: where it is neither thin
     (M <= 64 or N <= 128) nor short in K (K <= 256), the forms whose output tiles make at
-    least a wave and that build for it, in ``FORMS``' order."""
+    least ``FORM_MIN_WAVE`` of a wave and that build for it, in ``FORMS``' order."""
     check_sms(sms)
     if shape.m <= 64 or shape.n <= 128 or shape.k <= 256:
         return []
     out = []
     for config, grid in FORMS:
-        if output_tiles(shape, config.block_m, config.block_n) < sms:
+        if output_tiles(shape, config.block_m, config.block_n) < FORM_MIN_WAVE * sms:
             continue
-        form = config if grid == "tiles" else _replaced(config, **{grid: sms})
+        form = form_of(config, grid, sms)
         if form is not None and builds(shape, form):
             out.append(form)
     return out

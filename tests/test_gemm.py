@@ -60,7 +60,7 @@ def test_shape_rejects(kwargs, field, rule):
         ({"persistent": 132, "split_k": 2}, "split_k=2", "must be 1 with persistent"),
         ({"split_k": 4, "swizzle": 8}, "swizzle=8", "must be 0 with split_k=4"),
         ({"async_mma": 1}, "async_mma=1", "bool"),
-        ({"async_mma": True, "multicast": "b", "persistent": 7}, "multicast='b'", "persistent=0"),
+        ({"async_mma": True, "multicast": "b", "persistent": 7}, "multicast='b'", "even"),
         ({"async_mma": True, "split_k": 2}, "async_mma=True", "needs split_k=1"),
         ({"async_mma": True, "num_stages": 1}, "num_stages=1", ">= 2 with async_mma"),
         ({"stream_k": -1}, "stream_k=-1", ">= 0"),
@@ -69,9 +69,9 @@ def test_shape_rejects(kwargs, field, rule):
         ({"stream_k": 132, "persistent": 132}, "persistent=132", "must be 0 with stream_k"),
         ({"stream_k": 132, "async_mma": True}, "stream_k=132", "needs smem_epilogue=True"),
         (
-            {"stream_k": 132, "async_mma": True, "smem_epilogue": True, "multicast": "b"},
+            {"stream_k": 131, "async_mma": True, "smem_epilogue": True, "multicast": "b"},
             "multicast='b'",
-            "stream_k=0",
+            "whole two-block clusters",
         ),
         ({"multicast": "c", "async_mma": True}, "multicast='c'", "one of"),
         ({"multicast": "b"}, "multicast='b'", "needs async_mma=True"),
@@ -535,6 +535,37 @@ def test_sm90a_codegen_of_the_two_block_clusters(shape, id):
     tiles_m, tiles_n = -(-shape.m // config.block_m), -(-shape.n // config.block_n)
     along, across = (tiles_m, tiles_n) if config.multicast == "b" else (tiles_n, tiles_m)
     assert kernel.blocks == (along + along % 2) * across
+    assert sm90a_resources(kernel).spill_bytes == 0
+
+
+CLUSTERED_PERSISTENT_CODEGEN = [
+    (GemmShape(2096, 2728, 1304, "float16", "NT"), "b128x192x64_t256_s4_w8_pr_e_p132_a_mb"),
+    (GemmShape(3168, 1560, 3648, "bfloat16"), "b256x128x64_t256_s3_e_sk132_a_ma"),
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize(
+    "shape, id", CLUSTERED_PERSISTENT_CODEGEN, ids=lambda v: getattr(v, "id", v)
+)
+def test_sm90a_codegen_of_clustered_persistent_grids(shape, id):
+    """The persistent and stream-K grids in two-block clusters: the cluster's blocks take
+    one unit per trip (the trip count and the unit index of the clusters, the block's
+    own tile offset by its rank), the shared tile multicast by the first, the stages
+    released on both blocks, a cluster barrier before the exit; no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id(id)
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    shared, own = ("B_desc", "A_desc") if config.multicast == "b" else ("A_desc", "B_desc")
+    assert f"tma_load_multicast({shared}" in src and f"tl::tma_load({own}" in src
+    assert f"empty[0].init({2 * config.threads // 32})" in src
+    assert ".arrive((1 - tl::block_rank_in_cluster()))" in src
+    assert src.rstrip().rstrip("}").rstrip().endswith("tl::cluster_sync();")
+    rank_offset = config.block_m if config.multicast == "b" else config.block_n
+    assert f"(tl::block_rank_in_cluster() * {rank_offset})" in src
+    assert kernel.blocks == (config.persistent or config.stream_k)
     assert sm90a_resources(kernel).spill_bytes == 0
 
 
@@ -1141,6 +1172,30 @@ def test_two_block_clusters_match_float64_reference_tile_by_tile(shape, config):
     """A pair that loads the wrong shared tile, or refills a stage its partner still
     reads, spoils whole tiles: checked tile by tile, into a NaN-poisoned output."""
     check_tile_by_tile(shape, config, seeds=(31, 32))
+
+
+# Two-block clusters on the persistent and stream-K grids (``kernels.schedules.Units``):
+# each cluster takes a pair of tiles at a time. Pair axes of odd length (2096 / 128 = 17
+# M tiles: the last pair's second block lies past C; 1408 / 128 = 11 N tiles), partial
+# edge tiles and K steps (1304 = 20 x 64 + 24), three trips a cluster on 132 blocks, many
+# trips on 6, stream-K's shares of pairs added in, the C tile staged whole, in halves
+# or written from registers.
+CLUSTERED_PERSISTENT_CASES = cases_of(
+    {
+        "b128x192x64_t256_s4_w8_pr_e_p132_a_mb": [(2096, 2728, 1304)],
+        "b128x256x64_t256_s4_w16_e_p6_a_mb": [(1152, 1408, 1024)],
+        "b192x192x64_t384_s3_w8_pr_e_sk132_a_mb": [(2096, 2728, 1304)],
+        "b256x128x64_t256_s3_e_sk132_a_ma": [(3168, 1560, 3648)],
+        "b128x128x64_t128_s4_p6_a_ma": [(1152, 1408, 1024)],
+    }
+)
+
+
+@gpu_cases(CLUSTERED_PERSISTENT_CASES)
+def test_clustered_persistent_grids_match_float64_tile_by_tile(shape, config):
+    """A cluster whose blocks take different units, or a pair's tile mapped to the wrong
+    rows, spoils whole tiles (or hangs on the partner's releases)."""
+    check_tile_by_tile(shape, config, seeds=(33, 34))
 
 
 @pytest.mark.gpu

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from kernels import GemmConfig, GemmShape
-from kernels.schedules import MIN_SHARE, StreamK, added_rows, grid_blocks, tile_coords
+from kernels.schedules import MIN_SHARE, StreamK, Units, added_rows, grid_blocks, tile_coords
 
 
 def rasterization_2d_row(block_idx: int, grid_x: int, grid_y: int, panel_width: int):
@@ -167,3 +167,37 @@ def test_grid_blocks_of_each_schedule():
     pair = GemmConfig(256, 128, 64, 256, 4, async_mma=True, multicast="a")
     assert grid_blocks(GemmShape(2500, 1800, 4000), pair) == 10 * 16
     assert grid_blocks(GemmShape(2500, 1800, 4000), replace(pair, multicast="b")) == 10 * 15
+
+
+@pytest.mark.parametrize("pair", ["b", "a"])
+@pytest.mark.parametrize("size, panel", [((2096, 2728, 1304), 8), ((1152, 1408, 1024), 0)])
+def test_clusters_take_every_tile_once_as_pairs(pair, size, panel):
+    """``Units``: the two blocks of a cluster take one unit, each its own tile of it along
+    the pair's axis; over all units every tile of C is taken once, and the blocks of an
+    odd axis's last pair that lie past C are the only tiles outside it."""
+    config = GemmConfig(128, 128, 64, 128, 4, swizzle=panel, async_mma=True, multicast=pair)
+    units = Units.of(GemmShape(*size), config)
+    tiles = [units.tile(t, rank) for t in range(units.count) for rank in (0, 1)]
+    inside = [(m, n) for m, n in tiles if m < units.tiles_m and n < units.tiles_n]
+    assert sorted(inside) == [(m, n) for m in range(units.tiles_m) for n in range(units.tiles_n)]
+    odd = units.tiles_m % 2 if pair == "b" else units.tiles_n % 2
+    across = units.tiles_n if pair == "b" else units.tiles_m
+    assert len(tiles) - len(inside) == odd * across
+    for t in range(units.count):  # a pair's tiles are neighbours along its axis
+        (m0, n0), (m1, n1) = units.tile(t, 0), units.tile(t, 1)
+        assert (m1 - m0, n1 - n0) == ((1, 0) if pair == "b" else (0, 1))
+
+
+def test_stream_k_in_clusters_shares_pairs_over_half_the_blocks():
+    # 2096x2728 in 192x192 tiles: 11 x 15, so 6 x 15 = 90 pairs sharing B over 66
+    # clusters: 24 pairs left over after one wave, their K steps shared out; every K
+    # step of every pair once, and the rows zeroed are those of the pairs' top tiles.
+    shape = GemmShape(2096, 2728, 1304)
+    config = GemmConfig.from_id("b192x192x64_t384_s3_w8_e_sk132_a_mb")
+    plan = StreamK.plan(shape, config)
+    assert (plan.blocks, plan.tiles_m, plan.tiles_n, plan.panel) == (66, 6, 15, 4)
+    assert (plan.dp_waves, plan.sk_tiles) == (1, 24)
+    count, added = _cover(plan)
+    assert len(count) == plan.tiles * plan.k_steps and set(count.values()) == {1}
+    rows = {tile_coords(t, plan.tiles_m, plan.tiles_n, plan.panel)[0] for t in added}
+    assert added_rows(shape, config) == min(rows) * 2 * 192

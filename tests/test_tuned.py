@@ -969,6 +969,7 @@ MID_SWEEPS = (
     "mid_forms_h200.jsonl",
     "mid_fresh_check_h200.jsonl",
     "offtable_sweeps_h200.jsonl",
+    "clusters_h200.jsonl",
 )
 
 
@@ -998,7 +999,7 @@ def test_every_form_ran_within_2_percent_of_a_shapes_fastest():
         near |= {c for c, v in ms.items() if v <= 1.02 * ms[fastest]}
         outside += GemmConfig.from_id(fastest) not in candidates(shapes[shape_id], SMS)
     for config, grid in tuned.FORMS:
-        form = config if grid == "tiles" else replace(config, **{grid: SMS})
+        form = tuned.form_of(config, grid, SMS)
         assert form.id in near, form.id
     assert outside >= len(times) * 2 // 3, (outside, len(times))
 
@@ -1007,8 +1008,12 @@ def test_every_form_ran_within_2_percent_of_a_shapes_fastest():
     ("shape", "count"),
     [
         (GemmShape(3464, 2352, 1680, "bfloat16", "NT"), len(tuned.FORMS)),
-        # 192x192 tiles are under a wave of 132 SMs (12 x 8), the rest are not.
-        (GemmShape(2288, 1368, 3248, "bfloat16"), 7),
+        # 192x192 tiles make under 0.8 of a wave of 132 SMs (12 x 8), the rest do not
+        # (128x256's 18 x 6 = 108 make 0.82).
+        (GemmShape(2288, 1368, 3248, "bfloat16"), 11),
+        # 128x192's 14 x 8 = 112 tiles make 0.85 of a wave, 192x192's 10 x 8 and
+        # 128x256's 14 x 6 fewer than 0.8.
+        (GemmShape(1776, 1472, 4088, "bfloat16"), 8),
         (GemmShape(1536, 1200, 1736, "bfloat16", "NT"), 0),  # every form under a wave
         (GemmShape(64, 8192, 8192), 0),  # thin M: the skinny branch's space
         (GemmShape(8192, 128, 8192), 0),  # thin N
@@ -1021,14 +1026,19 @@ def test_every_form_ran_within_2_percent_of_a_shapes_fastest():
 def test_the_forms_a_shape_takes(shape, count):
     got = tuned.forms(shape, SMS)
     assert len(got) == len(set(got)) == count
-    order = [c if g == "tiles" else replace(c, **{g: SMS}) for c, g in tuned.FORMS]
+    order = [tuned.form_of(c, g, SMS) for c, g in tuned.FORMS]
     assert got == [c for c in order if c in got]  # in FORMS' order
     for form in got:
         assert tuned.builds(shape, form)
-        assert tuned.output_tiles(shape, form.block_m, form.block_n) >= SMS
+        tiles = tuned.output_tiles(shape, form.block_m, form.block_n)
+        assert tiles >= tuned.FORM_MIN_WAVE * SMS
         assert form in candidates(shape, SMS, async_mma=True)
         assert not (form.async_mma and shape.k == 4097)
     assert all(c.persistent in (0, 2 * SMS) for c in tuned.forms(shape, 2 * SMS))
+    # On an odd count of SMs the clusters' persistent grid takes one SM fewer.
+    odd = tuned.forms(shape, SMS + 1)
+    assert all(c.persistent in (0, SMS, SMS + 1) for c in odd)
+    assert all(c.persistent == SMS for c in odd if c.multicast and c.persistent)
 
 
 @pytest.mark.parametrize(
