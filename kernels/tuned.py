@@ -689,7 +689,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
       in 4 stages (4096^3 fp16: 0.1772 ms against 0.1781 in 3 stages, which ran 0.1804
-      against 0.1850 for TileLang's pipeline).
+      against 0.1850 for TileLang's pipeline); and a plain or paired grid of two waves
+      or fewer runs without panels (``unpanelled``: 27 of 29 such grids measured ran
+      slower in them).
     """
     check_sms(sms)
     swapped = swap_for(shape, sms)
@@ -728,7 +730,30 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     value = narrow_pair_score(shape, sms)
     if value > best_value:
         best_value, best = value, NARROW_PAIR_TILE
-    return async_form(shape, best, sms)
+    return unpanelled(shape, async_form(shape, best, sms), sms)
+
+
+# Panels (``GemmConfig.swizzle``) order a grid's blocks so that the tiles of one wave
+# share rows of A and columns of B in the L2; a grid of ``FEW_WAVES`` waves or fewer runs
+# its tiles all at once or nearly, and gained nothing from the order. Over the H200's
+# recorded sweeps and first-use candidates (reports/*.jsonl, offtable_*first_use_h200.json)
+# 27 of 29 plain or paired grids of two waves or fewer ran slower in panels than the same
+# config without them: median 1.024x the latency, up to 1.135x (2288x1368x3248 bf16,
+# 192x128 tiles, one wave); the two exceptions ran 0.897x (1776x1472x4088 bf16, 192x128
+# in 3 stages, panels of 16) and 0.989x.
+FEW_WAVES = 2
+
+
+def unpanelled(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``config`` without panels where it is a plain or paired grid (not persistent, not
+    stream-K: those order their tiles themselves) of ``FEW_WAVES`` waves or fewer."""
+    if (
+        config.swizzle
+        and not (config.persistent or config.stream_k)
+        and waves(shape, config, sms) <= FEW_WAVES
+    ):
+        return replace(config, swizzle=0)
+    return config
 
 
 def narrow_pair_score(shape: GemmShape, sms: int) -> float:

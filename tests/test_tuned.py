@@ -324,7 +324,9 @@ def test_the_narrower_wide_tiles_efficiency_is_the_tile_sweeps():
     assert NARROW_TILE.efficiency == pytest.approx(statistics.median(ratios), abs=0.01)
 
 
-def test_the_narrower_wide_tile_wins_where_it_covers_the_sms_and_128x256_does_not():
+def test_the_narrower_wide_tile_wins_where_it_covers_the_sms_and_128x256_does_not(monkeypatch):
+    # The scores beneath the few-wave grids' panels rule (``unpanelled``).
+    monkeypatch.setattr(tuned, "FEW_WAVES", 0)
     # 1536^2 NN: 96 tiles of 128x192 against 72 of 128x256 on 132 SMs (NT has the fitted
     # 128x144's whole wave); 10000x8000: 128x256's 20 waves pad less than 128x192's 26.
     config = heuristic(GemmShape(1536, 1536, 1536, "bfloat16"), SMS)
@@ -376,8 +378,10 @@ def test_nn_scores_only_fitted_widths_of_whole_128_byte_rows():
 
 def test_a_fitted_tile_wins_where_its_tiles_fill_the_wave(monkeypatch):
     # The rules beneath the large-shape stream-K rule (``large_stream_k``), which
-    # takes six waves or more of 192x192 tiles ahead of them.
+    # takes six waves or more of 192x192 tiles ahead of them, and beneath the few-wave
+    # grids' panels rule (``unpanelled``).
     monkeypatch.setattr(tuned, "LARGE_WAVES", 10**9)
+    monkeypatch.setattr(tuned, "FEW_WAVES", 0)
     # 1536^3 NT: 132 tiles of 128x144 (one whole wave; 0.98x torch on the H200 against
     # 0.82x for 128x192's 96). In NN the width is not scored, and 128x192 stays.
     nt = GemmShape(1536, 1536, 1536, "bfloat16", "NT")
@@ -544,8 +548,9 @@ def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster(monke
         config = heuristic(shape, SMS)
         assert config.id == "b128x256x64_t256_s4_w16_e_p132_a", shape
         assert config.c_parts == 2  # the C tile in halves beside 4 stages
-    # Under two waves (2048^2: 128 tiles), paired, split or fitted tiles: as they were.
-    assert heuristic(GemmShape(2048, 2048, 2048), SMS) == TILES[0].config
+    # Under two waves (2048^2: 128 tiles), paired, split or fitted tiles: as they were
+    # (one wave runs without panels, ``unpanelled``).
+    assert heuristic(GemmShape(2048, 2048, 2048), SMS) == replace(TILES[0].config, swizzle=0)
     assert heuristic(GemmShape(3000, 5000, 7000, "bfloat16"), SMS) == tuned.PAIRED_TILE
     for shape in [GemmShape(512, 512, 32768), GemmShape(10000, 8000, 6000, "bfloat16")]:
         assert not heuristic(shape, SMS).async_mma, shape
@@ -558,8 +563,10 @@ def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster(monke
 
 def test_the_narrow_pair_where_it_covers_the_sms_much_better_than_128x256_pairs(monkeypatch):
     # The rules beneath the large-shape stream-K rule (``large_stream_k``), which
-    # takes six waves or more of 192x192 tiles ahead of them.
+    # takes six waves or more of 192x192 tiles ahead of them, and beneath the few-wave
+    # grids' panels rule (``unpanelled``).
     monkeypatch.setattr(tuned, "LARGE_WAVES", 10**9)
+    monkeypatch.setattr(tuned, "FEW_WAVES", 0)
     # 2000x3000x3000: 256 tiles of 128x192 fill 1.94 waves, 192 of 128x256 fill 1.45.
     assert heuristic(GemmShape(2000, 3000, 3000), SMS) == tuned.NARROW_PAIR_TILE
     # Both fill their waves alike: 128x256's pair stays (its 0.91 and 0.96 of the pace).
@@ -958,6 +965,7 @@ def test_128x192_persistent_ran_faster_than_the_rules_where_it_is_taken(monkeypa
         s: heuristic(shapes[s], SMS).id for s in times if tuned.narrow_persistent(shapes[s], SMS)
     }
     monkeypatch.setattr(tuned, "NARROW_PERSISTENT_WAVES", ())
+    monkeypatch.setattr(tuned, "FEW_WAVES", 0)  # the rules as they were when swept
     assert len(taken) >= 5
     for shape_id, form in taken.items():
         ms = {c: statistics.median(v) for c, v in times[shape_id].items()}
@@ -1087,3 +1095,50 @@ def test_192x192_stream_k_ran_faster_than_the_rules_on_fresh_large_shapes(monkey
     for shape_id, ms in times.items():
         assert form[shape_id] == replace(tuned.LARGE_STREAM_K, stream_k=SMS).id
         assert ms[form[shape_id]] < ms[heuristic(shapes[shape_id], SMS).id], shape_id
+
+
+def test_grids_of_few_waves_run_without_panels():
+    """``unpanelled``: over the recorded sweeps and first-use candidates, plain and paired
+    grids of ``FEW_WAVES`` waves or fewer ran slower in panels than without them (27 of
+    29, median 1.024x the latency); the heuristic's picks there have none, and grids of
+    more waves, persistent and stream-K grids keep theirs."""
+    times: dict[tuple, dict[str, list[float]]] = {}
+    for path in (ROOT / "reports").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if "meta" in row or not row.get("tilelang_ms") or "m" not in row:
+                continue
+            key = (row["m"], row["n"], row["k"], row["dtype"], row["layout"])
+            times.setdefault(key, {}).setdefault(row["config"], []).append(row["tilelang_ms"])
+    for path in (ROOT / "reports").glob("offtable*first_use_h200.json"):
+        for row in json.loads(path.read_text())["rows"]:
+            key = (row["m"], row["n"], row["k"], row["dtype"], row["layout"])
+            for t in row["tried"] or []:
+                if t["latency_ms"]:
+                    times.setdefault(key, {}).setdefault(t["config"], []).append(t["latency_ms"])
+    ratios = []
+    for key, by_config in times.items():
+        shape = GemmShape(*key)
+        for config_id, ms in by_config.items():
+            config = GemmConfig.from_id(config_id)
+            if not config.swizzle or config.persistent or config.stream_k:
+                continue
+            plain = replace(config, swizzle=0).id
+            if plain in by_config and tuned.waves(shape, config, SMS) <= tuned.FEW_WAVES:
+                ratios.append(statistics.median(ms) / statistics.median(by_config[plain]))
+    assert len(ratios) >= 29 and sum(r > 1 for r in ratios) >= 0.9 * len(ratios)
+    assert statistics.median(ratios) > 1.02
+    # 2288x1368x3248 bf16: one wave of 192x128 tiles; 1680x3496x2272 fp16: two.
+    for shape in [GemmShape(2288, 1368, 3248, "bfloat16"), GemmShape(1680, 3496, 2272)]:
+        config = heuristic(shape, SMS)
+        assert config.id == "b192x128x64_t384_s4_pr_e", shape
+    # More waves, a persistent or a stream-K grid: the panels stay.
+    many = GemmShape(3000, 5000, 7000, "bfloat16")
+    assert (
+        heuristic(many, SMS) == tuned.PAIRED_TILE and tuned.waves(many, tuned.PAIRED_TILE, SMS) > 2
+    )
+    for config in [
+        replace(tuned.NARROW_PERSISTENT, persistent=SMS),
+        replace(tuned.LARGE_STREAM_K, stream_k=SMS),
+    ]:
+        assert tuned.unpanelled(GemmShape(2048, 2048, 2048), config, SMS) == config
