@@ -84,7 +84,7 @@ POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 # GemmConfig.multicast: the operand a two-block cluster shares ("" for none).
 MULTICASTS = ("", "a", "b")
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(_pp)?(?:_m([ab]))?(_x)?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(_pp)?(?:_m([ab]))?(_x)?(_c)?"
 )
 
 
@@ -243,6 +243,12 @@ class GemmConfig:
     # registers. Measured slower than the persistent form on the H200 (kernels/
     # gemm_async.py): in no search space.
     pingpong: bool = False
+    # Loads by cp.async from every thread, TileLang's pipeline without warp
+    # specialisation, instead of TMA copies from a producer warpgroup (TileLang's
+    # TL_DISABLE_TMA_LOWER and TL_DISABLE_WARP_SPECIALIZED; the wgmma stays). For operand
+    # rows that start off a 32-byte sector, where the TMA loads ran slow on the H200
+    # (reports/sectors_h200.jsonl). The plain or panelled grid only.
+    cp_async: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -378,6 +384,17 @@ class GemmConfig:
                 f"{self.num_stages}): two consumer warpgroups of one tile each, on the "
                 "persistent loop, writing back from registers"
             )
+        if not isinstance(self.cp_async, bool):
+            raise ValueError(f"GemmConfig.cp_async={self.cp_async!r}: must be a bool")
+        if self.cp_async and (
+            self.async_mma or self.persistent or self.stream_k or self.split_k > 1 or self.swap_ab
+        ):
+            raise ValueError(
+                "GemmConfig.cp_async=True: needs async_mma=False, persistent=0, stream_k=0, "
+                f"split_k=1 and swap_ab=False (got {self.async_mma}, {self.persistent}, "
+                f"{self.stream_k}, {self.split_k}, {self.swap_ab}): the plain or panelled "
+                "grid of TileLang's pipeline, whose copies alone it turns from TMA"
+            )
         if self.accum_dtype not in ACCUM_DTYPES:
             raise ValueError(
                 f"GemmConfig.accum_dtype={self.accum_dtype!r}: must be one of {list(ACCUM_DTYPES)}"
@@ -439,7 +456,8 @@ class GemmConfig:
         epilogue, ``_p16`` persistent grid of 16 blocks, ``_k4`` K split over 4 blocks,
         ``_sk16`` stream-K over 16 blocks, ``_a`` the hand-written asynchronous
         pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast,
-        ``_x`` the operands exchanged (``swap_ab``); ``_pp`` after ``_a``: ping-pong."""
+        ``_x`` the operands exchanged (``swap_ab``), ``_c`` loads by cp.async; ``_pp``
+        after ``_a``: ping-pong."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]
         tail += "_e" if self.smem_epilogue else ""
@@ -450,6 +468,7 @@ class GemmConfig:
         tail += "_pp" if self.pingpong else ""
         tail += f"_m{self.multicast}" if self.multicast else ""
         tail += "_x" if self.swap_ab else ""
+        tail += "_c" if self.cp_async else ""
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
             f"{tail}"
@@ -463,9 +482,9 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
                 "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks>, _a, "
-                "_pp, _ma or _mb, _x in that order"
+                "_pp, _ma or _mb, _x, _c in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, pp, mc, swap = found.groups()
+        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, pp, mc, swap, cp = found.groups()
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
         return cls(
             int(bm),
@@ -483,6 +502,7 @@ class GemmConfig:
             multicast=mc or "",
             swap_ab=bool(swap),
             pingpong=bool(pp),
+            cp_async=bool(cp),
         )
 
     @property
@@ -785,7 +805,25 @@ def _compile_gemm(
     """Compile entry point: lower and build one (shape, config, arch, delay), memoised."""
     import tilelang
 
-    return tilelang.compile(make_gemm(shape, config, delay), target=compile_target(arch))
+    return tilelang.compile(
+        make_gemm(shape, config, delay),
+        target=compile_target(arch),
+        pass_configs=pass_configs(config),
+    )
+
+
+def pass_configs(config: GemmConfig) -> dict[str, bool]:
+    """TileLang's pass options for ``config``: none, or the two that turn its pipeline's
+    copies from TMA to cp.async (``GemmConfig.cp_async``; the first alone keeps TMA
+    under warp specialisation)."""
+    if not config.cp_async:
+        return {}
+    from tilelang.transform import PassConfigKey
+
+    return {
+        PassConfigKey.TL_DISABLE_TMA_LOWER: True,
+        PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True,
+    }
 
 
 def compile_gemm(

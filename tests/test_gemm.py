@@ -225,6 +225,7 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(256, 128, 64, 256, 4, smem_epilogue=True, async_mma=True, multicast="a"),
         GemmConfig(64, 16, 128, 128, 6, swap_ab=True),
         GemmConfig(128, 16, 128, 128, 6, split_k=2, swap_ab=True),
+        GemmConfig(128, 192, 64, 256, 4, 8, policy="row", smem_epilogue=True, cp_async=True),
     ],
     ids=lambda c: c.id,
 )
@@ -388,6 +389,31 @@ def test_sm90a_codegen_of_options(shape, config, expect):
         assert "blockIdx.z" in src
     if config.persistent or config.stream_k:
         assert "blockIdx.y" not in src  # one grid dimension; tiles come from the loop
+
+
+@requires_nvcc
+def test_sm90a_codegen_of_cp_async_loads():
+    """``cp_async``: the same tile's loads by cp.async from every thread (no tensor map,
+    no producer warpgroup), the wgmma kept; without it, TMA under warp specialisation."""
+    shape = GemmShape(2096, 2728, 1304, "float16", "NT")
+    config = GemmConfig.from_id("b128x192x64_t256_s4_pr_e_c")
+    assert config.cp_async and config.id.endswith("_c")
+    src = compile_gemm(shape, config, arch="sm_90a").source
+    tma = compile_gemm(shape, replace(config, cp_async=False), arch="sm_90a").source
+    assert "cp_async" in src and "wgmma" in src and "CUtensorMap" not in src
+    assert "__launch_bounds__(256" in src  # the consumers alone
+    assert "cp_async" not in tma and "CUtensorMap" in tma and "__launch_bounds__(384" in tma
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("async_mma", True), ("persistent", 132), ("stream_k", 132), ("split_k", 2)],
+)
+def test_cp_async_is_the_plain_grids_of_tilelangs_pipeline(field, value):
+    with pytest.raises(ValueError, match=r"GemmConfig\.cp_async=True: needs async_mma=False"):
+        GemmConfig(128, 128, 64, 128, 4, cp_async=True, **{field: value})
+    with pytest.raises(ValueError, match=r"GemmConfig\.cp_async='yes': must be a bool"):
+        GemmConfig(cp_async="yes")
 
 
 @requires_nvcc
@@ -1196,6 +1222,24 @@ def test_clustered_persistent_grids_match_float64_tile_by_tile(shape, config):
     """A cluster whose blocks take different units, or a pair's tile mapped to the wrong
     rows, spoils whole tiles (or hangs on the partner's releases)."""
     check_tile_by_tile(shape, config, seeds=(33, 34))
+
+
+# Loads by cp.async (``GemmConfig.cp_async``): rows of both operands off a 32-byte sector
+# (1304 and 4088: 16 mod 32 bytes), partial edge tiles and K steps, panels, the C tile
+# through shared memory or from registers, three warpgroups.
+CP_ASYNC_CASES = cases_of(
+    {
+        "b128x192x64_t256_s4_pr_e_c": [(2096, 2728, 1304)],
+        "b128x256x64_t256_s3_w8_e_c": [(1776, 1472, 4088)],
+        "b192x192x64_t384_s3_pr_e_c": [(1000, 1000, 1000)],
+        "b128x128x64_t128_s4_c": [(1536, 1200, 1736)],
+    }
+)
+
+
+@gpu_cases(CP_ASYNC_CASES)
+def test_cp_async_loads_match_float64_tile_by_tile(shape, config):
+    check_tile_by_tile(shape, config, seeds=(35, 36))
 
 
 @pytest.mark.gpu

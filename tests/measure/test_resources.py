@@ -22,6 +22,11 @@ def test_parse_ptxas():
     }
     with pytest.raises(ValueError, match="registers"):
         parse_ptxas("ptxas info : nothing here")
+    # No mbarrier, no static shared memory: ptxas says nothing of it.
+    bare = PTXAS.replace(", 1024 bytes smem", "")
+    assert parse_ptxas(bare)["static_smem"] == 0
+    with pytest.raises(ValueError, match="spill_stores"):
+        parse_ptxas(bare.replace("24 bytes spill stores", ""))
 
 
 @requires_nvcc
@@ -32,6 +37,11 @@ def test_resources_of_large_tile_on_sm90a():
     assert res.spill_bytes == 0
     assert res.smem_bytes >= config.smem_bytes
     assert res.has_wgmma and res.has_tma
+    # The same tile's loads by cp.async: no TMA, no mbarrier, no static shared memory.
+    cp_async = GemmConfig(128, 256, 64, 256, 3, cp_async=True)
+    res = sm90a_resources(compile_gemm(GemmShape(4096, 4096, 4096), cp_async, arch="sm_90a"))
+    assert res.spill_bytes == 0 and res.has_wgmma and not res.has_tma
+    assert res.smem_bytes >= cp_async.smem_bytes
 
 
 def test_dynamic_smem_is_read_from_the_launch_arguments():
