@@ -245,9 +245,13 @@ class GemmConfig:
     pingpong: bool = False
     # Loads by cp.async from every thread, TileLang's pipeline without warp
     # specialisation, instead of TMA copies from a producer warpgroup (TileLang's
-    # TL_DISABLE_TMA_LOWER and TL_DISABLE_WARP_SPECIALIZED; the wgmma stays). For operand
-    # rows that start off a 32-byte sector, where the TMA loads ran slow on the H200
-    # (reports/sectors_h200.jsonl). The plain or panelled grid only.
+    # TL_DISABLE_TMA_LOWER and TL_DISABLE_WARP_SPECIALIZED; the wgmma stays). The plain
+    # or panelled grid only. Tried for operand rows that start off a 32-byte sector,
+    # where the TMA-fed kernels run slow (reports/sectors_h200.jsonl), it ran slower
+    # still on the H200, on and off a sector alike (reports/cp_async_h200.jsonl: on 9
+    # mid shapes 0.31-0.59x torch at best, where the best TMA-fed config ran
+    # 0.75-0.93x; 2096x2728x1304 NT 50.2 us against 37.4 us for the same tile by TMA):
+    # in no search space.
     cp_async: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
