@@ -678,19 +678,23 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       (``NARROW_PAIR_TILE``, 0.93 of the 128x256 pair's pace per slot) is scored too: it
       wins where it covers the SMs over 7% better (2000x3000x3000: 0.92x torch against
       0.77x for stream-K).
-    - Two or three waves of 128x192 tiles, the last 70% full or more, B's rows on a
-      sector: 128x192's persistent form on the hand-written pipeline
+    - Two or three waves of 128x192 tiles, the last 70% full or more, both operands'
+      rows on a sector: 128x192's persistent form on the hand-written pipeline
       (``narrow_persistent``), ahead of the scores above (3072x1968x3232: 0.998x torch
       against 0.880x on the H200).
     - Six waves or more of 192x192 tiles: their stream-K form on the hand-written
       pipeline in 3 stages (``large_stream_k``), ahead of the scores above too (9000x7000x4000
       bf16: 1.001x torch in first use against the rules' 0.891x on the H200).
+    - Where A's rows are off a sector and the pick is a stream-K grid of 128x256 or
+      256x128 tiles, 192x192 takes its place (``off_sector_square``): in stream-K form
+      over a wave of its tiles, plain just under one (3648x2336x3608 NT: 110.8 us
+      against 124.4 on the H200).
     - Last, the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
       in 4 stages (4096^3 fp16: 0.1772 ms against 0.1781 in 3 stages, which ran 0.1804
       against 0.1850 for TileLang's pipeline); and a plain or paired grid of two waves
-      or fewer runs without panels (``unpanelled``: 27 of 29 such grids measured ran
+      or fewer runs without panels (``unpanelled``: 25 of 29 such grids measured ran
       slower in them).
     """
     check_sms(sms)
@@ -730,17 +734,51 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     value = narrow_pair_score(shape, sms)
     if value > best_value:
         best_value, best = value, NARROW_PAIR_TILE
+    best = off_sector_square(shape, best, sms)
     return unpanelled(shape, async_form(shape, best, sms), sms)
+
+
+# Where A's rows start off a 32-byte sector (``narrow_fits`` false) the scores above
+# leave out the 192x192 tile with the other fitted ones, and pick stream-K in 128x256 or
+# 256x128 tiles on most mid shapes. 192x192 took their place on the H200 (bench_gemm,
+# CUPTI; reports/narrow_rows_h200.jsonl and mid_train_h200.jsonl, pairs from one record
+# each): over a wave of its output tiles, its stream-K form on the hand-written pipeline
+# (``LARGE_STREAM_K``, the form that takes six waves or more anywhere) ran faster than the
+# stream-K pick on 11 of 12 shapes of 1.2-2.9 waves, median 1.09x (3248x2096x2968 bf16
+# 62.7 us against 74.6, 3648x2336x3608 NT fp16 110.8 against 124.4; 3464x1592x1064 NT
+# bf16 31.3 against 31.1); just under a wave its stream-K form lost (1272x3352x1896 bf16,
+# 126 tiles: 37.6 us against 35.3) where its plain grid won on all three shapes measured
+# (31.2; 1576x2608x3784 58.0 against 60.9; 3456x1304x2136 NT 34.9 against 43.7).
+OFF_SECTOR_PLAIN_WAVE = 0.9
+OFF_SECTOR_TILES = ((128, 256), (256, 128))
+
+
+def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """192x192 in place of a stream-K pick of 128x256 or 256x128 tiles where A's rows are
+    off a sector: its stream-K form (``LARGE_STREAM_K``) where its output tiles make a
+    wave or more, its plain grid (the fitted tile) where they make
+    ``OFF_SECTOR_PLAIN_WAVE`` of one; ``config`` elsewhere or where the form does not build."""
+    if narrow_fits(shape) or not config.stream_k or tile_of_c(config) not in OFF_SECTOR_TILES:
+        return config
+    tiles = output_tiles(shape, 192, 192)
+    if tiles >= sms:
+        form = replace(LARGE_STREAM_K, stream_k=sms)
+    elif tiles >= OFF_SECTOR_PLAIN_WAVE * sms:
+        form = _fitted(192, 192)
+    else:
+        return config
+    return form if builds(shape, form) else config
 
 
 # Panels (``GemmConfig.swizzle``) order a grid's blocks so that the tiles of one wave
 # share rows of A and columns of B in the L2; a grid of ``FEW_WAVES`` waves or fewer runs
 # its tiles all at once or nearly, and gained nothing from the order. Over the H200's
 # recorded sweeps and first-use candidates (reports/*.jsonl, offtable_*first_use_h200.json)
-# 27 of 29 plain or paired grids of two waves or fewer ran slower in panels than the same
-# config without them: median 1.024x the latency, up to 1.135x (2288x1368x3248 bf16,
-# 192x128 tiles, one wave); the two exceptions ran 0.897x (1776x1472x4088 bf16, 192x128
-# in 3 stages, panels of 16) and 0.989x.
+# 25 of 29 plain or paired grids of two waves or fewer ran slower in panels than the same
+# config without them in the same record: median 1.022x the latency, up to 1.135x
+# (2288x1368x3248 bf16, 192x128 tiles, one wave); the exceptions ran 0.897x
+# (1776x1472x4088 bf16, 192x128 in 3 stages, panels of 16), 0.932x (1056x1896x2904 NT
+# bf16, 128x192, A's rows off a sector), 0.988x and 0.989x.
 FEW_WAVES = 2
 
 
@@ -794,7 +832,10 @@ def narrow_pair_score(shape: GemmShape, sms: int) -> float:
 # together by efficiencies fitted to the sweep they lifted its median from 0.89x to
 # 0.92x, but cost 8-9% on listed shapes outside it (2500x1800x4000 0.857x against 0.938x,
 # 1792x1792x3072 NT bf16 0.923x against 1.011x; reports/offtable_fitted_forms_h200.json),
-# so the heuristic takes none; first-use tuning tries them (``FORMS``).
+# so the heuristic takes none; first-use tuning tries them (``FORMS``). Where A's rows
+# are off a sector too (``narrow_fits``) 192x192 won in the end: 3088x1616x2344 ran 43.3
+# us in its stream-K form against 46.4 in this one (``off_sector_square``), so the rule
+# asks for both operands' rows on a sector.
 NARROW_PERSISTENT = GemmConfig(
     128, 192, 64, 256, 4, swizzle=8, policy="row", smem_epilogue=True, async_mma=True
 )
@@ -805,7 +846,7 @@ NARROW_PERSISTENT_WAVES = (2, 3)
 def narrow_persistent(shape: GemmShape, sms: int) -> GemmConfig | None:
     """``NARROW_PERSISTENT`` over ``sms`` blocks where its output tiles are
     ``NARROW_PERSISTENT_WAVES`` waves, the last ``NARROW_PERSISTENT_LAST_WAVE`` full or
-    more, B's rows on a sector and the form builds for ``shape``; None elsewhere."""
+    more, A's and B's rows on a sector and the form builds for ``shape``; None elsewhere."""
     tiles = output_tiles(shape, *NARROW_WIDE)
     waves_of = -(-tiles // sms)
     last = tiles / sms - (waves_of - 1)
@@ -813,6 +854,7 @@ def narrow_persistent(shape: GemmShape, sms: int) -> GemmConfig | None:
         waves_of not in NARROW_PERSISTENT_WAVES
         or last < NARROW_PERSISTENT_LAST_WAVE
         or row_bytes(shape)["B"] % SECTOR_BYTES
+        or not narrow_fits(shape)
     ):
         return None
     config = replace(NARROW_PERSISTENT, persistent=sms)

@@ -920,7 +920,8 @@ def test_every_tuned_case_still_gets_its_table_row():
     "shape, takes",
     [
         (GemmShape(3072, 1968, 3232), True),  # 264 tiles: two full waves
-        (GemmShape(3088, 1616, 2344), True),  # 225: the last wave 70% full
+        (GemmShape(3088, 1600, 2336), True),  # 225: the last wave 70% full
+        (GemmShape(3088, 1616, 2344), False),  # 225, but A's rows of 4,688 bytes off a sector
         (GemmShape(3976, 2240, 2608, "bfloat16"), True),  # 384: three waves, 91%
         (GemmShape(1656, 3184, 2032, "bfloat16", "NT"), False),  # 221: 67%
         (GemmShape(2500, 1800, 4000), False),  # 200: 52%
@@ -966,7 +967,7 @@ def test_128x192_persistent_ran_faster_than_the_rules_where_it_is_taken(monkeypa
     }
     monkeypatch.setattr(tuned, "NARROW_PERSISTENT_WAVES", ())
     monkeypatch.setattr(tuned, "FEW_WAVES", 0)  # the rules as they were when swept
-    assert len(taken) >= 5
+    assert len(taken) >= 4
     for shape_id, form in taken.items():
         ms = {c: statistics.median(v) for c, v in times[shape_id].items()}
         assert ms[form] < ms[heuristic(shapes[shape_id], SMS).id], shape_id
@@ -1097,28 +1098,37 @@ def test_192x192_stream_k_ran_faster_than_the_rules_on_fresh_large_shapes(monkey
         assert ms[form[shape_id]] < ms[heuristic(shapes[shape_id], SMS).id], shape_id
 
 
-def test_grids_of_few_waves_run_without_panels():
-    """``unpanelled``: over the recorded sweeps and first-use candidates, plain and paired
-    grids of ``FEW_WAVES`` waves or fewer ran slower in panels than without them (27 of
-    29, median 1.024x the latency); the heuristic's picks there have none, and grids of
-    more waves, persistent and stream-K grids keep theirs."""
+def recorded_times() -> dict[tuple, dict[str, list[float]]]:
+    """Kernel times of the recorded sweeps (reports/*.jsonl), by (record, m, n, k, dtype,
+    layout) and config: a comparison takes its pair from one record, as times from two
+    runs differ by a few percent alone."""
     times: dict[tuple, dict[str, list[float]]] = {}
     for path in (ROOT / "reports").glob("*.jsonl"):
         for line in path.read_text().splitlines():
             row = json.loads(line)
             if "meta" in row or not row.get("tilelang_ms") or "m" not in row:
                 continue
-            key = (row["m"], row["n"], row["k"], row["dtype"], row["layout"])
+            key = (path.name, row["m"], row["n"], row["k"], row["dtype"], row["layout"])
             times.setdefault(key, {}).setdefault(row["config"], []).append(row["tilelang_ms"])
+    return times
+
+
+def test_grids_of_few_waves_run_without_panels():
+    """``unpanelled``: over the recorded sweeps and first-use candidates, plain and paired
+    grids of ``FEW_WAVES`` waves or fewer ran slower in panels than without them in the
+    same record (25 of 29, median 1.022x the latency); the heuristic's picks there have
+    none, and grids of more waves, persistent and stream-K grids keep theirs. A pair is
+    taken from one record only: times from two runs differ by a few percent alone."""
+    times = recorded_times()
     for path in (ROOT / "reports").glob("offtable*first_use_h200.json"):
         for row in json.loads(path.read_text())["rows"]:
-            key = (row["m"], row["n"], row["k"], row["dtype"], row["layout"])
+            key = (path.name, row["m"], row["n"], row["k"], row["dtype"], row["layout"])
             for t in row["tried"] or []:
                 if t["latency_ms"]:
                     times.setdefault(key, {}).setdefault(t["config"], []).append(t["latency_ms"])
     ratios = []
     for key, by_config in times.items():
-        shape = GemmShape(*key)
+        shape = GemmShape(*key[1:])
         for config_id, ms in by_config.items():
             config = GemmConfig.from_id(config_id)
             if not config.swizzle or config.persistent or config.stream_k:
@@ -1126,7 +1136,7 @@ def test_grids_of_few_waves_run_without_panels():
             plain = replace(config, swizzle=0).id
             if plain in by_config and tuned.waves(shape, config, SMS) <= tuned.FEW_WAVES:
                 ratios.append(statistics.median(ms) / statistics.median(by_config[plain]))
-    assert len(ratios) >= 29 and sum(r > 1 for r in ratios) >= 0.9 * len(ratios)
+    assert len(ratios) >= 29 and sum(r > 1 for r in ratios) >= 0.85 * len(ratios)
     assert statistics.median(ratios) > 1.02
     # 2288x1368x3248 bf16: one wave of 192x128 tiles; 1680x3496x2272 fp16: two.
     for shape in [GemmShape(2288, 1368, 3248, "bfloat16"), GemmShape(1680, 3496, 2272)]:
@@ -1142,3 +1152,51 @@ def test_grids_of_few_waves_run_without_panels():
         replace(tuned.LARGE_STREAM_K, stream_k=SMS),
     ]:
         assert tuned.unpanelled(GemmShape(2048, 2048, 2048), config, SMS) == config
+
+
+# --- 192x192 where A's rows are off a sector -------------------------------------------
+
+
+def test_off_sector_square_takes_stream_k_picks_where_a_is_off_a_sector():
+    stream_k = replace(tuned.TILES[0].config, stream_k=SMS, swizzle=0)
+    # 3648x2336x3608 NT: A's rows of 7,216 bytes, 247 tiles of 192x192 (1.9 waves).
+    off = GemmShape(3648, 2336, 3608, "float16", "NT")
+    assert not tuned.narrow_fits(off)
+    assert tuned.off_sector_square(off, stream_k, SMS) == replace(
+        tuned.LARGE_STREAM_K, stream_k=SMS
+    )
+    # 1272x3352x1896: 126 tiles, just under a wave: the plain grid.
+    under = GemmShape(1272, 3352, 1896, "bfloat16")
+    assert tuned.output_tiles(under, 192, 192) == 126
+    assert tuned.off_sector_square(under, stream_k, SMS) == tuned._fitted(192, 192)
+    assert heuristic(under, SMS).id == "b192x192x64_t384_s4_pr_e"
+    # Fewer tiles (1056x1896: 60), rows on a sector, or a pick that is not stream-K of
+    # 128x256 or 256x128: the pick stays.
+    few = GemmShape(1056, 1896, 2904, "bfloat16", "NT")
+    aligned = GemmShape(3648, 2336, 3616, "float16", "NT")
+    plain = tuned.TILES[0].config
+    assert tuned.off_sector_square(few, stream_k, SMS) == stream_k
+    assert tuned.off_sector_square(aligned, stream_k, SMS) == stream_k
+    assert tuned.off_sector_square(off, plain, SMS) == plain
+    small = replace(tuned.TILES[3].config, stream_k=SMS, swizzle=0)
+    assert tuned.off_sector_square(off, small, SMS) == small
+
+
+def test_off_sector_square_ran_faster_than_the_rules_without_it():
+    """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
+    were timed in one record, ran faster in the rule's pick on all but one (3464x1592x1064
+    NT bf16: 31.3 us against 31.1), median 1.10x."""
+    rule, ratios = tuned.off_sector_square, []
+    for key, by_config in recorded_times().items():
+        shape = GemmShape(*key[1:])
+        new = heuristic(shape, SMS).id
+        try:
+            tuned.off_sector_square = lambda shape, config, sms: config
+            old = heuristic(shape, SMS).id
+        finally:
+            tuned.off_sector_square = rule
+        if new != old and new in by_config and old in by_config:
+            ratios.append(statistics.median(by_config[old]) / statistics.median(by_config[new]))
+    assert len(ratios) >= 15
+    assert sum(r > 1 for r in ratios) >= len(ratios) - 1
+    assert statistics.median(ratios) > 1.08
