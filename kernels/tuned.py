@@ -748,7 +748,11 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
 # 62.7 us against 74.6, 3648x2336x3608 NT fp16 110.8 against 124.4; 3464x1592x1064 NT
 # bf16 31.3 against 31.1); just under a wave its stream-K form lost (1272x3352x1896 bf16,
 # 126 tiles: 37.6 us against 35.3) where its plain grid won on all three shapes measured
-# (31.2; 1576x2608x3784 58.0 against 60.9; 3456x1304x2136 NT 34.9 against 43.7).
+# (31.2; 1576x2608x3784 58.0 against 60.9; 3456x1304x2136 NT 34.9 against 43.7). On
+# 12 shapes drawn after the rule where it changes the pick
+# (reports/offtable_offsector_shapes.json, offsector_h200.jsonl) its pick ran faster on
+# every one, 1.002-1.173x, median 1.056x (2288x2656x3912 bf16 71.2 us against 83.0;
+# 1840x2368x3480 fp16, 130 tiles, plain 44.7 against 52.4).
 OFF_SECTOR_PLAIN_WAVE = 0.9
 OFF_SECTOR_TILES = ((128, 256), (256, 128))
 
