@@ -242,7 +242,17 @@ PAIRED = {(128, 256): "b", NARROW_WIDE: "b", (256, 128): "a"}
 # (reports/tiles_h200.jsonl). Off the table, where A's rows are aligned, it won: 1536^2 NT
 # 0.824x against 0.661x, 1000x3000x2400 NT 1.016x against 0.813x, 384x384x24576 NT split
 # 16 1.103x against 0.888x (reports/offtable_h200.json, against the record before it).
-# The search space keeps it either way.
+# The search space keeps it either way. Under a wave of its output tiles
+# (``under_a_wave``) the SMs it covers count for more than A's sectors: there it is
+# scored whatever A's rows, and its pair sharing B (``NARROW_PAIR_TILE``) in NT too,
+# where B's rows are A's length. On 12 such shapes drawn after that rule
+# (reports/offtable_underwave_shapes.json; H200, bench_gemm CUPTI,
+# reports/underwave_h200.jsonl) its pick ran faster than the pick before it on all 12,
+# 1.06-1.28x in kernel time, median 1.19x: in NT the pair against 128x256's pair
+# (1456x1544x1704 bf16 18.4 us against 21.9, 1080x1800x1560 fp16 17.1 against 20.9), in
+# NN the plain tile against 128x256 (1240x2112x1288 bf16 13.7 against 17.3;
+# 1056x1280x3384 split in two 20.2 against 23.0); before it, 1776x1472x4088 bf16 ran
+# 33.3 us in 128x192 against 43.4 in 128x256 (reports/cp_async_h200.jsonl).
 # The L2's sector, in bytes: the unit it serves a load in.
 SECTOR_BYTES = 32
 NARROW_A_ALIGN = SECTOR_BYTES
@@ -652,8 +662,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       that pads them, 128x256 wins wherever it fills the SMs (every large case's winner),
       and smaller tiles win where it leaves SMs idle.
     - 128x192 (``NARROW_WIDE``, row policy, 0.95) is scored alike, but only where A's
-      rows are 32-byte aligned (``narrow_fits``): where it covers the SMs better than
-      128x256 it wins (1536^2 NT: 0.824x torch against 0.661x on the H200).
+      rows are 32-byte aligned (``narrow_fits``) or its output tiles make less than a
+      wave (``under_a_wave``): where it covers the SMs better than 128x256 it wins
+      (1536^2 NT: 0.824x torch against 0.661x on the H200; 1240x2112x1288 bf16, A off a
+      sector: 13.7 us against 17.3).
     - The wave-fitting tiles (``FITTED``: 128 rows by 144-224 columns, 192 rows by 96-192)
       are scored alike on the layouts they were measured on (NN only the widths of whole
       128-byte rows), unsplit and where A's rows are 32-byte aligned: a tile whose output
@@ -674,10 +686,11 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       most that keeps the blocks within one wave and 1024 of K per split (decode16: 32
       tiles of 64x256 took 0.0614 ms, split in two 0.0469, eight ways 0.0478; decode64's
       128 tiles of 64x64 lost 7% split in two, so a grid that half-fills is left whole).
-    - Where B's rows start off a sector (NN), 128x192 in pairs sharing B
-      (``NARROW_PAIR_TILE``, 0.93 of the 128x256 pair's pace per slot) is scored too: it
-      wins where it covers the SMs over 7% better (2000x3000x3000: 0.92x torch against
-      0.77x for stream-K).
+    - Where B's rows start off a sector (NN, and NT under a wave of 128x192 tiles),
+      128x192 in pairs sharing B (``NARROW_PAIR_TILE``, 0.93 of the 128x256 pair's pace
+      per slot) is scored too: it wins where it covers the SMs over 7% better
+      (2000x3000x3000: 0.92x torch against 0.77x for stream-K; 1456x1544x1704 NT bf16:
+      18.4 us against 21.9 for 128x256's pair).
     - Two or three waves of 128x192 tiles, the last 70% full or more, both operands'
       rows on a sector: 128x192's persistent form on the hand-written pipeline
       (``narrow_persistent``), ahead of the scores above (3072x1968x3232: 0.998x torch
@@ -718,7 +731,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         return large
     best_value, best = score(shape, TILES[0], sms)
     for tile in TILES[1:]:
-        if (tile.config.block_m, tile.config.block_n) == NARROW_WIDE and not narrow_fits(shape):
+        if (tile.config.block_m, tile.config.block_n) == NARROW_WIDE and not (
+            narrow_fits(shape) or under_a_wave(shape, sms)
+        ):
             continue
         value, config = score(shape, tile, sms)
         if value > best_value:
@@ -798,14 +813,20 @@ def unpanelled(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     return config
 
 
+def under_a_wave(shape: GemmShape, sms: int) -> bool:
+    """Whether 128x192's output tiles make less than a wave on ``sms`` SMs."""
+    return output_tiles(shape, *NARROW_WIDE) < sms
+
+
 def narrow_pair_score(shape: GemmShape, sms: int) -> float:
     """``score`` of ``NARROW_PAIR_TILE``, unsplit, relative to the other tiles: 128x256's
     pace times ``PAIR_GAIN`` times ``NARROW_PAIR_EFFICIENCY`` per SM slot it covers; 0
-    off NN, where B's rows are on a sector or a load is off TMA's alignment
-    (``pair_fits``), or where its output tiles are few enough to split K."""
+    off NN unless its output tiles are under a wave (``under_a_wave``), where B's rows
+    are on a sector or a load is off TMA's alignment (``pair_fits``), or where its
+    output tiles are few enough to split K."""
     tiles = output_tiles(shape, 128, 192)
     if (
-        shape.layout != "NN"
+        (shape.layout != "NN" and not under_a_wave(shape, sms))
         or not pair_fits(shape)
         or split_for(shape, tiles, sms) > 1
         or not builds(shape, NARROW_PAIR_TILE)

@@ -1201,3 +1201,40 @@ def test_off_sector_square_ran_faster_than_the_rules_without_it():
     assert len(ratios) >= 27
     assert sum(r > 1 for r in ratios) >= len(ratios) - 1
     assert statistics.median(ratios) > 1.05
+
+
+# --- 128x192 under a wave, whatever A's rows -------------------------------------------
+
+
+def test_128x192_is_scored_under_a_wave_where_a_is_off_a_sector():
+    # 1240x2112x1288 bf16: A's rows of 2,576 bytes, 110 tiles of 128x192 on 132 SMs.
+    nn = GemmShape(1240, 2112, 1288, "bfloat16")
+    assert not tuned.narrow_fits(nn) and tuned.under_a_wave(nn, SMS)
+    assert heuristic(nn, SMS).id == "b128x192x64_t256_s4_pr_e"
+    # NT: B's rows are as long, off a sector too; 128x192's pair sharing B.
+    nt = GemmShape(1456, 1544, 1704, "bfloat16", "NT")
+    assert heuristic(nt, SMS) == replace(tuned.NARROW_PAIR_TILE, swizzle=0)
+    # A wave or more keeps 128x192 out where A is off (3000x5120x7000: 4.9 waves).
+    over = GemmShape(3000, 5120, 7000, "bfloat16")
+    assert not tuned.under_a_wave(over, SMS)
+    assert tuned.tile_of_c(heuristic(over, SMS)) != tuned.NARROW_WIDE
+    # On the smaller GPU the same shape is more than a wave: 128x256 stays.
+    assert tuned.tile_of_c(heuristic(nn, 100)) != tuned.NARROW_WIDE
+
+
+def test_128x192_under_a_wave_ran_faster_than_the_rules_without_it(monkeypatch):
+    """Over the recorded sweeps, each shape whose pick ``under_a_wave`` changes, where
+    both picks were timed in one record, ran faster in its pick: 12 shapes drawn after
+    the rule (reports/underwave_h200.jsonl) and 1776x1472x4088 bf16 before it."""
+    times = recorded_times()
+    new = {key: heuristic(GemmShape(*key[1:]), SMS).id for key in times}
+    monkeypatch.setattr(tuned, "under_a_wave", lambda shape, sms: False)
+    ratios = []
+    for key, by_config in times.items():
+        old = heuristic(GemmShape(*key[1:]), SMS).id
+        if new[key] != old and new[key] in by_config and old in by_config:
+            ratios.append(
+                statistics.median(by_config[old]) / statistics.median(by_config[new[key]])
+            )
+    assert len(ratios) >= 13 and all(r > 1 for r in ratios)
+    assert statistics.median(ratios) > 1.15
