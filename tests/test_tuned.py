@@ -1182,22 +1182,29 @@ def test_off_sector_square_takes_stream_k_picks_where_a_is_off_a_sector():
     assert tuned.off_sector_square(off, small, SMS) == small
 
 
-def test_off_sector_square_ran_faster_than_the_rules_without_it():
+def ratios_without(monkeypatch, rule: str, off) -> list[float]:
+    """For each recorded shape whose heuristic pick the rule ``rule`` changes (set to
+    ``off`` to undo it), where both picks were timed in one record: the time of the pick
+    without the rule over the time of the pick with it."""
+    times = recorded_times()
+    new = {key: heuristic(GemmShape(*key[1:]), SMS).id for key in times}
+    monkeypatch.setattr(tuned, rule, off)
+    ratios = []
+    for key, by_config in times.items():
+        old = heuristic(GemmShape(*key[1:]), SMS).id
+        if new[key] != old and new[key] in by_config and old in by_config:
+            ratios.append(
+                statistics.median(by_config[old]) / statistics.median(by_config[new[key]])
+            )
+    return ratios
+
+
+def test_off_sector_square_ran_faster_than_the_rules_without_it(monkeypatch):
     """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
     were timed in one record, ran faster in the rule's pick on all but one (3464x1592x1064
     NT bf16: 31.3 us against 31.1), median 1.08x over 27: 15 shapes it was fitted to and
     12 drawn after it (reports/offsector_h200.jsonl, every one faster, 1.002-1.173x)."""
-    rule, ratios = tuned.off_sector_square, []
-    for key, by_config in recorded_times().items():
-        shape = GemmShape(*key[1:])
-        new = heuristic(shape, SMS).id
-        try:
-            tuned.off_sector_square = lambda shape, config, sms: config
-            old = heuristic(shape, SMS).id
-        finally:
-            tuned.off_sector_square = rule
-        if new != old and new in by_config and old in by_config:
-            ratios.append(statistics.median(by_config[old]) / statistics.median(by_config[new]))
+    ratios = ratios_without(monkeypatch, "off_sector_square", lambda shape, config, sms: config)
     assert len(ratios) >= 27
     assert sum(r > 1 for r in ratios) >= len(ratios) - 1
     assert statistics.median(ratios) > 1.05
@@ -1226,15 +1233,6 @@ def test_128x192_under_a_wave_ran_faster_than_the_rules_without_it(monkeypatch):
     """Over the recorded sweeps, each shape whose pick ``under_a_wave`` changes, where
     both picks were timed in one record, ran faster in its pick: 12 shapes drawn after
     the rule (reports/underwave_h200.jsonl) and 1776x1472x4088 bf16 before it."""
-    times = recorded_times()
-    new = {key: heuristic(GemmShape(*key[1:]), SMS).id for key in times}
-    monkeypatch.setattr(tuned, "under_a_wave", lambda shape, sms: False)
-    ratios = []
-    for key, by_config in times.items():
-        old = heuristic(GemmShape(*key[1:]), SMS).id
-        if new[key] != old and new[key] in by_config and old in by_config:
-            ratios.append(
-                statistics.median(by_config[old]) / statistics.median(by_config[new[key]])
-            )
+    ratios = ratios_without(monkeypatch, "under_a_wave", lambda shape, sms: False)
     assert len(ratios) >= 13 and all(r > 1 for r in ratios)
     assert statistics.median(ratios) > 1.15
