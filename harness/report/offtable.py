@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 VERSION = 1
@@ -204,6 +204,23 @@ def progress_line(index: int, total: int, row: ShapeResult) -> str:
 
 
 COLUMNS = ("shape", "layout", "categories", "config", "source", "speedup", "range", "rel err")
+
+
+def picks_since(record: Record, pick: Callable[[ShapeResult, int], str]) -> dict[str, str]:
+    """Shape id -> the config ``pick(row, sms)`` names now, for each row of ``record``
+    that the heuristic picked where that is no longer the config the record measured: a
+    rule changed since the run. Empty for a first-use record (its configs were tuned, not
+    picked) and for one without its GPU's SM count."""
+    sms = record.meta.get("sm_count")
+    if record.meta.get("first_use") or not isinstance(sms, int) or isinstance(sms, bool):
+        return {}
+    out = {}
+    for row in record.rows:
+        if row.source == "heuristic":
+            now = pick(row, sms)
+            if now != row.config:
+                out[row.shape] = now
+    return out
 
 
 def table_lines(record: Record) -> list[str]:

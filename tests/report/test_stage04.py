@@ -438,3 +438,42 @@ def test_next_experiments_name_the_newest_records_shapes_below_the_floor():
     assert got == "m2500_n1800_k4000_f16 0.80, m2000_n3000_k3000_f16 0.77"
     Tuned.offtable = (record("", (1536, 1536, 1536), 0.2), record("", (1000, 1000, 1000), 0.09))
     assert _offtable_below(Tuned()) is None  # the last undated record has none below
+
+
+def test_an_off_table_record_names_the_shapes_whose_pick_changed_since():
+    """A rule change after the run: the record's section says which shapes the heuristic
+    picks otherwise now and what; rows from the table, first-use records and a record
+    without its SM count are not compared."""
+    from harness.report.offtable import Record, ShapeResult, picks_since
+    from harness.report.stage04.tuned import _offtable_part
+    from kernels.tuned import heuristic
+
+    sms = 132
+    same, moved, tabled = (
+        GemmShape(2048, 2048, 2048),
+        GemmShape(1240, 2112, 1288, "bfloat16"),
+        GemmShape(3000, 2000, 1000),
+    )
+    kw = dict(kernel_ms=(0.2, 0.21), torch_ms=(0.2, 0.2), rel_error=1e-4, correct=True)
+    rows = (
+        ShapeResult.of(same, ("mid",), heuristic(same, sms).id, "heuristic", **kw),
+        ShapeResult.of(moved, ("mid",), "b128x256x64_t256_s3_e", "heuristic", **kw),
+        ShapeResult.of(tabled, ("mid",), "b128x256x64_t256_s3_e", "table", **kw),
+    )
+    now = heuristic(moved, sms).id
+    assert now != "b128x256x64_t256_s3_e"
+    record = Record({"sm_count": sms, "date": "2026-12-03"}, rows)
+    got = picks_since(record, lambda row, n: heuristic(GemmShape(*row_key(row)), n).id)
+    assert got == {moved.id: now}
+    text = _offtable_part(record)
+    assert f"`{moved.id}` now `{now}`" in text and "1 of its shapes" in text
+    assert same.id not in text.split("picks otherwise")[1]
+    for meta in ({"sm_count": sms, "first_use": True}, {}):
+        assert picks_since(Record(meta, rows), lambda row, n: "other") == {}
+        assert "picks otherwise" not in _offtable_part(Record(meta, rows))
+    agreed = Record({"sm_count": sms}, rows[:1])
+    assert "picks otherwise" not in _offtable_part(agreed)
+
+
+def row_key(row):
+    return row.m, row.n, row.k, row.dtype, row.layout

@@ -16,7 +16,7 @@ from harness.report.plots import Bar, Point
 from harness.report.stage04.common import KNOB_CASE, Device, fill, lines, pct, shape_text
 from harness.report.stage04.knobs import knob_effects, limits
 from kernels import GemmShape
-from kernels.tuned import CASES, case_shape
+from kernels.tuned import CASES, case_shape, heuristic
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +163,13 @@ class Tuned:
         return next((r for r in self.rows if r.shape == shape), None)
 
 
+def _heuristic_now(row: offtable.ShapeResult, sms: int) -> str:
+    return heuristic(GemmShape(row.m, row.n, row.k, row.dtype, row.layout), sms).id
+
+
 def _offtable_part(record: offtable.Record) -> str:
     meta = record.meta
+    since = offtable.picks_since(record, _heuristic_now)
     return fill(
         "offtable_part",
         command=meta.get("command", "python3 -m benchmarks.offtable"),
@@ -173,6 +178,8 @@ def _offtable_part(record: offtable.Record) -> str:
         timer=meta.get("timer", "?"),
         first_use=bool(meta.get("first_use")),
         table="\n".join(offtable.table_lines(record)),
+        changed="; ".join(f"`{shape}` now `{config}`" for shape, config in since.items()) or None,
+        changed_count=len(since),
     )
 
 
