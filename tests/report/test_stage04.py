@@ -445,7 +445,7 @@ def test_an_off_table_record_names_the_shapes_whose_pick_changed_since():
     picks otherwise now and what; rows from the table, first-use records and a record
     without its SM count are not compared."""
     from harness.report.offtable import Record, ShapeResult, picks_since
-    from harness.report.stage04.tuned import _offtable_part
+    from harness.report.stage04.tuned import _heuristic_now, _offtable_part
     from kernels.tuned import heuristic
 
     sms = 132
@@ -463,8 +463,7 @@ def test_an_off_table_record_names_the_shapes_whose_pick_changed_since():
     now = heuristic(moved, sms).id
     assert now != "b128x256x64_t256_s3_e"
     record = Record({"sm_count": sms, "date": "2026-12-03"}, rows)
-    got = picks_since(record, lambda row, n: heuristic(GemmShape(*row_key(row)), n).id)
-    assert got == {moved.id: now}
+    assert picks_since(record, _heuristic_now) == {moved.id: now}
     text = _offtable_part(record)
     assert f"`{moved.id}` now `{now}`" in text and "1 of its shapes" in text
     assert same.id not in text.split("picks otherwise")[1]
@@ -473,7 +472,3 @@ def test_an_off_table_record_names_the_shapes_whose_pick_changed_since():
         assert "picks otherwise" not in _offtable_part(Record(meta, rows))
     agreed = Record({"sm_count": sms}, rows[:1])
     assert "picks otherwise" not in _offtable_part(agreed)
-
-
-def row_key(row):
-    return row.m, row.n, row.k, row.dtype, row.layout
