@@ -706,8 +706,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
       in 4 stages (4096^3 fp16: 0.1772 ms against 0.1781 in 3 stages, which ran 0.1804
-      against 0.1850 for TileLang's pipeline); and a plain or paired grid of two waves
-      or fewer runs without panels (``unpanelled``: 25 of 29 such grids measured ran
+      against 0.1850 for TileLang's pipeline); a pair's grid of more than a wave runs
+      in persistent two-block clusters (``clustered_pair``: 3040x1912x2528 fp16 0.994x
+      torch against 0.892x for the plain pair); and a plain or paired grid of two waves
+      or fewer runs without panels (``unpanelled``: 46 of 57 such grids measured ran
       slower in them).
     """
     check_sms(sms)
@@ -750,7 +752,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     if value > best_value:
         best_value, best = value, NARROW_PAIR_TILE
     best = off_sector_square(shape, best, sms)
-    return unpanelled(shape, async_form(shape, best, sms), sms)
+    return unpanelled(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
 
 
 # Where A's rows start off a 32-byte sector (``narrow_fits`` false) the scores above
@@ -789,15 +791,59 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
     return form if builds(shape, form) else config
 
 
+# A pair's grid of more than one wave (``PAIRED_TILE``, ``NARROW_PAIR_TILE``: two-block
+# clusters sharing B, picked where B's rows are off a sector) runs in its persistent form
+# of clusters (``kernels.schedules.Units``: one cluster a pair of tiles per trip), as
+# first-use tuning tries it (``FORMS``' "clusters"): a plain grid's second wave starts
+# each block's pipeline afresh, where a persistent cluster loads its next pair's first K
+# steps under its last pair's write-back. Read off first-use tuning (3168x1560x3648 bf16:
+# 60.8 us against 69.7 for the plain pair). On the H200 (bench_gemm, CUPTI): on twelve NN
+# shapes drawn after it whose pick was a plain pair over 1.3 waves or more of 128x192
+# tiles (reports/offtable_pair_forms_shapes.json, random.Random(20261210);
+# reports/pair_forms_h200.jsonl) the clusters form ran faster on 11, 1.035-1.129x in
+# kernel time (3040x1912x2528 fp16 0.994x torch against 0.892x, 3592x2984x1760 bf16
+# 0.938x against 0.843x), and lost at one wave exactly (2800x1464x1104 fp16, a tile per
+# SM: 0.937x against 0.947x), where a block has no second tile to overlap; on the eleven
+# other recorded shapes whose pick it changes (reports/pair_clusters_h200.jsonl, 1.7-6.1
+# waves, NN and NT) it ran faster on all, 1.007-1.161x (2760x3640x1056 fp16 0.859x
+# against 0.740x, 3000x5000x7000 bf16 0.924x against 0.918x); and on six NT shapes with
+# K off a sector drawn later (random.Random(20261211), reports/b_off_forms_h200.jsonl)
+# faster than the plain pair in panels on all six, 1.03-1.12x (3600x3152x1144 fp16 0.904x
+# against 0.804x). On eight NN shapes of that draw whose pick was not a pair (B's rows off
+# a sector, A's on) the clusters forms lost to the pick (1648x2760x3344 fp16: 0.589x and
+# 0.738x against 0.850x for 128x256 stream-K), so the rule keeps to pairs.
+PAIR_CLUSTERS = {(128, 256): PAIRED_TILE, NARROW_WIDE: NARROW_PAIR_TILE}
+PAIR_CLUSTERS_WAVES = 1
+
+
+def clustered_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """The persistent clusters form (``form_of(..., "clusters")``) of a plain pair grid
+    of ``PAIR_CLUSTERS``' tiles whose output tiles make more than ``PAIR_CLUSTERS_WAVES``
+    waves on ``sms`` SMs; ``config`` elsewhere or where the form does not build."""
+    tile = PAIR_CLUSTERS.get(tile_of_c(config))
+    if (
+        tile is None
+        or config.multicast != tile.multicast
+        or config.persistent
+        or config.stream_k
+        or output_tiles(shape, *tile_of_c(config)) <= PAIR_CLUSTERS_WAVES * sms
+    ):
+        return config
+    form = form_of(tile, "clusters", sms)
+    return form if form is not None and builds(shape, form) else config
+
+
 # Panels (``GemmConfig.swizzle``) order a grid's blocks so that the tiles of one wave
 # share rows of A and columns of B in the L2; a grid of ``FEW_WAVES`` waves or fewer runs
 # its tiles all at once or nearly, and gained nothing from the order. Over the H200's
 # recorded sweeps and first-use candidates (reports/*.jsonl, offtable_*first_use_h200.json)
-# 25 of 29 plain or paired grids of two waves or fewer ran slower in panels than the same
-# config without them in the same record: median 1.022x the latency, up to 1.135x
+# 46 of 57 plain or paired grids of two waves or fewer ran slower in panels than the same
+# config without them in the same record: median 1.017x the latency, up to 1.135x
 # (2288x1368x3248 bf16, 192x128 tiles, one wave); the exceptions ran 0.897x
 # (1776x1472x4088 bf16, 192x128 in 3 stages, panels of 16), 0.932x (1056x1896x2904 NT
-# bf16, 128x192, A's rows off a sector), 0.988x and 0.989x.
+# bf16, 128x192, A's rows off a sector) and 0.97-0.999x. (Before the sweeps of
+# reports/pair_forms_h200.jsonl, pair_clusters_h200.jsonl and b_off_forms_h200.jsonl,
+# where 21 of 28 ran slower in panels: 25 of 29, 1.022x.)
 FEW_WAVES = 2
 
 
