@@ -770,6 +770,12 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
 # (reports/offtable_offsector_shapes.json, offsector_h200.jsonl) its pick ran faster on
 # every one, 1.002-1.173x, median 1.056x (2288x2656x3912 bf16 71.2 us against 83.0;
 # 1840x2368x3480 fp16, 130 tiles, plain 44.7 against 52.4).
+# Against the persistent forms in clusters, on twelve NT shapes drawn later whose pick it
+# is (both operands' rows off a sector, 1.4-2.1 waves of 128x192; random.Random(20261212),
+# reports/nt_off_forms_h200.jsonl), its stream-K pick was the fastest of seven forms or
+# within 8% of it on 11 of 12; 128x192's clusters form led six, by 1.02-1.18x
+# (4080x1352x1368 bf16 0.841x torch against 0.710x), and lost by up to 1.21x on the others
+# (1664x3840x3672 bf16 0.735x against 0.891x), so no rule takes it there.
 OFF_SECTOR_PLAIN_WAVE = 0.9
 OFF_SECTOR_TILES = ((128, 256), (256, 128))
 
