@@ -277,6 +277,14 @@ def narrow_fits(shape: GemmShape) -> bool:
 # it did not gain (2000x6000x3000 fp16 0.944x against 0.959x, 6000x4000x3496 0.952x
 # against 0.966x), nor where both are aligned (6144^3 fp16 0.973x against 0.981x,
 # 4096x11008x4096 bf16 0.983x against 0.998x).
+# What rows off a sector cost is a ceiling on the tiles' loads, not their latency: on
+# 2096x2728 NT fp16 (reports/sector_stages_h200.jsonl) the fastest of seven configs loaded
+# their tiles at 6.3-6.4 TB/s at K=1304 (rows 16 bytes off) against 8.2-9.1 TB/s at
+# K=1312, deeper pipelines (5 and 6 stages) gained nothing, and the smaller the tile the
+# more it lost (128x128 in 6 stages 40.3 us against 28.4; 128x192 in 4, 34.7 against
+# 26.6). Nor does the L2's fetch size move it: every descriptor at 256, 64 or no L2
+# promotion instead of TileLang's 128 bytes ran as fast or slower (an ad-hoc run that
+# rewrote the descriptors, ten configs on seven shapes; 256 bytes up to 1.15x slower).
 PAIRED_TILE = GemmConfig(
     128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True, multicast="b"
 )
