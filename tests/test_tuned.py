@@ -1251,8 +1251,8 @@ def test_128x192_under_a_wave_ran_faster_than_the_rules_without_it(monkeypatch):
 
 def test_pairs_over_a_wave_run_in_persistent_clusters():
     """``clustered_pair``: a plain pair grid (B shared in two-block clusters) of more than
-    a wave takes its persistent clusters form, panels kept; at one wave or under, split,
-    or any other tile, the pick stays."""
+    a wave takes its persistent clusters form, panels kept; at one wave or under, or on
+    any other grid, the pick stays."""
     narrow = heuristic(GemmShape(3040, 1912, 2528), SMS)  # 1.82 waves of 128x192
     assert narrow.id == "b128x192x64_t256_s4_w8_pr_e_p132_a_mb"
     assert narrow == tuned.form_of(tuned.NARROW_PAIR_TILE, "clusters", SMS)
