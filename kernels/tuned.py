@@ -284,7 +284,7 @@ def narrow_fits(shape: GemmShape) -> bool:
 # more it lost (128x128 in 6 stages 40.3 us against 28.4; 128x192 in 4, 34.7 against
 # 26.6). Nor does the L2's fetch size move it: every descriptor at 256, 64 or no L2
 # promotion instead of TileLang's 128 bytes ran as fast or slower (an ad-hoc run that
-# rewrote the descriptors, ten configs on seven shapes; 256 bytes up to 1.15x slower).
+# rewrote the descriptors, ten configs on eight shapes; 256 bytes up to 1.15x slower).
 PAIRED_TILE = GemmConfig(
     128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True, multicast="b"
 )
