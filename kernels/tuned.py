@@ -29,6 +29,7 @@ from kernels.gemm import (
     GemmShape,
     check_combination,
 )
+from kernels.schedules import Units
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
 # The keys of a GPU's entry in the table.
@@ -710,6 +711,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       256x128 tiles, 192x192 takes its place (``off_sector_square``): in stream-K form
       over a wave of its tiles, plain just under one (3648x2336x3608 NT: 110.8 us
       against 124.4 on the H200).
+    - In NT where K's rows are off a sector, 128x192's pair in persistent clusters takes
+      that stream-K's place where its trips fit stream-K's even share within 1.25
+      (``off_sector_pair``: 3496x1568x2200 fp16 0.893x torch against 0.745x).
     - Last, the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
@@ -759,7 +763,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     value = narrow_pair_score(shape, sms)
     if value > best_value:
         best_value, best = value, NARROW_PAIR_TILE
-    best = off_sector_square(shape, best, sms)
+    best = off_sector_pair(shape, off_sector_square(shape, best, sms), sms)
     return unpanelled(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
 
 
@@ -783,7 +787,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
 # reports/nt_off_forms_h200.jsonl), its stream-K pick was the fastest of seven forms or
 # within 8% of it on 11 of 12; 128x192's clusters form led six, by 1.02-1.18x
 # (4080x1352x1368 bf16 0.841x torch against 0.710x), and lost by up to 1.21x on the others
-# (1664x3840x3672 bf16 0.735x against 0.891x), so no rule takes it there.
+# (1664x3840x3672 bf16 0.735x against 0.891x): where its trips fit, it takes the pick
+# (``off_sector_pair``, below).
 OFF_SECTOR_PLAIN_WAVE = 0.9
 OFF_SECTOR_TILES = ((128, 256), (256, 128))
 
@@ -801,6 +806,53 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
     elif tiles >= OFF_SECTOR_PLAIN_WAVE * sms:
         form = _fitted(192, 192)
     else:
+        return config
+    return form if builds(shape, form) else config
+
+
+# Where both operands' rows are off a sector (NT, K*2 bytes 16 past a sector) the loads
+# are what costs (reports/sector_clusters_h200.jsonl, 2096x2728 NT fp16: K=1304 against
+# K=1312, 1.10-1.31x the time in persistent and stream-K grids, 1.03-1.05x in clusters
+# sharing B, which read B's tile from the L2 once per pair). A pair of 128x192 tiles then
+# takes the place of ``off_sector_square``'s 192x192 stream-K where its pairs' trips
+# cost each block little more than stream-K's even share: the most trips a cluster takes,
+# times the tile, at most ``OFF_SECTOR_PAIR_SLACK`` times the 192x192 tiles' area over
+# the SMs. On the H200 (bench_gemm, CUPTI), on twelve NT shapes whose pick was that
+# stream-K (random.Random(20261212), reports/nt_off_forms_h200.jsonl) the pair in
+# persistent clusters ran faster on every shape at 1.00-1.23 of the share (1.02-1.18x:
+# 4080x1352x1368 bf16 0.841x torch against 0.710x) and slower on every one at 1.29 or more
+# (1664x3840x3672 bf16, 1.47: 0.735x against 0.891x); it ran faster on both such shapes
+# of reports/b_off_forms_h200.jsonl too (2216x4000x2664 bf16, 1.05: 0.952x against
+# 0.811x). On twelve shapes drawn after the rule among those it changes
+# (random.Random(20261213), reports/nt_pairs_check_h200.jsonl) it ran faster on all
+# twelve, 1.008-1.199x (3496x1568x2200 fp16 0.893x against 0.745x). 128x256's pairs were
+# never within the slack where this stream-K is picked; NN is unmeasured.
+OFF_SECTOR_PAIR_SLACK = 1.25
+
+
+def pair_trip_share(shape: GemmShape, form: GemmConfig, sms: int) -> float:
+    """The output area one block of a persistent clusters ``form`` covers at most (its
+    cluster's trips times a tile) over 192x192 tiles' whole area shared evenly by ``sms``
+    SMs (what stream-K's 192x192 grid gives each)."""
+    units = Units.of(shape, form).count
+    trips = -(-units // (form.persistent // 2))
+    share = output_tiles(shape, 192, 192) * 192 * 192 / sms
+    return trips * form.block_m * form.block_n / share
+
+
+def off_sector_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """128x192's pair in persistent clusters (``NARROW_PAIR_TILE``) in place of
+    ``off_sector_square``'s stream-K in NT where A's rows are off a sector and the pair's
+    trips are within ``OFF_SECTOR_PAIR_SLACK`` of stream-K's even share; ``config``
+    elsewhere or where the form does not build."""
+    if (
+        shape.layout != "NT"
+        or narrow_fits(shape)
+        or config != replace(LARGE_STREAM_K, stream_k=sms)
+    ):
+        return config
+    form = form_of(NARROW_PAIR_TILE, "clusters", sms)
+    if form is None or pair_trip_share(shape, form, sms) > OFF_SECTOR_PAIR_SLACK:
         return config
     return form if builds(shape, form) else config
 

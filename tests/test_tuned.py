@@ -1212,6 +1212,8 @@ def test_off_sector_square_ran_faster_than_the_rules_without_it(monkeypatch):
     were timed in one record, ran faster in the rule's pick on all but one (3464x1592x1064
     NT bf16: 31.3 us against 31.1), median 1.08x over 27: 15 shapes it was fitted to and
     12 drawn after it (reports/offsector_h200.jsonl, every one faster, 1.002-1.173x)."""
+    # Beneath the pair that takes some of its stream-K picks (``off_sector_pair``).
+    monkeypatch.setattr(tuned, "OFF_SECTOR_PAIR_SLACK", 0)
     ratios = ratios_without(monkeypatch, "off_sector_square", lambda shape, config, sms: config)
     assert len(ratios) >= 27
     assert sum(r > 1 for r in ratios) >= len(ratios) - 1
@@ -1281,5 +1283,60 @@ def test_clustered_pairs_ran_faster_than_the_plain_pairs(monkeypatch):
     of b_off_forms_h200.jsonl)."""
     ratios = ratios_without(monkeypatch, "clustered_pair", lambda shape, config, sms: config)
     assert len(ratios) >= 24
+    assert all(r > 1 for r in ratios)
+    assert statistics.median(ratios) > 1.05
+
+
+# --- both operands off a sector: 128x192's pair in clusters ----------------------------
+
+
+def test_off_sector_pairs_take_the_stream_k_pick_where_their_trips_fit():
+    """``off_sector_pair``: in NT with K's rows off a sector, 128x192's pair in persistent
+    clusters replaces 192x192 stream-K where its trips are within the slack of stream-K's
+    share; elsewhere, in NN, or on a sector, the pick stays."""
+    pair = tuned.form_of(tuned.NARROW_PAIR_TILE, "clusters", SMS)
+    stream_k = replace(tuned.LARGE_STREAM_K, stream_k=SMS)
+    # 4080x1352x1368: 16 pairs of M tiles x 8 columns = 128 units, one trip on 66
+    # clusters (1.00 of the share); 3592x1544x1608: 3 trips (1.54).
+    fits = GemmShape(4080, 1352, 1368, "bfloat16", "NT")
+    assert tuned.pair_trip_share(fits, pair, SMS) == pytest.approx(1.0, abs=0.01)
+    assert heuristic(fits, SMS) == pair
+    wide = GemmShape(3592, 1544, 1608, "float16", "NT")
+    assert tuned.pair_trip_share(wide, pair, SMS) > tuned.OFF_SECTOR_PAIR_SLACK
+    assert heuristic(wide, SMS) == stream_k
+    # NN, K on a sector, or another pick: untouched.
+    for shape in [
+        GemmShape(4080, 1352, 1368, "bfloat16"),
+        GemmShape(4080, 1352, 1376, "bfloat16", "NT"),
+    ]:
+        assert tuned.off_sector_pair(shape, stream_k, SMS) == stream_k, shape
+    assert tuned.off_sector_pair(fits, TILES[0].config, SMS) == TILES[0].config
+
+
+def test_off_sector_pairs_slack_parts_the_sweeps_winners_from_its_losers():
+    """On the sweep the slack was read from (reports/nt_off_forms_h200.jsonl: NT shapes
+    whose pick was 192x192 stream-K), the pair in clusters ran faster than the stream-K
+    pick on every shape within the slack and slower on every shape past it."""
+    pair = tuned.form_of(tuned.NARROW_PAIR_TILE, "clusters", SMS).id
+    stream_k = replace(tuned.LARGE_STREAM_K, stream_k=SMS).id
+    inside, outside = [], []
+    for key, by_config in recorded_times().items():
+        if key[0] != "nt_off_forms_h200.jsonl":
+            continue
+        shape = GemmShape(*key[1:])
+        ratio = statistics.median(by_config[stream_k]) / statistics.median(by_config[pair])
+        share = tuned.pair_trip_share(shape, GemmConfig.from_id(pair), SMS)
+        (inside if share <= tuned.OFF_SECTOR_PAIR_SLACK else outside).append(ratio)
+    assert len(inside) >= 6 and all(r > 1 for r in inside)
+    assert len(outside) >= 6 and all(r < 1 for r in outside)
+
+
+def test_off_sector_pairs_ran_faster_than_the_rules_without_it(monkeypatch):
+    """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
+    were timed in one record, ran faster in the pair: 20 of 20, median 1.081x (the eight
+    of nt_off_forms_h200.jsonl and b_off_forms_h200.jsonl it was read off, and the twelve
+    drawn after it, reports/nt_pairs_check_h200.jsonl, 1.008-1.199x)."""
+    ratios = ratios_without(monkeypatch, "off_sector_pair", lambda shape, config, sms: config)
+    assert len(ratios) >= 20
     assert all(r > 1 for r in ratios)
     assert statistics.median(ratios) > 1.05
