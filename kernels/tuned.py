@@ -832,11 +832,12 @@ OFF_SECTOR_PAIR_SLACK = 1.25
 
 def pair_trip_share(shape: GemmShape, form: GemmConfig, sms: int) -> float:
     """The output area one block of a persistent clusters ``form`` covers at most (its
-    cluster's trips times a tile) over 192x192 tiles' whole area shared evenly by ``sms``
-    SMs (what stream-K's 192x192 grid gives each)."""
+    cluster's trips times a tile) over ``LARGE_STREAM_K``'s tiles' whole area shared
+    evenly by ``sms`` SMs (what that stream-K grid gives each)."""
     units = Units.of(shape, form).count
     trips = -(-units // (form.persistent // 2))
-    share = output_tiles(shape, 192, 192) * 192 * 192 / sms
+    bm, bn = LARGE_STREAM_K.block_m, LARGE_STREAM_K.block_n
+    share = output_tiles(shape, bm, bn) * bm * bn / sms
     return trips * form.block_m * form.block_n / share
 
 
