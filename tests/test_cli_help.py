@@ -45,6 +45,7 @@ COMMANDS = [
     ("-m", "benchmarks.bench_gemm"),
     ("-m", "benchmarks.tune_gemm"),
     ("-m", "benchmarks.offtable"),
+    ("-m", "benchmarks.torch_kernels"),
     ("-m", "benchmarks.validate_space"),
     ("-m", "families.grouped_gemm.cli"),
 ]
