@@ -764,6 +764,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     if value > best_value:
         best_value, best = value, NARROW_PAIR_TILE
     best = off_sector_pair(shape, off_sector_square(shape, best, sms), sms)
+    best = off_sector_nn(shape, best, sms)
     return unpanelled(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
 
 
@@ -856,6 +857,44 @@ def off_sector_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfi
     if form is None or pair_trip_share(shape, form, sms) > OFF_SECTOR_PAIR_SLACK:
         return config
     return form if builds(shape, form) else config
+
+
+# In NN where both operands' rows are off a sector (K and N times 2 bytes 16 past one),
+# 256x128 tiles in stream-K over two-block clusters sharing A's tile (multicast "a",
+# ``kernels.schedules.Units``) take the place of ``off_sector_square``'s 192x192 stream-K.
+# On the H200 (bench_gemm, CUPTI), on sixteen shapes whose pick was that stream-K with
+# B's rows off a sector (random.Random(20261214), reports/sk_pairs_h200.jsonl), the rule
+# was read off the first two of each dtype and layout and checked on the other two. In
+# NN it ran faster on all four it was read from, 1.024-1.181x (1264x4040x1080 fp16 0.793x
+# torch against 0.672x), and on three of the four it was checked on, 1.030-1.115x
+# (2568x1752x1560 fp16 0.783x against 0.702x; 3088x3032x2488 bf16 0.997x); also on
+# 3800x1576x1592 fp16 (reports/sk_clusters_h200.jsonl: 39.4 us against 42.1). On eight
+# NN shapes drawn after the rule among those it changes (random.Random(20261215),
+# reports/nn_clusters_check_h200.jsonl) it ran faster on all eight, 1.039-1.163x, median
+# 1.122x (1264x3896x2472 fp16 0.826x torch against 0.710x); in the off-sector list's
+# record 3800x1576x1592 went from 0.805-0.808x torch (two runs before it) to 0.854x. In
+# NT no clusters form won steadily (1296x3592x1640 bf16: all three 0.78x the pick), and
+# in NN with B's rows on a sector it lost (1392x3344x2344 fp16: 43.6 us against 41.6), so
+# the rule keeps to NN with both off. cuBLAS ran two-block clusters on 11 of the
+# off-sector list's 12 shapes (benchmarks.torch_kernels,
+# reports/torch_kernels_offsector_h200.json).
+OFF_SECTOR_NN_CLUSTERS = GemmConfig(
+    256, 128, 64, 256, 3, smem_epilogue=True, async_mma=True, multicast="a"
+)
+
+
+def off_sector_nn(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``OFF_SECTOR_NN_CLUSTERS`` in stream-K over the most whole two-block clusters that
+    ``sms`` SMs hold, in place of ``off_sector_square``'s stream-K in NN where B's rows
+    are off a sector too; ``config`` elsewhere or where the form does not build."""
+    if (
+        shape.layout != "NN"
+        or row_bytes(shape)["B"] % SECTOR_BYTES == 0
+        or config != replace(LARGE_STREAM_K, stream_k=sms)
+    ):
+        return config
+    form = _replaced(OFF_SECTOR_NN_CLUSTERS, stream_k=sms - sms % 2)
+    return form if form is not None and builds(shape, form) else config
 
 
 # A pair's grid of more than one wave (``PAIRED_TILE``, ``NARROW_PAIR_TILE``: two-block

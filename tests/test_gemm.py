@@ -1207,14 +1207,16 @@ def test_two_block_clusters_match_float64_reference_tile_by_tile(shape, config):
 # trips on 6, stream-K's shares of pairs added in, the C tile staged whole, in halves
 # or written from registers; and 128x256's pairs over every SM, as the heuristic picks
 # them where B's rows are off a sector (``kernels.tuned.clustered_pair``: 2184 columns,
-# 23 M tiles, K = 19 x 64 + 16).
+# 23 M tiles, K = 19 x 64 + 16); and 256x128's stream-K pairs sharing A as the heuristic
+# picks them in NN with both operands' rows off a sector (``kernels.tuned.off_sector_nn``:
+# 2568x1752x1560, 14 N tiles paired, K = 24 x 64 + 24).
 CLUSTERED_PERSISTENT_CASES = cases_of(
     {
         "b128x192x64_t256_s4_w8_pr_e_p132_a_mb": [(2096, 2728, 1304)],
         "b128x256x64_t256_s4_w16_e_p6_a_mb": [(1152, 1408, 1024)],
         "b128x256x64_t256_s4_w16_e_p132_a_mb": [(2912, 2184, 1232)],
         "b192x192x64_t384_s3_w8_pr_e_sk132_a_mb": [(2096, 2728, 1304)],
-        "b256x128x64_t256_s3_e_sk132_a_ma": [(3168, 1560, 3648)],
+        "b256x128x64_t256_s3_e_sk132_a_ma": [(3168, 1560, 3648), (2568, 1752, 1560)],
         "b128x128x64_t128_s4_p6_a_ma": [(1152, 1408, 1024)],
     }
 )

@@ -1313,6 +1313,41 @@ def test_off_sector_pairs_take_the_stream_k_pick_where_their_trips_fit():
     assert tuned.off_sector_pair(fits, TILES[0].config, SMS) == TILES[0].config
 
 
+def test_off_sector_nn_takes_the_stream_k_pick_in_clusters_where_b_is_off_too():
+    """``off_sector_nn``: in NN with both operands' rows off a sector, 256x128 in stream-K
+    over two-block clusters sharing A replaces 192x192 stream-K; with B's rows on a
+    sector, in NT, or for another pick, the pick stays."""
+    stream_k = replace(tuned.LARGE_STREAM_K, stream_k=SMS)
+    form = replace(tuned.OFF_SECTOR_NN_CLUSTERS, stream_k=SMS)
+    # 2568x1752x1560: rows of A 3120 bytes, of B 3504 (both 16 past a sector).
+    both_off = GemmShape(2568, 1752, 1560, "float16")
+    assert heuristic(both_off, SMS) == form
+    assert form.id == "b256x128x64_t256_s3_e_sk132_a_ma"
+    # An odd SM count: the most whole clusters it holds.
+    assert tuned.off_sector_nn(both_off, replace(stream_k, stream_k=133), 133) == replace(
+        form, stream_k=132
+    )
+    for shape in [
+        GemmShape(2568, 1760, 1560, "float16"),  # B's rows 3520 bytes: on a sector
+        GemmShape(2568, 1752, 1560, "float16", "NT"),
+    ]:
+        assert tuned.off_sector_nn(shape, stream_k, SMS) == stream_k, shape
+    assert tuned.off_sector_nn(both_off, TILES[0].config, SMS) == TILES[0].config
+
+
+def test_off_sector_nn_ran_faster_than_the_rules_without_it(monkeypatch):
+    """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
+    were timed in one record, ran faster in the clusters on all but one (3088x3032x2488
+    bf16, 0.997x), median 1.11x over 17: the four it was read off and the four it was
+    checked on (reports/sk_pairs_h200.jsonl), 3800x1576x1592 fp16
+    (reports/sk_clusters_h200.jsonl), and eight drawn after it
+    (reports/nn_clusters_check_h200.jsonl, 1.039-1.163x)."""
+    ratios = ratios_without(monkeypatch, "off_sector_nn", lambda shape, config, sms: config)
+    assert len(ratios) >= 17
+    assert sum(r > 1 for r in ratios) >= len(ratios) - 1
+    assert statistics.median(ratios) > 1.05
+
+
 def test_off_sector_pairs_slack_parts_the_sweeps_winners_from_its_losers():
     """On the sweep the slack was read from (reports/nt_off_forms_h200.jsonl: NT shapes
     whose pick was 192x192 stream-K), the pair in clusters ran faster than the stream-K
