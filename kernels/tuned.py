@@ -789,7 +789,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
 # within 8% of it on 11 of 12; 128x192's clusters form led six, by 1.02-1.18x
 # (4080x1352x1368 bf16 0.841x torch against 0.710x), and lost by up to 1.21x on the others
 # (1664x3840x3672 bf16 0.735x against 0.891x): where its trips fit, it takes the pick
-# (``off_sector_pair``, below).
+# (``off_sector_pair``, below). A fresh draw found a loss too: 1648x3520x2024 fp16 (B's
+# rows on a sector; reports/random2_forms_h200.jsonl), 44.0 us against 40.6 for 128x256
+# stream-K, so over the records it ran faster on 29 of 31 shapes it changes.
 OFF_SECTOR_PLAIN_WAVE = 0.9
 OFF_SECTOR_TILES = ((128, 256), (256, 128))
 

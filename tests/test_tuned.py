@@ -1209,14 +1209,18 @@ def ratios_without(monkeypatch, rule: str, off) -> list[float]:
 
 def test_off_sector_square_ran_faster_than_the_rules_without_it(monkeypatch):
     """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
-    were timed in one record, ran faster in the rule's pick on all but one (3464x1592x1064
-    NT bf16: 31.3 us against 31.1), median 1.08x over 27: 15 shapes it was fitted to and
-    12 drawn after it (reports/offsector_h200.jsonl, every one faster, 1.002-1.173x)."""
-    # Beneath the pair that takes some of its stream-K picks (``off_sector_pair``).
+    were timed in one record, ran faster in the rule's pick on all but two, median 1.08x
+    over 31: 15 shapes it was fitted to, 12 drawn after it (reports/offsector_h200.jsonl,
+    every one faster, 1.002-1.173x) and four of later sweeps. The two: 3464x1592x1064 NT
+    bf16 (31.3 us against 31.1) and 1648x3520x2024 fp16 (reports/random2_forms_h200.jsonl,
+    B's rows on a sector: 44.0 us against 40.6 for 128x256 stream-K)."""
+    # Beneath the pair and the NN clusters that take some of its stream-K picks
+    # (``off_sector_pair``, ``off_sector_nn``).
     monkeypatch.setattr(tuned, "OFF_SECTOR_PAIR_SLACK", 0)
+    monkeypatch.setattr(tuned, "off_sector_nn", lambda shape, config, sms: config)
     ratios = ratios_without(monkeypatch, "off_sector_square", lambda shape, config, sms: config)
-    assert len(ratios) >= 27
-    assert sum(r > 1 for r in ratios) >= len(ratios) - 1
+    assert len(ratios) >= 31
+    assert sum(r > 1 for r in ratios) >= len(ratios) - 2
     assert statistics.median(ratios) > 1.05
 
 
