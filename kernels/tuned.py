@@ -765,7 +765,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         best_value, best = value, NARROW_PAIR_TILE
     best = off_sector_pair(shape, off_sector_square(shape, best, sms), sms)
     best = off_sector_nn(shape, best, sms)
-    return unpanelled(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
+    best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
+    return unpanelled(shape, best, sms)
 
 
 # Where A's rows start off a 32-byte sector (``narrow_fits`` false) the scores above
@@ -837,8 +838,7 @@ def pair_trip_share(shape: GemmShape, form: GemmConfig, sms: int) -> float:
     """The output area one block of a persistent clusters ``form`` covers at most (its
     cluster's trips times a tile) over ``LARGE_STREAM_K``'s tiles' whole area shared
     evenly by ``sms`` SMs (what that stream-K grid gives each)."""
-    units = Units.of(shape, form).count
-    trips = -(-units // (form.persistent // 2))
+    _, trips = pair_trips(shape, form)
     bm, bn = LARGE_STREAM_K.block_m, LARGE_STREAM_K.block_n
     share = output_tiles(shape, bm, bn) * bm * bn / sms
     return trips * form.block_m * form.block_n / share
@@ -938,6 +938,43 @@ def clustered_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig
     ):
         return config
     form = form_of(tile, "clusters", sms)
+    return form if form is not None and builds(shape, form) else config
+
+
+# A pair's persistent clusters form whose last trip leaves most clusters idle (its pairs
+# over the clusters just past a whole number of trips) runs as stream-K over the same
+# clusters instead (kernels.schedules.Units: the pairs of the whole trips data-parallel,
+# the K steps of the rest shared out). Over the H200's records (bench_gemm, CUPTI), where
+# both forms of a pair tile of ``PAIR_CLUSTERS`` ran in one record at two trips or more,
+# the stream-K form ran faster on all 20 whose trips were under ``PAIR_TRIP_FILL`` full,
+# 1.064-1.407x (1560x3480x2408 fp16, 133 pairs of 128x192 on 66 clusters, three trips
+# 0.67 full: 54.8 us against 65.9, reports/random2_forms_h200.jsonl; 1128x3624x3688 NT
+# bf16 in 128x256 pairs, 0.57 full: 57.9 against 81.5), and on none of the seven 0.80
+# full or more (2232x3384x2048 NT bf16 in 128x256 pairs, 0.95 full: 53.8 us against
+# 46.6; 3168x1560x3648 bf16 in 128x192 pairs, 0.89 full: 63.9 against 61.3); between,
+# 2096x2728x1304 NT fp16 in 128x256 pairs, 0.75 full, ran 0.96x in stream-K in both
+# records that have it, and 3800x1576x1592 fp16, 0.80 full, level.
+PAIR_TRIP_FILL = 0.75
+
+
+def pair_trips(shape: GemmShape, form: GemmConfig) -> tuple[int, int]:
+    """The pairs of a clusters ``form`` (persistent, two-block clusters) and the trips its
+    clusters take over them: the most pairs one cluster runs."""
+    units = Units.of(shape, form).count
+    return units, -(-units // (form.persistent // 2))
+
+
+def streamed_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """The stream-K form of a pair's persistent clusters ``config`` (a ``PAIR_CLUSTERS``
+    tile over ``sms``' whole clusters) whose trips are under ``PAIR_TRIP_FILL`` full;
+    ``config`` elsewhere or where the form does not build."""
+    tile = PAIR_CLUSTERS.get(tile_of_c(config))
+    if tile is None or config != form_of(replace(tile, swizzle=config.swizzle), "clusters", sms):
+        return config
+    units, trips = pair_trips(shape, config)
+    if units / (trips * (config.persistent // 2)) >= PAIR_TRIP_FILL:
+        return config
+    form = _replaced(config, persistent=0, stream_k=config.persistent)
     return form if form is not None and builds(shape, form) else config
 
 

@@ -1209,7 +1209,9 @@ def test_two_block_clusters_match_float64_reference_tile_by_tile(shape, config):
 # them where B's rows are off a sector (``kernels.tuned.clustered_pair``: 2184 columns,
 # 23 M tiles, K = 19 x 64 + 16); and 256x128's stream-K pairs sharing A as the heuristic
 # picks them in NN with both operands' rows off a sector (``kernels.tuned.off_sector_nn``:
-# 2568x1752x1560, 14 N tiles paired, K = 24 x 64 + 24).
+# 2568x1752x1560, 14 N tiles paired, K = 24 x 64 + 24); and the pairs' stream-K forms
+# that ``kernels.tuned.streamed_pair`` picks where their last trip is mostly idle
+# (1560x3480x2408: 13 M tiles, the last pair's second block past C; 2168x3704x2640).
 CLUSTERED_PERSISTENT_CASES = cases_of(
     {
         "b128x192x64_t256_s4_w8_pr_e_p132_a_mb": [(2096, 2728, 1304)],
@@ -1217,6 +1219,8 @@ CLUSTERED_PERSISTENT_CASES = cases_of(
         "b128x256x64_t256_s4_w16_e_p132_a_mb": [(2912, 2184, 1232)],
         "b192x192x64_t384_s3_w8_pr_e_sk132_a_mb": [(2096, 2728, 1304)],
         "b256x128x64_t256_s3_e_sk132_a_ma": [(3168, 1560, 3648), (2568, 1752, 1560)],
+        "b128x192x64_t256_s4_w8_pr_e_sk132_a_mb": [(1560, 3480, 2408)],
+        "b128x256x64_t256_s4_w16_e_sk132_a_mb": [(2168, 3704, 2640)],
         "b128x128x64_t128_s4_p6_a_ma": [(1152, 1408, 1024)],
     }
 )

@@ -1285,10 +1285,64 @@ def test_clustered_pairs_ran_faster_than_the_plain_pairs(monkeypatch):
     in kernel time (the twelve shapes drawn for it, reports/pair_forms_h200.jsonl, but
     the one-wave shape it leaves alone; the eleven others, pair_clusters_h200.jsonl; two
     of b_off_forms_h200.jsonl)."""
+    # Beneath the stream-K form that takes the clusters whose last trip is mostly idle.
+    monkeypatch.setattr(tuned, "streamed_pair", lambda shape, config, sms: config)
     ratios = ratios_without(monkeypatch, "clustered_pair", lambda shape, config, sms: config)
     assert len(ratios) >= 24
     assert all(r > 1 for r in ratios)
     assert statistics.median(ratios) > 1.05
+
+
+def test_pairs_whose_last_trip_is_mostly_idle_run_stream_k():
+    """``streamed_pair``: a pair's persistent clusters form whose trips are under
+    ``PAIR_TRIP_FILL`` full takes its stream-K form over the same clusters; a fuller one,
+    another grid, or another tile stays."""
+    # 1560x3480x2408 fp16: 13 M tiles of 128 make 7 pairs, x 19 columns of 192 = 133 pairs
+    # on 66 clusters: 3 trips, 0.67 full.
+    sparse = GemmShape(1560, 3480, 2408, "float16")
+    clusters = tuned._replaced(tuned.form_of(tuned.NARROW_PAIR_TILE, "clusters", SMS), swizzle=8)
+    assert tuned.pair_trips(sparse, clusters) == (133, 3)
+    streamed = tuned.streamed_pair(sparse, clusters, SMS)
+    assert streamed == replace(clusters, persistent=0, stream_k=SMS)
+    assert streamed.id == "b128x192x64_t256_s4_w8_pr_e_sk132_a_mb"
+    assert heuristic(sparse, SMS) == streamed
+    # 3168x1560x3648 bf16: 13 pairs x 9 columns = 117 pairs, 2 trips 0.89 full.
+    full = GemmShape(3168, 1560, 3648, "bfloat16")
+    assert tuned.pair_trips(full, clusters) == (117, 2)
+    assert tuned.streamed_pair(full, clusters, SMS) == clusters
+    # Not a pair's clusters form: the plain pair, a persistent grid without clusters.
+    for config in (tuned.NARROW_PAIR_TILE, replace(clusters, multicast="")):
+        assert tuned.streamed_pair(sparse, config, SMS) == config
+
+
+def test_stream_k_pairs_beat_the_clusters_whose_trips_are_part_empty():
+    """Over the recorded sweeps, where both forms of a pair tile ran in one record at two
+    trips or more: stream-K ran faster on every shape whose trips were under
+    ``PAIR_TRIP_FILL`` full (20 of 20, 1.064-1.407x) and on none of those 0.80 full or
+    more (7)."""
+    sparse, full = [], []
+    for key, by_config in recorded_times().items():
+        shape = GemmShape(*key[1:])
+        for config_id in by_config:
+            config = GemmConfig.from_id(config_id)
+            if (
+                (config.block_m, config.block_n) not in tuned.PAIR_CLUSTERS
+                or config.persistent != SMS
+                or not config.multicast
+            ):
+                continue
+            stream_k = replace(config, persistent=0, stream_k=SMS).id
+            units, trips = tuned.pair_trips(shape, config)
+            if stream_k not in by_config or trips < 2:
+                continue
+            ratio = statistics.median(by_config[config_id]) / statistics.median(by_config[stream_k])
+            fill = units / (trips * SMS // 2)
+            if fill < tuned.PAIR_TRIP_FILL:
+                sparse.append(ratio)
+            elif fill >= 0.8:
+                full.append(ratio)
+    assert len(sparse) >= 20 and all(r > 1.05 for r in sparse)
+    assert len(full) >= 7 and not any(r > 1 for r in full)
 
 
 # --- both operands off a sector: 128x192's pair in clusters ----------------------------
