@@ -11,7 +11,8 @@ L2 flush, recorded by CUPTI through ``torch.profiler`` (``harness.measure.kernel
 every kernel a launch ran, its mean duration, and what its name says of the schedule where
 it is one of cuBLAS's ``nvjet`` kernels (tile, K step and stages, cluster, the rest).
 
-Exit status: 0 done; 2 bad input; 3 no GPU; 130 interrupted (what finished is written).
+Exit status: 0 done; 2 bad input, or CUPTI recorded nothing (what finished is written);
+3 no GPU; 130 interrupted (what finished is written).
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.cli import EXIT_INTERRUPTED, EXIT_NO_GPU, output_file, positive_int
+from harness.cli import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_NO_GPU,
+    output_file,
+    positive_int,
+)
 from kernels import GemmShape
 
 PROG = "python3 -m benchmarks.torch_kernels"
@@ -131,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes = load_shapes(args.shapes)
     except ValueError as err:
         print(f"{PROG}: error: --shapes: {err}", file=sys.stderr)
-        return 2
+        return EXIT_FAILURE
 
     import torch
 
@@ -139,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: no CUDA device: cuBLAS's kernels need one", file=sys.stderr)
         return EXIT_NO_GPU
     from harness.measure import device
+    from harness.measure.kernel_timer import CuptiUnavailable
 
     spec = device.DeviceSpec.read()
     rows, status = [], 0
@@ -155,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             )
     except KeyboardInterrupt:
         status = EXIT_INTERRUPTED
+    except (CuptiUnavailable, ValueError) as err:  # no records, or only the flushes
+        print(f"{PROG}: error: {entry.shape.id}: {err}", file=sys.stderr)
+        status = EXIT_FAILURE
     if args.json:
         meta = {
             "gpu": spec.name,

@@ -79,3 +79,43 @@ def test_without_a_gpu_it_says_so(tmp_path, capsys, monkeypatch):
     shapes.write_text(json.dumps({"shapes": [entry]}))
     assert torch_kernels.main(["--shapes", str(shapes)]) == 3
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_where_cupti_records_nothing_it_says_so_and_keeps_what_finished(
+    tmp_path, capsys, monkeypatch
+):
+    import torch
+
+    from harness.measure import device, kernel_timer
+
+    class Spec:
+        name = "a GPU"
+
+        def record(self):
+            return {"sm_count": 132}
+
+    entries = [
+        dict(m=1536, n=1200, k=1736, dtype="bfloat16", layout="NT", categories=["mid"]),
+        dict(m=2096, n=2728, k=1304, dtype="float16", layout="NT", categories=["mid"]),
+    ]
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps({"shapes": entries}))
+    first = torch_kernels.KernelSeen("nvjet_sm90_tst_112x128_64x7_1x2_h_bz_TNN", 3, 15.4, None)
+
+    def observe(shape, repeat, seed):
+        if shape.m == 2096:
+            raise kernel_timer.CuptiUnavailable("torch.profiler recorded no CUDA kernels")
+        return [first]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(device.DeviceSpec, "read", classmethod(lambda cls, index=0: Spec()))
+    monkeypatch.setattr(device, "versions", lambda: {})
+    monkeypatch.setattr(torch_kernels, "observe", observe)
+    out = tmp_path / "kernels.json"
+    assert torch_kernels.main(["--shapes", str(shapes), "--json", str(out)]) == 2
+    assert "m2096_n2728_k1304_f16_nt: torch.profiler recorded no CUDA kernels" in (
+        capsys.readouterr().err
+    )
+    record = json.loads(out.read_text())
+    assert [r["shape"] for r in record["shapes"]] == ["m1536_n1200_k1736_bf16_nt"]
+    assert record["shapes"][0]["kernels"][0]["name"] == first.name
