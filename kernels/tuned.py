@@ -953,7 +953,11 @@ def clustered_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig
 # full or more (2232x3384x2048 NT bf16 in 128x256 pairs, 0.95 full: 53.8 us against
 # 46.6; 3168x1560x3648 bf16 in 128x192 pairs, 0.89 full: 63.9 against 61.3); between,
 # 2096x2728x1304 NT fp16 in 128x256 pairs, 0.75 full, ran 0.96x in stream-K in both
-# records that have it, and 3800x1576x1592 fp16, 0.80 full, level.
+# records that have it, and 3800x1576x1592 fp16, 0.80 full, level. Checked on eight
+# shapes drawn after the rule among those it changes (Random(20261217),
+# reports/pair_trips_check_h200.jsonl): stream-K faster on all eight, 1.204-1.331x
+# (2056x3840x3576 NT bf16 in 128x256 pairs, 0.68 full: 0.874x torch against 0.657x;
+# 3608x1544x3800 fp16 in 128x192 pairs, 0.68 full: 0.974x against 0.753x).
 PAIR_TRIP_FILL = 0.75
 
 
