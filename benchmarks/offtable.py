@@ -68,6 +68,7 @@ from harness.cli import (
 from harness.measure import device, first_use
 from harness.report.offtable import Record, ShapeResult, progress_line, render_markdown, summarise
 from kernels import DTYPES, GemmConfig, GemmShape
+from kernels.schedules import grid_blocks
 from kernels.tuned import CASES, case_shape, lookup, pick_config
 
 PROG = "python3 -m benchmarks.offtable"
@@ -214,19 +215,12 @@ def list_lines(
             config, source = pick.config, pick.source
         else:
             config, source = pick_config(s.shape, gpu, sms), source_of(s.shape, gpu)
-        blocks = blocks_of(s.shape, config)
+        blocks = grid_blocks(s.shape, config)
         lines.append(
             f"{s.shape.id:<26} {','.join(s.categories):<22} {config.id:<30} {source:<15} "
             f"{blocks} blocks ({blocks / sms:.2f} waves)"
         )
     return lines
-
-
-def blocks_of(shape: GemmShape, config: GemmConfig) -> int:
-    if config.persistent:
-        return config.persistent
-    tiles = -(-shape.m // config.block_m) * -(-shape.n // config.block_n)
-    return tiles * config.split_k
 
 
 def source_of(shape: GemmShape, gpu: str | None) -> str:

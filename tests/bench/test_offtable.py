@@ -82,6 +82,26 @@ def test_list_prints_each_shape_with_the_config_pick_config_chooses():
     assert few != out.stdout
 
 
+def test_list_counts_the_blocks_a_launch_runs_under_every_schedule():
+    """A stream-K pick launches one block per SM, not one per tile; a pair of blocks in
+    a cluster rounds an odd tile count up; split-K multiplies the tiles."""
+    sk = GemmShape(7280, 6280, 3904, "bfloat16", "NT")  # 1,254 tiles of 192x192
+    pair = GemmShape(1312, 2792, 1832, "bfloat16", "NT")  # 11 x 11 tiles of 128x256
+    split = GemmShape(80, 640, 15824, "float16", "NT")
+    entries = [offtable.OffTableShape(s, ("mid",)) for s in (sk, pair, split)]
+    by_id = {line.split()[0]: line for line in offtable.list_lines(entries, None, SMS)[1:]}
+    stream_k = heuristic(sk, SMS)
+    assert stream_k.stream_k == SMS
+    assert f"{SMS} blocks (1.00 waves)" in by_id[sk.id]
+    paired = heuristic(pair, SMS)
+    assert paired.multicast == "b" and not (paired.persistent or paired.stream_k)
+    assert f"{12 * 11} blocks" in by_id[pair.id]
+    k_split = heuristic(split, SMS)
+    assert k_split.split_k > 1
+    tiles = -(-split.m // k_split.block_m) * -(-split.n // k_split.block_n)
+    assert f"{tiles * k_split.split_k} blocks" in by_id[split.id]
+
+
 # On a GPU machine the command measures instead; its no-GPU path is what is tested here.
 @pytest.mark.skipif(NO_GPU is None, reason="a GPU is visible: the command would measure")
 def test_without_a_gpu_it_says_so_and_exits_3():
