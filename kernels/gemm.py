@@ -404,7 +404,7 @@ class GemmConfig:
                 f"GemmConfig.accum_dtype={self.accum_dtype!r}: must be one of {list(ACCUM_DTYPES)}"
             )
         per_thread = self.block_m * self.block_n // self.tile_threads
-        cap = PINGPONG_MAX_ACCUM if self.pingpong else MAX_ACCUM_PER_THREAD
+        cap = PINGPONG_MAX_ACCUM if self.holds_large_tile else MAX_ACCUM_PER_THREAD
         if per_thread > cap:
             raise ValueError(
                 f"GemmConfig.threads={self.threads}: block_m*block_n/{self.tile_threads} = "
@@ -507,6 +507,21 @@ class GemmConfig:
             swap_ab=bool(swap),
             pingpong=bool(pp),
             cp_async=bool(cp),
+        )
+
+    @property
+    def holds_large_tile(self) -> bool:
+        """Whether a consumer thread may hold up to ``PINGPONG_MAX_ACCUM`` accumulators:
+        under ping-pong, and on the hand-written pipeline's persistent and stream-K forms
+        with two consumer warpgroups, whose consumers take 240 registers (``setmaxnreg``)
+        and write their tiles back inside their own branch. Elsewhere the write-back runs
+        at the block's even share of the register file, where a larger fragment spills
+        (sm_90a, 192x192x64 over two warpgroups in pairs, plain grid: 768 bytes; none in
+        its persistent and stream-K forms)."""
+        return self.pingpong or (
+            self.async_mma
+            and self.threads == 2 * WARPGROUP
+            and bool(self.persistent or self.stream_k)
         )
 
     @property

@@ -85,6 +85,15 @@ workers: each takes a pair of tiles per trip (``kernels.schedules.Units``), its 
 blocks one tile each, so both walk the same trips and K steps in step; on the H200 that
 ran 2232x3384x2048 NT bf16 in 128x256 tiles at 0.936x torch against 0.848x for the
 unclustered grids beside it (reports/clusters_h200.jsonl), and lost on other shapes.
+
+With two consumer warpgroups the persistent and stream-K forms may hold up to
+``PINGPONG_MAX_ACCUM`` accumulators a thread (``GemmConfig.holds_large_tile``): the
+consumers take 240 registers and write their tiles back inside their branch, so 192x192
+over 256 consumers (144 each, as cuBLAS runs its large shapes) builds without spills. On
+the H200 (bench_gemm, CUPTI, reports/large_pairs_h200.jsonl, nine shapes where the
+heuristic picks 192x192 stream-K over three warpgroups on TileLang's pipeline) it ran
+behind that pick: in stream-K pairs faster on two (6288x8440x5192 NT fp16 1.050x), median
+0.984x; in stream-K alone median 0.982x; persistent 0.913x; so no search space has it yet.
 """
 
 from kernels.gemm import (

@@ -531,6 +531,40 @@ def test_pingpong_rules_name_the_field():
             GemmConfig.from_id(bad)
 
 
+LARGE_TILE_CODEGEN = [
+    (GemmShape(2096, 2728, 1304, "float16", "NT"), "b192x192x64_t256_s3_w8_e_sk132_a"),
+    (GemmShape(6288, 8440, 5192, "bfloat16"), "b192x192x64_t256_s3_w8_e_p132_a_mb"),
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("shape, config_id", LARGE_TILE_CODEGEN, ids=lambda v: getattr(v, "id", v))
+def test_sm90a_codegen_of_large_tiles_over_two_warpgroups(shape, config_id):
+    """192x192 over two consumer warpgroups: 144 accumulators a thread, held in the 240
+    registers the consumers take, and no spills (the write-back is inside their branch)."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id(config_id)
+    assert config.holds_large_tile
+    assert config.block_m * config.block_n // config.threads == 144
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    assert kernel.source.count("warpgroup_reg_alloc<240>") == 1
+    assert sm90a_resources(kernel).spill_bytes == 0
+
+
+def test_large_tiles_only_where_the_consumers_write_back_in_their_branch():
+    assert GemmConfig.from_id("b192x192x64_t256_s3_w8_e_sk132_a").holds_large_tile
+    assert GemmConfig.from_id("b128x192x64_t256_s5_p132_a_pp").holds_large_tile
+    assert not GemmConfig.from_id("b128x256x64_t256_s4_e_a_mb").holds_large_tile  # plain grid
+    for bad in (
+        "b192x192x64_t256_s3_e_a_mb",  # a plain grid: written back after the branches
+        "b192x192x64_t256_s3_e_p132",  # TileLang's own pipeline
+        "b256x256x64_t256_s2_e_p132_a",  # 256 accumulators a thread
+    ):
+        with pytest.raises(ValueError, match=r"GemmConfig\.threads=256: .* must be <= "):
+            GemmConfig.from_id(bad)
+
+
 MULTICAST_CODEGEN = [
     (GemmShape(4096, 4096, 4096, "float16"), "b128x256x64_t256_s4_w16_e_a_mb"),
     (GemmShape(3000, 5000, 7000, "bfloat16"), "b128x256x64_t256_s4_w8_a_mb"),  # 24 x 20
@@ -1231,6 +1265,26 @@ def test_clustered_persistent_grids_match_float64_tile_by_tile(shape, config):
     """A cluster whose blocks take different units, or a pair's tile mapped to the wrong
     rows, spoils whole tiles (or hangs on the partner's releases)."""
     check_tile_by_tile(shape, config, seeds=(33, 34))
+
+
+# Two consumer warpgroups holding 144 accumulators a thread (192x192 over 256 consumers,
+# ``GemmConfig.holds_large_tile``), written back from inside their branch: the stream-K
+# form (shares added in) and the persistent form in pairs, partial edge tiles along both
+# axes and K (2096 = 10 x 192 + 176 rows, 2728 = 14 x 192 + 40 columns, 1304 = 20 x 64 +
+# 24).
+LARGE_TILE_CASES = cases_of(
+    {
+        "b192x192x64_t256_s3_w8_e_sk132_a": [(2096, 2728, 1304)],
+        "b192x192x64_t256_s3_w8_e_p132_a_mb": [(2096, 2728, 1304)],
+    }
+)
+
+
+@gpu_cases(LARGE_TILE_CASES)
+def test_large_tiles_over_two_warpgroups_match_float64_tile_by_tile(shape, config):
+    """A fragment that spilled or a write-back at the wrong register count would show as
+    wrong tiles (or a hang)."""
+    check_tile_by_tile(shape, config, seeds=(35, 36))
 
 
 # Loads by cp.async (``GemmConfig.cp_async``): rows of both operands off a 32-byte sector
