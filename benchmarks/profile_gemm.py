@@ -27,9 +27,10 @@ kernels come last in a range of their own. Per launch the table shows:
 - the three largest causes of warp stalls (warps stalled per issued instruction).
 
 ``--csv`` keeps ncu's raw page (and a ``.meta.json`` beside it: GPU, date, command, the
-checks), which ``--replay`` renders again without a GPU. Exit status: 0 done; 2 bad
-input, or ncu failed; 3 no GPU or no ncu; 4 a kernel's result was wrong (it is still
-profiled); 130 interrupted.
+checks), which ``--replay`` renders again without a GPU; ncu writes it as it goes, so an
+interrupted run keeps what it profiled. Exit status: 0 done; 2 bad input, or ncu failed;
+3 no GPU or no ncu; 4 a kernel's result was wrong (it is still profiled); 5 a config
+failed to build or launch (the rest are profiled); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import csv
 import datetime as dt
 import io
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cli import (
+    EXIT_FAILED,
     EXIT_FAILURE,
     EXIT_INCORRECT,
     EXIT_INTERRUPTED,
@@ -87,6 +88,8 @@ METRICS = {
     "cluster": "launch__cluster_size",
     "registers": "launch__registers_per_thread",
 }
+# A check's outcome, as the record keeps it.
+OK, WRONG, FAILED = "ok", "wrong", "failed"
 NS_PER = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6}
 
 
@@ -351,7 +354,9 @@ def range_name(shape: GemmShape, what: str) -> str:
 
 def run_child(shapes: list[GemmShape], configs: list[GemmConfig] | None, meta_path: Path) -> int:
     """Under ncu: build, check and launch each (shape, config) once in its range, then
-    torch.matmul; the checks go to ``meta_path``. 4 where a result was wrong."""
+    torch.matmul. Each check goes to ``meta_path`` as it is made (a config that fails to
+    build or run is one, and the rest go on). 4 where a result was wrong, else 5 where a
+    config failed."""
     import torch
 
     from harness.measure import device
@@ -360,18 +365,25 @@ def run_child(shapes: list[GemmShape], configs: list[GemmConfig] | None, meta_pa
     from kernels.tuned import pick_config
 
     spec = device.DeviceSpec.read()
-    checks, status = [], 0
+    meta: dict = {"gpu": spec.name, "sm_count": spec.sm_count, "checks": []}
     for shape in shapes:
         chosen = configs or [pick_config(shape, spec.name, spec.sm_count)]
         inputs = GEMM.inputs(shape, seed=0)
         for config in chosen:
-            kernel = GEMM.kernel(shape, config, None)  # for the visible GPU
-            check = check_launch(GEMM, shape, launcher(kernel), seed=1)
-            verdict = str(check)
-            checks.append({"shape": shape.id, "config": config.id, "verdict": verdict})
+            try:
+                kernel = GEMM.kernel(shape, config, None)  # for the visible GPU
+                check = check_launch(GEMM, shape, launcher(kernel), seed=1)
+            except Exception as err:  # a config that cannot build or launch here
+                verdict, status, kernel = f"FAIL (build or launch: {err})", FAILED, None
+            else:
+                verdict, status = str(check), OK if check.ok else WRONG
+            meta["checks"].append(
+                {"shape": shape.id, "config": config.id, "verdict": verdict, "status": status}
+            )
+            meta_path.write_text(json.dumps(meta) + "\n")
             print(f"{shape.id} {config.id}: {verdict}", file=sys.stderr, flush=True)
-            if not check.ok:
-                status = EXIT_INCORRECT
+            if kernel is None:
+                continue
             launch = launcher(kernel)(inputs)
             launch()  # warm: module load and first-launch work stay out of the profile
             torch.cuda.synchronize()
@@ -380,10 +392,15 @@ def run_child(shapes: list[GemmShape], configs: list[GemmConfig] | None, meta_pa
         matmul()
         torch.cuda.synchronize()
         _profiled(range_name(shape, TORCH), matmul)
-    meta_path.write_text(
-        json.dumps({"gpu": spec.name, "sm_count": spec.sm_count, "checks": checks}) + "\n"
-    )
-    return status
+    return exit_status(meta["checks"])
+
+
+def exit_status(checks: Sequence[dict]) -> int:
+    """4 where a check found a wrong result, else 5 where a config failed, else 0."""
+    statuses = {c.get("status") for c in checks}
+    if WRONG in statuses:
+        return EXIT_INCORRECT
+    return EXIT_FAILED if FAILED in statuses else 0
 
 
 def _profiled(name: str, launch) -> None:
@@ -507,17 +524,21 @@ def main(argv: list[str] | None = None) -> int:
     if ncu is None:
         where = args.ncu or f"PATH or {NCU_FALLBACK}"
         return _fail(f"--ncu: no Nsight Compute at {where}; install it or pass --ncu", EXIT_NO_GPU)
+    interrupted = False
     with tempfile.TemporaryDirectory() as tmp:
         meta_path = Path(tmp) / "meta.json"
+        # ncu writes the raw page straight into the kept file: an interrupted run keeps
+        # what it profiled.
+        page_path = args.csv or Path(tmp) / "page.csv"
         child = [sys.executable, "-m", "benchmarks.profile_gemm", *_without_outputs(argv)]
         child += ["--child", str(meta_path)]
         print(f"profiling under {ncu} (each kernel is replayed once per counter pass)")
-        try:
-            done = subprocess.run(
-                ncu_command(ncu, child), stdout=subprocess.PIPE, text=True, env=os.environ.copy()
-            )
-        except KeyboardInterrupt:
-            return EXIT_INTERRUPTED
+        with open(page_path, "w") as page:
+            try:
+                code = subprocess.run(ncu_command(ncu, child), stdout=page, text=True).returncode
+            except KeyboardInterrupt:
+                interrupted, code = True, EXIT_INTERRUPTED
+        text = page_path.read_text()
         child_meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     meta = {
         **child_meta,
@@ -525,20 +546,24 @@ def main(argv: list[str] | None = None) -> int:
         "command": shlex.join([*PROG.split(), *argv]),
     }
     if args.csv:
-        args.csv.write_text(done.stdout)
         _meta_path(args.csv).write_text(json.dumps(meta, indent=1) + "\n")
     try:
-        launches = parse_raw(done.stdout)
+        launches = parse_raw(text)
     except ValueError as err:
-        return _fail(f"ncu exited with {done.returncode} and its output has {err}")
+        if interrupted:
+            return EXIT_INTERRUPTED
+        return _fail(f"ncu exited with {code} and its output has {err}")
     print_table(launches)
     if args.markdown:
         args.markdown.write_text(render_markdown(launches, meta))
         print(f"table written to {args.markdown}")
-    if done.returncode not in (0, EXIT_INCORRECT):
-        return _fail(f"ncu exited with {done.returncode} (the table holds what it profiled)")
-    wrong = any(not c["verdict"].startswith("ok") for c in meta.get("checks", []))
-    return EXIT_INCORRECT if wrong else 0
+    if interrupted:
+        print("interrupted: the table holds the launches profiled before", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    status = exit_status(meta.get("checks", []))
+    if code not in (0, status):
+        return _fail(f"ncu exited with {code} (the table holds what it profiled)")
+    return status
 
 
 def _without_outputs(argv: Sequence[str]) -> list[str]:

@@ -237,3 +237,58 @@ def test_a_missing_record_is_named(tmp_path):
 def test_without_a_gpu_it_says_so_and_exits_3():
     out = _run("--shape", "256x256x256")
     assert out.returncode == 3 and "no CUDA device" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "statuses, code",
+    [
+        ([pg.OK, pg.OK], 0),
+        ([pg.OK, pg.FAILED], 5),
+        ([pg.FAILED, pg.WRONG, pg.OK], 4),  # a wrong result comes before a failed build
+        ([], 0),
+    ],
+)
+def test_the_exit_status_says_the_worst_check(statuses, code):
+    checks = [{"shape": "s", "config": f"c{i}", "status": s} for i, s in enumerate(statuses)]
+    assert pg.exit_status(checks) == code
+
+
+def _fake_ncu(tmp_path, page_text, checks, code):
+    """An ncu stand-in: prints a raw page and writes the child's checks where the child
+    would (its last argument), then exits with ``code``."""
+    page = tmp_path / "page.txt"
+    page.write_text(page_text)
+    meta = json.dumps({"gpu": "Fake GPU", "sm_count": 132, "checks": checks})
+    script = tmp_path / "ncu"
+    script.write_text(
+        f"#!/bin/bash\ncat {page}\nprintf '%s' '{meta}' > \"${{@: -1}}\"\nexit {code}\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("status, code", [(pg.OK, 0), (pg.WRONG, 4), (pg.FAILED, 5)])
+def test_a_run_keeps_the_page_the_checks_and_the_table(page, tmp_path, monkeypatch, status, code):
+    import torch
+
+    text, _, shape, sk, _ = page
+    checks = [{"shape": shape, "config": sk, "verdict": "as checked", "status": status}]
+    fake = _fake_ncu(tmp_path, text, checks, code)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    csv_path, md = tmp_path / "p.csv", tmp_path / "p.md"
+    argv = ["--shape", "2096x2728x1304", "--layout", "NT", "--config", sk]
+    got = pg.main([*argv, "--ncu", str(fake), "--csv", str(csv_path), "--markdown", str(md)])
+    assert got == code
+    assert csv_path.read_text() == text  # ncu's page, as it wrote it
+    meta = json.loads(csv_path.with_suffix(".meta.json").read_text())
+    assert meta["gpu"] == "Fake GPU" and meta["checks"] == checks
+    assert meta["command"].endswith(f"--csv {csv_path} --markdown {md}")
+    assert f"| {shape} | {sk}" in md.read_text()
+
+
+def test_ncu_failing_without_a_page_is_named(tmp_path, monkeypatch):
+    import torch
+
+    fake = _fake_ncu(tmp_path, "==ERROR== the profiler could not start\n", [], 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pg.main(["--shape", "256x256x256", "--ncu", str(fake)]) == 2
