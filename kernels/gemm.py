@@ -64,7 +64,9 @@ MAX_STAGES = 8
 # address registers under the 255-per-thread limit and ptxas starts to spill.
 MAX_ACCUM_PER_THREAD = 128
 # Under ``GemmConfig.pingpong`` a consumer warpgroup holds a whole tile and takes 240
-# registers (``setmaxnreg``): room for this many accumulators beside its addresses.
+# registers (``setmaxnreg``): room for this many accumulators beside its addresses; so do
+# the two consumer warpgroups of the hand-written persistent and stream-K forms
+# (``GemmConfig.holds_large_tile``).
 PINGPONG_MAX_ACCUM = 192
 # Largest dynamic shared memory one block may opt in to on sm_90 (H100/H200): 227 KiB.
 SM90_SMEM_LIMIT = 232_448
