@@ -29,7 +29,7 @@ from kernels.gemm import (
     GemmShape,
     check_combination,
 )
-from kernels.schedules import Units
+from kernels.schedules import Units, grid_blocks
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
 # The keys of a GPU's entry in the table.
@@ -713,7 +713,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       against 124.4 on the H200).
     - In NT where K's rows are off a sector, 128x192's pair in persistent clusters takes
       that stream-K's place where its trips fit stream-K's even share within 1.25
-      (``off_sector_pair``: 3496x1568x2200 fp16 0.893x torch against 0.745x).
+      (``off_sector_pair``: 3496x1568x2200 fp16 0.893x torch against 0.745x), and the
+      plain 192x192 grid runs in pairs sharing B where they stay within the wave
+      (``off_sector_plain_pair``: 3296x1344x2920 fp16 0.964x torch against 0.837x).
     - Last, the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
@@ -763,7 +765,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     value = narrow_pair_score(shape, sms)
     if value > best_value:
         best_value, best = value, NARROW_PAIR_TILE
-    best = off_sector_pair(shape, off_sector_square(shape, best, sms), sms)
+    best = off_sector_square(shape, best, sms)
+    best = off_sector_plain_pair(shape, off_sector_pair(shape, best, sms), sms)
     best = off_sector_nn(shape, best, sms)
     best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
     return unpanelled(shape, best, sms)
@@ -857,6 +860,35 @@ def off_sector_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfi
         return config
     form = form_of(NARROW_PAIR_TILE, "clusters", sms)
     if form is None or pair_trip_share(shape, form, sms) > OFF_SECTOR_PAIR_SLACK:
+        return config
+    return form if builds(shape, form) else config
+
+
+# In NT where K's rows are off a sector, ``off_sector_square``'s plain 192x192 grid (its
+# tiles just under a wave) runs in two-block clusters sharing B's tile, on the
+# hand-written pipeline, where the pairs' blocks stay within the wave (the M tiles'
+# count rounded up to whole pairs): B's tile is then read from the L2 once per pair, what
+# rows off a sector are short of (``off_sector_pair``'s evidence). On the H200 (bench_gemm,
+# CUPTI), where both ran in one record with the pairs within a wave of at least
+# ``OFF_SECTOR_PLAIN_WAVE`` of one, the pairs ran faster on all five shapes measured so:
+# both whose pick is that grid (3296x1344x2920 fp16 1.152x, 0.964x torch against 0.837x,
+# and 3688x1048x1896 bf16 1.092x, reports/wave_rows_h200.jsonl), 1784x2144x1688 bf16
+# (1.108x, reports/mid_train_h200.jsonl), and two in other 192-row widths (1128x3624x3688
+# bf16, 192x176: 1.27x; 1024x3376x2824 fp16, 192x160: 1.18x). Where the rounding took
+# the pairs past the wave they lost (1312x2792x1832 bf16, 192x160: 126 tiles in 144
+# blocks, 0.66x), under 0.9 of a wave too (1416x1848x3720 bf16, 80 tiles: 0.98x), and with
+# K's rows on a sector on all seven NT shapes measured so (0.94-0.98x). It changes no
+# off-table list's pick; not yet checked on shapes drawn after the rule.
+
+
+def off_sector_plain_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``OFF_SECTOR_PLAIN_PAIR`` in place of ``off_sector_square``'s plain 192x192 grid in
+    NT where K's rows are off a sector and its pairs' blocks make at most a wave of
+    ``sms``; ``config`` elsewhere or where the form does not build."""
+    if shape.layout != "NT" or narrow_fits(shape) or config != _fitted(192, 192):
+        return config
+    form = OFF_SECTOR_PLAIN_PAIR
+    if grid_blocks(shape, form) > sms:
         return config
     return form if builds(shape, form) else config
 
@@ -1184,6 +1216,11 @@ def async_form(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 def _fitted(block_m: int, block_n: int) -> GemmConfig:
     threads = 384 if block_m == 192 else 256
     return GemmConfig(block_m, block_n, 64, threads, 4, swizzle=8, policy="row", smem_epilogue=True)
+
+
+# ``off_sector_plain_pair``'s form: the fitted 192x192 on the hand-written pipeline, in
+# pairs sharing B.
+OFF_SECTOR_PLAIN_PAIR = replace(_fitted(192, 192), async_mma=True, multicast="b")
 
 
 FITTED = (

@@ -1130,6 +1130,9 @@ def test_fitted_tiles_match_float64_reference_tile_by_tile(shape, config):
 # a single tile along it (M = 16), many laps of the stages (K = 4096), NN and NT.
 MULTICAST_SIZES = {
     "b128x256x64_t256_s4_w16_e_a_mb": [(1152, 1408, 1024), (16, 1024, 2048), (4096, 4096, 4096)],
+    # Three consumer warpgroups in pairs, as ``kernels.tuned.off_sector_plain_pair`` picks
+    # them (3688x1048x1896: 20 M tiles, 1048 = 5 x 192 + 88 columns, K = 29 x 64 + 40).
+    "b192x192x64_t384_s4_pr_e_a_mb": [(3688, 1048, 1896)],
     "b128x256x64_t256_s4_w8_a_mb": [(1152, 1408, 1024), (3000, 5000, 7000)],
     "b256x128x64_t256_s4_w8_e_a_ma": [(1152, 1408, 1024), (2500, 1800, 4000)],
     "b128x128x64_t128_s4_a_ma": [(1152, 1408, 1024), (16, 1024, 2048)],

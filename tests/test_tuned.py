@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernels import GemmConfig, GemmShape, compile_gemm, tuned
+from kernels.schedules import grid_blocks
 from kernels.tuned import (
     CASES,
     NARROW_WIDE,
@@ -1214,9 +1215,10 @@ def test_off_sector_square_ran_faster_than_the_rules_without_it(monkeypatch):
     every one faster, 1.002-1.173x) and four of later sweeps. The two: 3464x1592x1064 NT
     bf16 (31.3 us against 31.1) and 1648x3520x2024 fp16 (reports/random2_forms_h200.jsonl,
     B's rows on a sector: 44.0 us against 40.6 for 128x256 stream-K)."""
-    # Beneath the pair and the NN clusters that take some of its stream-K picks
-    # (``off_sector_pair``, ``off_sector_nn``).
+    # Beneath the pairs and the NN clusters that take some of its picks
+    # (``off_sector_pair``, ``off_sector_plain_pair``, ``off_sector_nn``).
     monkeypatch.setattr(tuned, "OFF_SECTOR_PAIR_SLACK", 0)
+    monkeypatch.setattr(tuned, "off_sector_plain_pair", lambda shape, config, sms: config)
     monkeypatch.setattr(tuned, "off_sector_nn", lambda shape, config, sms: config)
     ratios = ratios_without(monkeypatch, "off_sector_square", lambda shape, config, sms: config)
     assert len(ratios) >= 31
@@ -1369,6 +1371,68 @@ def test_off_sector_pairs_take_the_stream_k_pick_where_their_trips_fit():
     ]:
         assert tuned.off_sector_pair(shape, stream_k, SMS) == stream_k, shape
     assert tuned.off_sector_pair(fits, TILES[0].config, SMS) == TILES[0].config
+
+
+def test_off_sector_plain_grids_run_in_pairs_within_the_wave():
+    """``off_sector_plain_pair``: in NT with K's rows off a sector, off_sector_square's
+    plain 192x192 grid runs in pairs sharing B where the pairs stay within the wave; where
+    the rounding of its M tiles to pairs passes the wave, in NN, on a sector, or for
+    another pick, the pick stays."""
+    plain = tuned._fitted(192, 192)
+    pair = tuned.OFF_SECTOR_PLAIN_PAIR
+    assert pair == replace(plain, async_mma=True, multicast="b")
+    # 3296x1344x2920 NT: 18 M tiles x 7 = 126 tiles, 126 blocks in pairs; K*2 = 5840
+    # bytes, 16 past a sector. The pick without panels (two waves or fewer).
+    fits = GemmShape(3296, 1344, 2920, "float16", "NT")
+    assert tuned.off_sector_plain_pair(fits, plain, SMS) == pair
+    assert heuristic(fits, SMS) == replace(pair, swizzle=0)
+    # 2120x1344x2920: 12 M tiles (11.04 rounded up) x 7 = 84 blocks, pairs 84 too.
+    # 3488x1344x2920: 19 M tiles x 7 = 133 > 132.
+    # 3296x1344 with K on a sector (2928 * 2 = 5856 bytes), or in NN: untouched.
+    past = GemmShape(3480, 1344, 2920, "float16", "NT")  # 19 M tiles -> 20 in pairs: 140
+    assert tuned.off_sector_plain_pair(past, plain, SMS) == plain
+    for shape in [
+        GemmShape(3296, 1344, 2928, "float16", "NT"),
+        GemmShape(3296, 1344, 2920, "float16"),
+    ]:
+        assert tuned.off_sector_plain_pair(shape, plain, SMS) == plain, shape
+    assert tuned.off_sector_plain_pair(fits, TILES[0].config, SMS) == TILES[0].config
+
+
+def test_pairs_of_192_row_tiles_beat_the_plain_grid_only_off_a_sector():
+    """Over the recorded sweeps, in NT where a 192-row plain grid on TileLang's pipeline
+    and its twin in pairs sharing B ran in one record, the pairs within a wave: with K's
+    rows off a sector and at least ``OFF_SECTOR_PLAIN_WAVE`` of a wave of tiles the pairs
+    ran faster on every shape (five, 1.09-1.27x); with K's rows on a sector, on none (seven,
+    0.94-0.98x)."""
+    off, on = [], []
+    for key, by_config in recorded_times().items():
+        shape = GemmShape(*key[1:])
+        if shape.layout != "NT":
+            continue
+        for config_id in by_config:
+            config = GemmConfig.from_id(config_id)
+            if (
+                config.block_m != 192
+                or config.async_mma
+                or config.multicast
+                or config.persistent
+                or config.stream_k
+                or config.split_k > 1
+                or config.cp_async
+            ):
+                continue
+            twin = replace(config, async_mma=True, multicast="b")
+            if twin.id not in by_config or grid_blocks(shape, twin) > SMS:
+                continue
+            ratio = statistics.median(by_config[config_id]) / statistics.median(by_config[twin.id])
+            tiles = tuned.output_tiles(shape, config.block_m, config.block_n)
+            if tuned.narrow_fits(shape):
+                on.append(ratio)
+            elif tiles >= tuned.OFF_SECTOR_PLAIN_WAVE * SMS:
+                off.append(ratio)
+    assert len(off) >= 5 and all(r > 1.05 for r in off)
+    assert len(on) >= 7 and not any(r > 1 for r in on)
 
 
 def test_off_sector_nn_takes_the_stream_k_pick_in_clusters_where_b_is_off_too():
