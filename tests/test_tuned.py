@@ -1386,11 +1386,11 @@ def test_off_sector_plain_grids_run_in_pairs_within_the_wave():
     fits = GemmShape(3296, 1344, 2920, "float16", "NT")
     assert tuned.off_sector_plain_pair(fits, plain, SMS) == pair
     assert heuristic(fits, SMS) == replace(pair, swizzle=0)
-    # 2120x1344x2920: 12 M tiles (11.04 rounded up) x 7 = 84 blocks, pairs 84 too.
-    # 3488x1344x2920: 19 M tiles x 7 = 133 > 132.
-    # 3296x1344 with K on a sector (2928 * 2 = 5856 bytes), or in NN: untouched.
-    past = GemmShape(3480, 1344, 2920, "float16", "NT")  # 19 M tiles -> 20 in pairs: 140
+    # 3480x1344x2920: 19 M tiles, 20 in pairs, x 7 = 140 blocks, past the wave.
+    past = GemmShape(3480, 1344, 2920, "float16", "NT")
+    assert grid_blocks(past, pair) == 140
     assert tuned.off_sector_plain_pair(past, plain, SMS) == plain
+    # K on a sector (2928 * 2 = 5856 bytes), or NN: untouched.
     for shape in [
         GemmShape(3296, 1344, 2928, "float16", "NT"),
         GemmShape(3296, 1344, 2920, "float16"),
