@@ -432,8 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="or every shape of an off-table shapes file (benchmarks.offtable's format), each "
         "in its own dtype and layout",
     )
-    p.add_argument("--dtype", choices=DTYPES, default="float16", help="operands' dtype")
-    p.add_argument("--layout", choices=LAYOUTS, default="NN", help="NN, or NT: B given as [N, K]")
+    p.add_argument("--dtype", choices=DTYPES, help="operands' dtype of --shape (default float16)")
+    p.add_argument(
+        "--layout", choices=LAYOUTS, help="NN, or NT: B given as [N, K], of --shape (default NN)"
+    )
     p.add_argument(
         "--config",
         type=config_id,
@@ -469,7 +471,8 @@ def _combinations(args) -> tuple[list[GemmShape], str | None]:
 
         shapes = [entry.shape for entry in load_shapes(args.shapes)]
     else:
-        shapes = [GemmShape(m, n, k, args.dtype, args.layout) for m, n, k in args.shape]
+        dtype, layout = args.dtype or "float16", args.layout or "NN"
+        shapes = [GemmShape(m, n, k, dtype, layout) for m, n, k in args.shape]
     for shape in shapes:
         for config in args.config or []:
             try:
@@ -507,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
         return replay(args)
     if bool(args.shape) == bool(args.shapes):
         parser.error("--shape/--shapes: give one or more MxNxK, or a shapes file (not both)")
+    if args.shapes and (args.dtype or args.layout):
+        parser.error("--dtype/--layout: only with --shape; a shapes file gives each its own")
     try:
         shapes, bad = _combinations(args)
     except ValueError as err:  # a shape's own rule (dims, dtype), or a bad shapes file

@@ -203,6 +203,7 @@ def test_replay_renders_a_kept_record_without_a_gpu(page, tmp_path):
         (["--replay", "x.csv", "--shape", "64x64x64"], "--replay: renders a kept record"),
         (["--dtype", "float16"], "--shape/--shapes: give one or more"),
         (["--shape", "64x64x64", "--shapes", "s.json"], "(not both)"),
+        (["--shapes", "s.json", "--layout", "NT"], "--dtype/--layout: only with --shape"),
     ],
 )
 def test_bad_input_is_named_and_exits_2(args, message):
