@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.bench_gemm import _shape
 from harness.cli import (
     EXIT_FAILED,
     EXIT_FAILURE,
@@ -172,9 +173,9 @@ def parse_raw(text: str) -> list[LaunchProfile]:
     nvtx = next((i for i, name in enumerate(header) if "Push/Pop" in name), None)
     if nvtx is None:
         raise ValueError("no NVTX column: the profile was taken without --nvtx")
-    for field, metric in METRICS.items():
-        if metric not in column and field == "duration":
-            raise ValueError(f"metric {metric} missing: it was collected without it")
+    if METRICS["duration"] not in column:
+        raise ValueError(f"metric {METRICS['duration']} missing: it was collected without it")
+    ns_per_unit = NS_PER.get(units[column[METRICS["duration"]]].strip(), 1.0)
     stalls = [
         name
         for name in header
@@ -197,8 +198,7 @@ def parse_raw(text: str) -> list[LaunchProfile]:
         if name is None or RANGE_SEP.strip() not in name:
             continue
         shape, what = (part.strip() for part in name.split(RANGE_SEP.strip(), 1))
-        unit = units[column[METRICS["duration"]]].strip()
-        ns = (value(row, "duration") or 0.0) * NS_PER.get(unit, 1.0)
+        ns = (value(row, "duration") or 0.0) * ns_per_unit
         reasons = sorted(
             (
                 (s[len(STALL_PREFIX) : -len(STALL_SUFFIX)], v)
@@ -361,7 +361,8 @@ def run_child(shapes: list[GemmShape], configs: list[GemmConfig] | None, meta_pa
 
     from harness.measure import device
     from harness.measure.correctness import check_launch
-    from harness.ops.gemm import GEMM, launcher, matmul_fn
+    from harness.ops.gemm import GEMM, matmul_fn
+    from harness.ops.registry import build_combination
     from kernels.tuned import pick_config
 
     spec = device.DeviceSpec.read()
@@ -371,10 +372,10 @@ def run_child(shapes: list[GemmShape], configs: list[GemmConfig] | None, meta_pa
         inputs = GEMM.inputs(shape, seed=0)
         for config in chosen:
             try:
-                kernel = GEMM.kernel(shape, config, None)  # for the visible GPU
-                check = check_launch(GEMM, shape, launcher(kernel), seed=1)
+                bind = build_combination(GEMM, shape, config)  # for the visible GPU
+                check = check_launch(GEMM, shape, bind, seed=1)
             except Exception as err:  # a config that cannot build or launch here
-                verdict, status, kernel = f"FAIL (build or launch: {err})", FAILED, None
+                verdict, status, bind = f"FAIL (build or launch: {err})", FAILED, None
             else:
                 verdict, status = str(check), OK if check.ok else WRONG
             meta["checks"].append(
@@ -382,9 +383,9 @@ def run_child(shapes: list[GemmShape], configs: list[GemmConfig] | None, meta_pa
             )
             meta_path.write_text(json.dumps(meta) + "\n")
             print(f"{shape.id} {config.id}: {verdict}", file=sys.stderr, flush=True)
-            if kernel is None:
+            if bind is None:
                 continue
-            launch = launcher(kernel)(inputs)
+            launch = bind(inputs)
             launch()  # warm: module load and first-launch work stay out of the profile
             torch.cuda.synchronize()
             _profiled(range_name(shape, config.id), launch)
@@ -412,12 +413,6 @@ def _profiled(name: str, launch) -> None:
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
     torch.cuda.nvtx.range_pop()
-
-
-def _shape(text: str) -> tuple[int, int, int]:
-    from benchmarks.bench_gemm import _shape as parse
-
-    return parse(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -464,7 +459,7 @@ def _fail(message: str, status: int = EXIT_FAILURE) -> int:
 
 def _combinations(args) -> tuple[list[GemmShape], str | None]:
     """The shapes, and the first config that cannot run on one of them (its rule)."""
-    from kernels.gemm import check_combination
+    from harness.ops.gemm import GEMM
 
     if args.shapes:
         from benchmarks.offtable import load_shapes
@@ -476,7 +471,7 @@ def _combinations(args) -> tuple[list[GemmShape], str | None]:
     for shape in shapes:
         for config in args.config or []:
             try:
-                check_combination(shape, config)
+                GEMM.validate(shape, config)
             except ValueError as err:
                 return shapes, f"--config {config.id} on {shape.id}: {err}"
     return shapes, None
@@ -489,8 +484,16 @@ def replay(args) -> int:
         return _fail(f"--replay {args.replay}: cannot read it ({err.strerror})")
     except ValueError as err:
         return _fail(f"--replay {args.replay}: {err}")
-    meta_file = _meta_path(args.replay)
-    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    meta_file, meta = _meta_path(args.replay), {}
+    if meta_file.is_file():
+        try:
+            meta = json.loads(meta_file.read_text())
+        except json.JSONDecodeError as err:  # the table stands without it
+            print(
+                f"{PROG}: warning: {meta_file}: not valid JSON ({err}); rendering without "
+                "the GPU, command and checks",
+                file=sys.stderr,
+            )
     print_table(launches)
     if args.markdown:
         args.markdown.write_text(render_markdown(launches, meta))

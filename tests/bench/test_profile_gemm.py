@@ -229,6 +229,18 @@ def test_a_bad_shapes_file_is_named(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_a_damaged_meta_file_is_named_and_the_table_still_renders(page, tmp_path):
+    text, _, shape, sk, _ = page
+    record = tmp_path / "profile.csv"
+    record.write_text(text)
+    record.with_suffix(".meta.json").write_text('{"gpu": "NVIDIA H2')  # cut short
+    md = tmp_path / "profile.md"
+    out = _run("--replay", str(record), "--markdown", str(md))
+    assert out.returncode == 0, out.stderr
+    assert "profile.meta.json: not valid JSON" in out.stderr and "Traceback" not in out.stderr
+    assert f"| {shape} | {sk}" in md.read_text()
+
+
 def test_a_missing_record_is_named(tmp_path):
     out = _run("--replay", str(tmp_path / "none.csv"))
     assert out.returncode == 2 and "none.csv: cannot read it" in out.stderr
