@@ -877,8 +877,11 @@ def off_sector_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfi
 # bf16, 192x176: 1.27x; 1024x3376x2824 fp16, 192x160: 1.18x). Where the rounding took
 # the pairs past the wave they lost (1312x2792x1832 bf16, 192x160: 126 tiles in 144
 # blocks, 0.66x), under 0.9 of a wave too (1416x1848x3720 bf16, 80 tiles: 0.98x), and with
-# K's rows on a sector on all seven NT shapes measured so (0.94-0.98x). It changes no
-# off-table list's pick; not yet checked on shapes drawn after the rule.
+# K's rows on a sector on all seven NT shapes measured so (0.94-0.98x). On eight NT
+# shapes drawn after the rule among those it changes (random.Random(20261220),
+# reports/plain_pair_check_h200.jsonl) the pairs ran faster on all eight, 1.053-1.203x,
+# median 1.124x (3456x1160x2952 bf16 0.910x torch against 0.756x; 1888x2496x3144 fp16
+# 0.967x against 0.851x). It changes no off-table list's pick.
 
 
 def off_sector_plain_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:

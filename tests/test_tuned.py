@@ -1403,8 +1403,9 @@ def test_pairs_of_192_row_tiles_beat_the_plain_grid_only_off_a_sector():
     """Over the recorded sweeps, in NT where a 192-row plain grid on TileLang's pipeline
     and its twin in pairs sharing B ran in one record, the pairs within a wave: with K's
     rows off a sector and at least ``OFF_SECTOR_PLAIN_WAVE`` of a wave of tiles the pairs
-    ran faster on every shape (five, 1.09-1.27x); with K's rows on a sector, on none (seven,
-    0.94-0.98x)."""
+    ran faster on every shape (thirteen, 1.05-1.27x: five the rule was read from, eight
+    drawn after it, reports/plain_pair_check_h200.jsonl); with K's rows on a sector, on
+    none (seven, 0.94-0.98x)."""
     off, on = [], []
     for key, by_config in recorded_times().items():
         shape = GemmShape(*key[1:])
@@ -1431,7 +1432,7 @@ def test_pairs_of_192_row_tiles_beat_the_plain_grid_only_off_a_sector():
                 on.append(ratio)
             elif tiles >= tuned.OFF_SECTOR_PLAIN_WAVE * SMS:
                 off.append(ratio)
-    assert len(off) >= 5 and all(r > 1.05 for r in off)
+    assert len(off) >= 13 and all(r > 1.05 for r in off)
     assert len(on) >= 7 and not any(r > 1 for r in on)
 
 
