@@ -84,9 +84,9 @@ __device__ __forceinline__ void {DELAY_FUNCTION}(long long cycles) {{
 # Warp partition of the tile among the consumer warps (T.GemmWarpPolicy).
 POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 # GemmConfig.multicast: the operand a two-block cluster shares ("" for none).
-MULTICASTS = ("", "a", "b")
+MULTICASTS = ("", "a", "b", "ab")
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(_pp)?(?:_m([ab]))?(_x)?(_c)?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(_pp)?(?:_m(ab|a|b))?(_x)?(_c)?"
 )
 
 
@@ -231,7 +231,11 @@ class GemmConfig:
     # once per pair. "b": the pair is two M tiles of one N column and shares B's tile;
     # "a": two N tiles of one M row sharing A's. "" leaves clusters off. On a persistent
     # or stream-K grid (of an even number of blocks) each cluster takes a pair of tiles
-    # at a time (kernels.schedules.Units).
+    # at a time (kernels.schedules.Units). "ab": four-block clusters of two M tiles by two
+    # N tiles, each A tile shared by the two blocks of its M row and each B tile by the
+    # two of its N column, so the L2 serves both operands once per pair; on the plain
+    # grid or a persistent one of a multiple of 4 blocks, without panels. Measured level
+    # with the pairs at best on the H200 (kernels/gemm_async.py): in no search space.
     multicast: str = ""
     # Operands exchanged: the kernel computes C^T = B^T A^T, so a skinny M rides on the
     # wgmma's N side (a multiple of 8, 16 here) instead of padding its 64-row M side: the
@@ -318,6 +322,13 @@ class GemmConfig:
         if self.multicast not in MULTICASTS:
             raise ValueError(
                 f"GemmConfig.multicast={self.multicast!r}: must be one of {list(MULTICASTS)}"
+            )
+        if self.multicast == "ab" and (self.persistent % 4 or self.stream_k or self.swizzle):
+            raise ValueError(
+                f"GemmConfig.multicast='ab': needs persistent a multiple of 4, stream_k=0 and "
+                f"swizzle=0 (got {self.persistent}, {self.stream_k}, {self.swizzle}): four-block "
+                "clusters run on the plain grid, or a persistent one of whole clusters, in "
+                "row-major order"
             )
         if self.multicast and not self.async_mma:
             raise ValueError(
@@ -461,7 +472,8 @@ class GemmConfig:
         ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
         epilogue, ``_p16`` persistent grid of 16 blocks, ``_k4`` K split over 4 blocks,
         ``_sk16`` stream-K over 16 blocks, ``_a`` the hand-written asynchronous
-        pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast,
+        pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast
+        (``_mab`` four-block clusters sharing both),
         ``_x`` the operands exchanged (``swap_ab``), ``_c`` loads by cp.async; ``_pp``
         after ``_a``: ping-pong."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
@@ -488,7 +500,7 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
                 "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks>, _a, "
-                "_pp, _ma or _mb, _x, _c in that order"
+                "_pp, _ma, _mb or _mab, _x, _c in that order"
             )
         bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, pp, mc, swap, cp = found.groups()
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
@@ -586,6 +598,18 @@ def check_combination(shape: GemmShape, config: GemmConfig) -> None:
             f"GemmConfig.stream_k={config.stream_k}: with smem_epilogue=True needs N * 2 bytes "
             f"to be a multiple of 16 (N a multiple of 8), got N={shape.n}; smem_epilogue=False "
             "adds the partial tiles from registers"
+        )
+    if (
+        config.async_mma
+        and config.persistent
+        and config.smem_epilogue
+        and (shape.n * ELEMENT_BYTES) % TMA_ALIGN
+    ):
+        # The hand-written pipeline's persistent form stores each staged tile by TMA.
+        raise ValueError(
+            f"GemmConfig.persistent={config.persistent}: with async_mma=True and "
+            "smem_epilogue=True needs N * 2 bytes to be a multiple of 16 (N a multiple of 8), "
+            f"got N={shape.n}; the tiles are stored from shared memory by TMA"
         )
     rows = {"A": shape.k, "B": shape.k if shape.layout == "NT" else shape.n}
     unaligned = {name: n for name, n in rows.items() if (n * ELEMENT_BYTES) % TMA_ALIGN}

@@ -86,6 +86,19 @@ blocks one tile each, so both walk the same trips and K steps in step; on the H2
 ran 2232x3384x2048 NT bf16 in 128x256 tiles at 0.936x torch against 0.848x for the
 unclustered grids beside it (reports/clusters_h200.jsonl), and lost on other shapes.
 
+With ``config.multicast`` "ab" the clusters are four blocks, two M tiles by two N tiles
+(2 x 2 on the plain grid, 4 along x on the persistent one, rank = M bit + 2 N bit): each
+A tile is multicast to the two blocks of its M row and each B tile to the two of its N
+column, by the lower rank of each, so every operand tile is read from the L2 once per
+pair; every consumer warp releases a stage on all four blocks. Meant for rows that start
+off a 32-byte sector, where a pair sharing one operand ran faster: on the H200 it ran
+level with the pair at best (bench_gemm, CUPTI, reports/quad_clusters_h200.jsonl, ten
+shapes with A's or both operands' rows off a sector: on the plain grid 0.98-1.02x the
+pair's pace in 192x192 tiles where the rounding to even tile counts added no blocks, 0.54x
+on the two where it did (1888x2496x3144 NT fp16, 3456x1160x2952 NT bf16), 0.97-1.02x in
+128x256 tiles; 128x192 persistent, without the pair's panels, 0.58-1.04x), so the L2's
+reads are not what such rows cost, and no search space has it.
+
 With two consumer warpgroups the persistent and stream-K forms may hold up to
 ``PINGPONG_MAX_ACCUM`` accumulators a thread (``GemmConfig.holds_large_tile``): the
 consumers take 240 registers and write their tiles back inside their branch, so 192x192
@@ -113,6 +126,11 @@ PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
 MAX_REGISTERS = 240
 PAIR_MASK = 0b11  # both blocks of a two-block cluster receive a multicast tile
+# Four-block clusters ("ab"), rank = M tile bit + 2 * N tile bit: the blocks of one M row
+# (ranks 0 and 2, or 1 and 3) share A's tile, those of one N column (0 and 1, or 2 and 3)
+# B's; the lowest rank of each mask issues the multicast (``T.tma_copy``).
+QUAD_A_MASKS = (0b0101, 0b1010)
+QUAD_B_MASKS = (0b0011, 0b1100)
 IN_FLIGHT_MIN_STAGES = 4
 
 
@@ -133,6 +151,12 @@ def epilogue_registers(consumers: int) -> int:
     accumulators around the write-back (sm_90a, 128x256x64 over 256 consumers: 2,784
     bytes of spill stores; none with it)."""
     return min(consumer_registers(consumers), register_cap(consumers) // 8 * 8)
+
+
+def _masks(m_bit: int, n_bit: int) -> tuple[int, int]:
+    """The multicast masks of A's and B's tiles for the block of a four-block cluster
+    whose rank has ``m_bit`` (its M tile) and ``n_bit`` (its N tile)."""
+    return QUAD_A_MASKS[m_bit], QUAD_B_MASKS[n_bit]
 
 
 def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
@@ -165,6 +189,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     in_flight = 1 if stages >= IN_FLIGHT_MIN_STAGES else 0
     pair = config.multicast
     paired = bool(pair)
+    quad = pair == "ab"
     # A cluster pairs two blocks along the grid's x, which TileLang's cluster-aware
     # rasterisation keeps together (``pair_grid``); a block past the matrix, in a last
     # pair that the rounding completes, loads zeros and writes nothing.
@@ -177,11 +202,19 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     workers = blocks // units.per_unit  # blocks, or clusters
     tiles = units.count
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
-    cluster = {"cluster_dims": (2, 1, 1)} if paired else {}
+    # A four-block cluster is 2 x 2 on the plain grid (x over M tiles, y over N tiles)
+    # and 4 along x on a persistent one; its rank is x + 2 y either way.
+    cluster_blocks = units.per_unit
+    if quad and not blocks:
+        cluster = {"cluster_dims": (2, 2, 1)}
+    else:
+        cluster = {"cluster_dims": (cluster_blocks, 1, 1)} if paired else {}
     # With a pair, both blocks' consumers must release a stage before either producer
     # refills it (the multicast writes into both): one elected thread of every consumer
-    # warp arrives on its own block's barrier and on its partner's.
-    releases = 2 * consumers // 32 if paired else consumers
+    # warp arrives on its own block's barrier and on its partner's; in four-block
+    # clusters on all four blocks' (each block's stage takes A from one partner and B
+    # from another).
+    releases = cluster_blocks * consumers // 32 if paired else consumers
     a_mask = PAIR_MASK if pair == "a" else None
     b_mask = PAIR_MASK if pair == "b" else None
 
@@ -191,7 +224,13 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
 
     @T.macro
     def release(empty, stage, tx):
-        if paired:
+        if quad:
+            if tx % 32 == 0:
+                T.mbarrier_arrive(empty[stage])
+                T.mbarrier_arrive(empty[stage], TC.block_rank_in_cluster() ^ 1)
+                T.mbarrier_arrive(empty[stage], TC.block_rank_in_cluster() ^ 2)
+                T.mbarrier_arrive(empty[stage], TC.block_rank_in_cluster() ^ 3)
+        elif paired:
             if tx % 32 == 0:
                 T.mbarrier_arrive(empty[stage])
                 T.mbarrier_arrive(empty[stage], 1 - TC.block_rank_in_cluster())
@@ -199,15 +238,9 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             T.barrier_arrive(empty[stage])
 
     @T.macro
-    def load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, ko):
-        """The producer's K step ``ko`` of tile (bm, bn) into ``stage``, landing on its
-        ``full`` barrier. The whole warpgroup reaches the copies and TileLang elects one
-        thread to issue them (it must: a branch that leaves one thread alive deadlocks the
-        warp-wide election). That thread posts the bytes to expect before its own
-        arrival, and the stage is full once all producer threads have arrived and the
-        bytes have landed. A shared tile is issued by the pair's first block into both
-        blocks' stage, and lands on each block's own barrier."""
-        k0 = ko * block_K
+    def load_operands(A, B, A_shared, B_shared, full, stage, bm, bn, k0, a_mask, b_mask):
+        """The A and B tiles of one K step into ``stage``, each multicast to the blocks
+        of its mask (None: a load of the block's own)."""
         T.tma_copy(
             A[bm * block_M : (bm + 1) * block_M, k0 : k0 + block_K],
             A_shared[stage, :, :],
@@ -228,6 +261,37 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 barrier=full[stage],
                 cluster_mask=b_mask,
             )
+
+    @T.macro
+    def load_quad(A, B, A_shared, B_shared, full, stage, bm, bn, k0):
+        """A four-block cluster's loads: each operand multicast to the two blocks that
+        share it, chosen by the block's rank (the masks must be constants)."""
+        r = TC.block_rank_in_cluster()
+        if r % 2 == 0:
+            if r < 2:
+                load_operands(A, B, A_shared, B_shared, full, stage, bm, bn, k0, *_masks(0, 0))
+            else:
+                load_operands(A, B, A_shared, B_shared, full, stage, bm, bn, k0, *_masks(0, 1))
+        else:
+            if r < 2:
+                load_operands(A, B, A_shared, B_shared, full, stage, bm, bn, k0, *_masks(1, 0))
+            else:
+                load_operands(A, B, A_shared, B_shared, full, stage, bm, bn, k0, *_masks(1, 1))
+
+    @T.macro
+    def load_stage(A, B, A_shared, B_shared, full, stage, bm, bn, ko):
+        """The producer's K step ``ko`` of tile (bm, bn) into ``stage``, landing on its
+        ``full`` barrier. The whole warpgroup reaches the copies and TileLang elects one
+        thread to issue them (it must: a branch that leaves one thread alive deadlocks the
+        warp-wide election). That thread posts the bytes to expect before its own
+        arrival, and the stage is full once all producer threads have arrived and the
+        bytes have landed. A shared tile is issued by the pair's first block into both
+        blocks' stage, and lands on each block's own barrier."""
+        k0 = ko * block_K
+        if quad:
+            load_quad(A, B, A_shared, B_shared, full, stage, bm, bn, k0)
+        else:
+            load_operands(A, B, A_shared, B_shared, full, stage, bm, bn, k0, a_mask, b_mask)
         T.barrier_arrive(full[stage])
 
     @T.macro
@@ -253,7 +317,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     @T.macro
     def launch(A, B, C, delay):
         with T.Kernel(*grid, threads=consumers + PRODUCER_THREADS, **cluster) as (gx, gy):
-            if pair == "b":
+            if pair in ("b", "ab"):
                 bm, bn = gx, gy
             else:
                 bm, bn = gy, gx

@@ -86,7 +86,7 @@ class Units:
 
     tiles_m: int
     tiles_n: int
-    pair: str  # GemmConfig.multicast: "" (a unit is a tile), "b" or "a"
+    pair: str  # GemmConfig.multicast: "" (a unit is a tile), "b", "a" or "ab"
     panel: int  # the tile order's panel in tile rows (GemmConfig.swizzle)
 
     @classmethod
@@ -97,16 +97,17 @@ class Units:
 
     @property
     def per_unit(self) -> int:
-        """Blocks that share one unit: 2 in clusters, else 1."""
-        return 2 if self.pair else 1
+        """Blocks that share one unit: 2 in two-block clusters, 4 in four-block ones
+        ("ab": two M tiles by two N tiles), else 1."""
+        return len(self.pair) * 2 if self.pair else 1
 
     @property
     def units_m(self) -> int:
-        return -(-self.tiles_m // 2) if self.pair == "b" else self.tiles_m
+        return -(-self.tiles_m // 2) if "b" in self.pair else self.tiles_m
 
     @property
     def units_n(self) -> int:
-        return -(-self.tiles_n // 2) if self.pair == "a" else self.tiles_n
+        return -(-self.tiles_n // 2) if "a" in self.pair else self.tiles_n
 
     @property
     def count(self) -> int:
@@ -115,12 +116,12 @@ class Units:
     @property
     def unit_panel(self) -> int:
         """The panel in unit rows: a pair sharing B spans two tile rows."""
-        return self.panel // 2 if self.pair == "b" else self.panel
+        return self.panel // 2 if "b" in self.pair else self.panel
 
     @property
     def rows_per_unit(self) -> int:
         """Tile rows one unit spans."""
-        return 2 if self.pair == "b" else 1
+        return 2 if "b" in self.pair else 1
 
     def tile(self, t: Any, rank: Any = 0, ops: Any = INT_OPS) -> tuple:
         """(tile row, tile column) that the block of ``rank`` computes for unit ``t``,
@@ -130,6 +131,9 @@ class Units:
             return 2 * um + rank, un
         if self.pair == "a":
             return um, 2 * un + rank
+        if self.pair == "ab":
+            # Rank bit 0: the M tile (the blocks sharing B), bit 1: the N tile.
+            return 2 * um + rank % 2, 2 * un + rank // 2
         return um, un
 
 
@@ -272,6 +276,9 @@ def pair_grid(shape: Any, config: Any) -> tuple[int, int]:
         return tiles_m + tiles_m % 2, tiles_n
     if config.multicast == "a":
         return tiles_n + tiles_n % 2, tiles_m
+    if config.multicast == "ab":
+        # Clusters of 2 x 2 blocks: x over M tiles, y over N tiles, both rounded up.
+        return tiles_m + tiles_m % 2, tiles_n + tiles_n % 2
     return tiles_n, tiles_m
 
 

@@ -492,15 +492,52 @@ SMALL_K = 256
 # table's runner-up).
 SMALL_K_TILE = GemmConfig(128, 256, 64, 256, 2, smem_epilogue=True)
 SMALL_K_ASYNC = GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, async_mma=True)
+# Where a block's trips cost less in 192x192 tiles: the most tiles an SM takes times the
+# tile's area, at most ``SMALL_K_SQUARE_COST`` of 128x256's, for a K of
+# ``SMALL_K_SQUARE_MAX_K`` or less (one or two K steps), the 192x192 persistent form in 2
+# stages without panels (``SMALL_K_SQUARE``). On the H200 (bench_gemm, CUPTI; nine short-K
+# shapes drawn with random.Random(20261221), reports/short_k_forms_h200.jsonl) it ran
+# faster on all four such shapes: 2936x2952x128 fp16 (2 trips against 3, 0.75 the cost)
+# 11.1 us against 12.4, 0.945x torch against 0.846x; 3560x6416x128 fp16 (0.94) 16.8
+# against 18.0; 5192x3264x128 fp16 (0.90) 14.0 against 14.4; 2152x4088x64 bf16 (0.75)
+# 10.1 against 10.5. At an even cost or more it lost or tied (3192x6288x128 fp16, 1.125:
+# 16.3 against 15.5; 5736x7808x128 fp16, 1.02: 29.1 against 29.3), and at K=256 (four K
+# steps) it lost in 2 stages and in 3 (7696x5208x256 NT fp16, 0.90: 50.1 and 50.6 us
+# against 46.7; 4544x2544x256 fp16 17.3 and 15.2 against 15.4). On five shapes drawn
+# after the rule among those it changes (random.Random(20261222),
+# reports/short_k_check_h200.jsonl) it ran faster on three, 1.06-1.20x (7816x1040x128
+# fp16 8.3 us against 10.0, 1.16x torch against 0.97x), level on one (5984x3824x128 NT
+# bf16 17.0 against 16.9) and slower on one (2576x6408x64 bf16, 0.90 the cost: 17.1
+# against 15.7): the trips' cost is a rough guide where the stores' traffic, not the
+# busiest SM, sets the pace.
+SMALL_K_SQUARE = GemmConfig(192, 192, 64, 384, 2, policy="row", smem_epilogue=True, async_mma=True)
+SMALL_K_SQUARE_MAX_K = 128
+SMALL_K_SQUARE_COST = 0.95
+
+
+def trip_area(shape: GemmShape, block_m: int, block_n: int, sms: int) -> int:
+    """The output area the busiest of ``sms`` SMs covers in ``block_m`` x ``block_n``
+    tiles of ``shape``, one tile a trip: its trips times the tile's area."""
+    return -(-output_tiles(shape, block_m, block_n) // sms) * block_m * block_n
 
 
 def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
     """The persistent grid of ``sms`` blocks for a K of ``SMALL_K`` or less: on the
-    hand-written pipeline where it builds for ``shape``, else TileLang's."""
+    hand-written pipeline where it builds for ``shape``, else TileLang's; in
+    ``SMALL_K_SQUARE``'s 192x192 tiles where K is at most ``SMALL_K_SQUARE_MAX_K`` and
+    their trips cost at most ``SMALL_K_SQUARE_COST`` of 128x256's."""
     form = _persistent(SMALL_K_ASYNC, sms)
-    if form is not None and builds(shape, form):
-        return form
-    return replace(SMALL_K_TILE, persistent=sms)
+    if form is None or not builds(shape, form):
+        return replace(SMALL_K_TILE, persistent=sms)
+    square = _persistent(SMALL_K_SQUARE, sms)
+    if (
+        square is not None
+        and shape.k <= SMALL_K_SQUARE_MAX_K
+        and trip_area(shape, 192, 192, sms) <= SMALL_K_SQUARE_COST * trip_area(shape, 128, 256, sms)
+        and builds(shape, square)
+    ):
+        return square
+    return form
 
 
 def output_tiles(shape: GemmShape, block_m: int, block_n: int) -> int:
@@ -657,7 +694,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       and a persistent grid of one block per SM overlaps it with the next tile's loads
       (attn_qk_t: 0.0194 ms, the best non-persistent config 0.0234 ms), on the
       hand-written pipeline where it builds, which overlaps the tile's store with the
-      next tile's K steps too (``small_k_grid``: attn_qk_t 13.1 us against 15.3 us).
+      next tile's K steps too (``small_k_grid``: attn_qk_t 13.1 us against 15.3 us);
+      in 192x192 tiles where K is 128 or less and their trips cost less (2936x2952x128:
+      11.1 us against 12.4).
     - Thin, M <= 64 or N <= 128 (decode, attention's P@V): 64x64 tiles streaming the wide
       operand through six stages (decode64 0.0449 ms and attn_pv 0.0194 ms, both the
       winners; 128x128 tiles took 0.032 ms on attn_pv), K split when they fill fewer than

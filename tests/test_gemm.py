@@ -223,6 +223,7 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(256, 128, 64, 256, 4, policy="col", stream_k=7),
         GemmConfig(128, 256, 64, 256, 4, swizzle=16, async_mma=True, multicast="b"),
         GemmConfig(256, 128, 64, 256, 4, smem_epilogue=True, async_mma=True, multicast="a"),
+        GemmConfig(192, 192, 64, 384, 4, policy="row", async_mma=True, multicast="ab"),
         GemmConfig(64, 16, 128, 128, 6, swap_ab=True),
         GemmConfig(128, 16, 128, 128, 6, split_k=2, swap_ab=True),
         GemmConfig(128, 192, 64, 256, 4, 8, policy="row", smem_epilogue=True, cp_async=True),
@@ -598,6 +599,39 @@ def test_sm90a_codegen_of_the_two_block_clusters(shape, id):
     assert sm90a_resources(kernel).spill_bytes == 0
 
 
+@requires_nvcc
+def test_sm90a_codegen_of_the_four_block_clusters():
+    """``multicast="ab"``: a 2 x 2 cluster over M and N tiles rounded up to even counts,
+    each operand multicast by the lowest rank of the pair that shares it (A to ranks
+    0 and 2 or 1 and 3, B to 0 and 1 or 2 and 3), never loaded alone; each stage released
+    on all four blocks; no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    shape = GemmShape(900, 500, 1304, "float16", "NT")
+    config = GemmConfig.from_id("b192x192x64_t384_s4_pr_e_a_mab")
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    assert kernel.blocks == 6 * 4  # 5 M tiles and 3 N tiles, each rounded up
+    for operand, masks in (("A_desc", (5, 10)), ("B_desc", (3, 12))):
+        for mask in masks:
+            assert f"tma_load_multicast({operand}, " in src
+            assert f"(uint16_t)({mask})" in src
+    assert f"empty[0].init({4 * config.threads // 32})" in src
+    for other in (1, 2, 3):
+        assert f".arrive((tl::block_rank_in_cluster() ^ {other}))" in src
+    assert sm90a_resources(kernel).spill_bytes == 0
+
+
+def test_four_block_clusters_are_refused_off_their_grids():
+    """Four-block clusters run on the plain grid or a persistent grid of whole clusters,
+    without panels; stream-K is not built for them."""
+    base = GemmConfig(192, 192, 64, 384, 4, policy="row", async_mma=True, multicast="ab")
+    for fields in ({"persistent": 130}, {"stream_k": 132, "smem_epilogue": True}, {"swizzle": 8}):
+        with pytest.raises(ValueError, match=r"GemmConfig\.multicast='ab': needs persistent"):
+            replace(base, **fields)
+    assert replace(base, persistent=132).id == "b192x192x64_t384_s4_pr_p132_a_mab"
+
+
 CLUSTERED_PERSISTENT_CODEGEN = [
     (GemmShape(2096, 2728, 1304, "float16", "NT"), "b128x192x64_t256_s4_w8_pr_e_p132_a_mb"),
     (GemmShape(3168, 1560, 3648, "bfloat16"), "b256x128x64_t256_s3_e_sk132_a_ma"),
@@ -794,6 +828,16 @@ def test_async_consumers_share_one_register_file():
     assert consumer_registers(384) == 160  # 3 x 128 x 160 + 128 x 24 <= 65536
     for consumers in (128, 256, 384, 512):
         assert consumers * consumer_registers(consumers) + 128 * 24 <= 65536
+
+
+def test_the_persistent_async_form_through_shared_memory_needs_aligned_rows_of_c():
+    """Its tiles are stored by TMA (TileLang: "TMA is not available for src=C_shared,
+    dst=C" at N = 500 on the H200); TileLang's own persistent grid falls back."""
+    config = GemmConfig.from_id("b128x256x64_t256_s3_e_p132_a")
+    with pytest.raises(ValueError, match=r"persistent=132: with async_mma=True.*N=500"):
+        make_gemm(GemmShape(2048, 500, 128), config)
+    make_gemm(GemmShape(2048, 504, 128), config)
+    make_gemm(GemmShape(2048, 500, 128), GemmConfig.from_id("b128x256x64_t256_s2_e_p132"))
 
 
 def test_stream_k_through_shared_memory_needs_aligned_rows_of_c():
@@ -1136,6 +1180,11 @@ MULTICAST_SIZES = {
     "b128x256x64_t256_s4_w8_a_mb": [(1152, 1408, 1024), (3000, 5000, 7000)],
     "b256x128x64_t256_s4_w8_e_a_ma": [(1152, 1408, 1024), (2500, 1800, 4000)],
     "b128x128x64_t128_s4_a_ma": [(1152, 1408, 1024), (16, 1024, 2048)],
+    # Four-block clusters sharing both operands: tile counts odd along both axes (900 =
+    # 4 x 192 + 132 rows, 5 M tiles; 500 = 2 x 192 + 116 columns, 3 N tiles), and the
+    # off-sector shape they are meant for (2096x2728x1304: 11 x 15 tiles of 192x192).
+    "b192x192x64_t384_s4_pr_e_a_mab": [(900, 500, 1304), (2096, 2728, 1304)],
+    "b128x256x64_t256_s4_e_a_mab": [(900, 500, 1304)],
 }
 MULTICAST_CASES = cases_of(MULTICAST_SIZES)
 
@@ -1178,13 +1227,17 @@ def test_c_tile_in_halves_matches_float64_tile_by_tile(shape, config):
 # The heuristic's grid for a short K (``kernels.tuned.small_k_grid``: each tile's store
 # runs on under the next tile's K steps): one K step a tile (K = 64), a block's K steps
 # not a multiple of the stages (K = 256 over 3), partial edge tiles (3000 = 23 x 128 +
-# 56), and fewer tiles than blocks (1000^2: 32 tiles on 132 blocks).
+# 56), and fewer tiles than blocks (1000^2: 32 tiles on 132 blocks). Its 192x192 form
+# (``SMALL_K_SQUARE``) with partial edge tiles in both dimensions (2152 = 11 x 192 + 40,
+# 4088 = 21 x 192 + 56; 2936x2952: two K steps, NT).
 SHORT_K_CASES = [
     (shape, tuned.heuristic(shape, 132))
     for shape in (
         GemmShape(2048, 2048, 64, "float16", "NT"),
         GemmShape(3000, 5000, 256, "bfloat16"),
         GemmShape(1000, 1000, 128, "bfloat16", "NT"),
+        GemmShape(2152, 4088, 64, "bfloat16"),
+        GemmShape(2936, 2952, 128, "float16", "NT"),
     )
 ]
 
@@ -1259,6 +1312,11 @@ CLUSTERED_PERSISTENT_CASES = cases_of(
         "b128x192x64_t256_s4_w8_pr_e_sk132_a_mb": [(1560, 3480, 2408)],
         "b128x256x64_t256_s4_w16_e_sk132_a_mb": [(2168, 3704, 2640)],
         "b128x128x64_t128_s4_p6_a_ma": [(1152, 1408, 1024)],
+        # Four-block clusters over a persistent grid: 17 x 15 tiles of 128x192, 9 x 8
+        # units of 2 x 2 over 33 clusters (three trips), and over one cluster (many; 8 x
+        # 3 tiles, 520 = 2 x 192 + 136 columns).
+        "b128x192x64_t256_s4_pr_e_p132_a_mab": [(2096, 2728, 1304)],
+        "b128x192x64_t256_s4_pr_e_p4_a_mab": [(900, 520, 1304)],
     }
 )
 

@@ -188,6 +188,25 @@ def test_clusters_take_every_tile_once_as_pairs(pair, size, panel):
         assert (m1 - m0, n1 - n0) == ((1, 0) if pair == "b" else (0, 1))
 
 
+@pytest.mark.parametrize("size", [(2096, 2728, 1304), (900, 500, 1304), (1152, 1408, 1024)])
+def test_four_block_clusters_take_every_tile_once(size):
+    """``Units`` of ``multicast="ab"``: the four blocks of a cluster take one unit of 2 x
+    2 tiles, rank bit 0 the M tile and bit 1 the N tile; every tile of C once, and the
+    only tiles outside C those of an odd axis's rounding."""
+    config = GemmConfig(128, 192, 64, 256, 4, policy="row", async_mma=True, multicast="ab")
+    shape = GemmShape(*size)
+    units = Units.of(shape, config)
+    assert units.per_unit == 4
+    tiles = [units.tile(t, rank) for t in range(units.count) for rank in range(4)]
+    inside = [(m, n) for m, n in tiles if m < units.tiles_m and n < units.tiles_n]
+    assert sorted(inside) == [(m, n) for m in range(units.tiles_m) for n in range(units.tiles_n)]
+    rows, cols = units.tiles_m + units.tiles_m % 2, units.tiles_n + units.tiles_n % 2
+    assert len(tiles) == rows * cols == grid_blocks(shape, config)
+    for t in range(units.count):
+        (m0, n0), (m1, n1), (m2, n2) = (units.tile(t, r) for r in range(3))
+        assert (m1 - m0, n1 - n0, m2 - m0, n2 - n0) == (1, 0, 0, 1)
+
+
 def test_stream_k_in_clusters_shares_pairs_over_half_the_blocks():
     # 2096x2728 in 192x192 tiles: 11 x 15, so 6 x 15 = 90 pairs sharing B over 66
     # clusters: 24 pairs left over after one wave, their K steps shared out; every K
