@@ -503,13 +503,14 @@ SMALL_K_ASYNC = GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, async_mma=T
 # 10.1 against 10.5. At an even cost or more it lost or tied (3192x6288x128 fp16, 1.125:
 # 16.3 against 15.5; 5736x7808x128 fp16, 1.02: 29.1 against 29.3), and at K=256 (four K
 # steps) it lost in 2 stages and in 3 (7696x5208x256 NT fp16, 0.90: 50.1 and 50.6 us
-# against 46.7; 4544x2544x256 fp16 17.3 and 15.2 against 15.4). On five shapes drawn
+# against 46.7; 4544x2544x256 fp16 17.3 and 15.2 against 15.4). On eight shapes drawn
 # after the rule among those it changes (random.Random(20261222),
-# reports/short_k_check_h200.jsonl) it ran faster on three, 1.06-1.20x (7816x1040x128
-# fp16 8.3 us against 10.0, 1.16x torch against 0.97x), level on one (5984x3824x128 NT
-# bf16 17.0 against 16.9) and slower on one (2576x6408x64 bf16, 0.90 the cost: 17.1
-# against 15.7): the trips' cost is a rough guide where the stores' traffic, not the
-# busiest SM, sets the pace.
+# reports/short_k_check_h200.jsonl) it ran faster on five, 1.04-1.20x (7816x1040x128
+# fp16 8.3 us against 10.0, 1.16x torch against 0.97x; 5064x2576x64 NT fp16 9.7 against
+# 11.1), level on one (5984x3824x128 NT bf16 17.0 against 16.9) and slower on two
+# (2576x6408x64 bf16, 0.90 the cost: 17.1 against 15.7; 7776x3024x128 NT fp16, 0.94:
+# 17.5 against 17.0), median 1.05x: the trips' cost is a rough guide where the stores'
+# traffic, not the busiest SM, sets the pace.
 SMALL_K_SQUARE = GemmConfig(192, 192, 64, 384, 2, policy="row", smem_epilogue=True, async_mma=True)
 SMALL_K_SQUARE_MAX_K = 128
 SMALL_K_SQUARE_COST = 0.95
@@ -1031,7 +1032,11 @@ def clustered_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig
 # shapes drawn after the rule among those it changes (Random(20261217),
 # reports/pair_trips_check_h200.jsonl): stream-K faster on all eight, 1.204-1.331x
 # (2056x3840x3576 NT bf16 in 128x256 pairs, 0.68 full: 0.874x torch against 0.657x;
-# 3608x1544x3800 fp16 in 128x192 pairs, 0.68 full: 0.974x against 0.753x).
+# 3608x1544x3800 fp16 in 128x192 pairs, 0.68 full: 0.974x against 0.753x). A later
+# sweep (reports/random4_forms_h200.jsonl) added one more of each side: 2344x3384x2672
+# fp16 in 128x256 pairs, 0.71 full, 1.18x in stream-K; and the first shape 0.80 full or
+# more where stream-K won, 3792x2728x2256 fp16 in 128x256 pairs, 0.83 full: 75.0 us
+# against 81.5 (two others there, 0.81 and 0.83 full, ran 0.98x and 0.96x).
 PAIR_TRIP_FILL = 0.75
 
 
