@@ -286,7 +286,8 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         warp-wide election). That thread posts the bytes to expect before its own
         arrival, and the stage is full once all producer threads have arrived and the
         bytes have landed. A shared tile is issued by the pair's first block into both
-        blocks' stage, and lands on each block's own barrier."""
+        blocks' stage (in four-block clusters by the lower rank of the two that share
+        it), and lands on each block's own barrier."""
         k0 = ko * block_K
         if quad:
             load_quad(A, B, A_shared, B_shared, full, stage, bm, bn, k0)

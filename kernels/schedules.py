@@ -99,7 +99,7 @@ class Units:
     def per_unit(self) -> int:
         """Blocks that share one unit: 2 in two-block clusters, 4 in four-block ones
         ("ab": two M tiles by two N tiles), else 1."""
-        return len(self.pair) * 2 if self.pair else 1
+        return {"": 1, "a": 2, "b": 2, "ab": 4}[self.pair]
 
     @property
     def units_m(self) -> int:

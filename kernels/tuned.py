@@ -516,10 +516,11 @@ SMALL_K_SQUARE_MAX_K = 128
 SMALL_K_SQUARE_COST = 0.95
 
 
-def trip_area(shape: GemmShape, block_m: int, block_n: int, sms: int) -> int:
-    """The output area the busiest of ``sms`` SMs covers in ``block_m`` x ``block_n``
-    tiles of ``shape``, one tile a trip: its trips times the tile's area."""
-    return -(-output_tiles(shape, block_m, block_n) // sms) * block_m * block_n
+def trip_area(shape: GemmShape, config: GemmConfig, sms: int) -> int:
+    """The output area the busiest of ``sms`` SMs covers in ``config``'s tiles of
+    ``shape``, one tile a trip: its trips times the tile's area."""
+    bm, bn = config.block_m, config.block_n
+    return -(-output_tiles(shape, bm, bn) // sms) * bm * bn
 
 
 def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
@@ -534,7 +535,7 @@ def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
     if (
         square is not None
         and shape.k <= SMALL_K_SQUARE_MAX_K
-        and trip_area(shape, 192, 192, sms) <= SMALL_K_SQUARE_COST * trip_area(shape, 128, 256, sms)
+        and trip_area(shape, square, sms) <= SMALL_K_SQUARE_COST * trip_area(shape, form, sms)
         and builds(shape, square)
     ):
         return square

@@ -153,7 +153,7 @@ def test_a_short_k_takes_192x192_where_its_trips_cost_less():
     # 2936x2952: 16 x 16 = 256 tiles of 192x192, two trips; 23 x 12 = 276 of 128x256,
     # three: 2 x 36864 against 3 x 32768, 0.75.
     fewer = GemmShape(2936, 2952, 128, "float16")
-    assert trip_area(fewer, 192, 192, SMS) / trip_area(fewer, 128, 256, SMS) == 0.75
+    assert trip_area(fewer, square, SMS) / trip_area(fewer, SMALL_K_ASYNC, SMS) == 0.75
     assert heuristic(fewer, SMS) == square
     assert heuristic(replace(fewer, layout="NT"), SMS) == square
     # The same trips for K = 256 (four K steps), and an even cost (3192x6288: 17 x 33 =
