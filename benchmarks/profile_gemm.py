@@ -317,6 +317,14 @@ def print_table(launches: Sequence[LaunchProfile]) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
+def show(launches: Sequence[LaunchProfile], meta: dict, markdown: Path | None) -> None:
+    """The table on the terminal, and as Markdown in ``markdown`` where one is given."""
+    print_table(launches)
+    if markdown:
+        markdown.write_text(render_markdown(launches, meta))
+        print(f"table written to {markdown}")
+
+
 def find_ncu(given: str | None) -> str | None:
     """The ncu to run: ``given``, else the one on PATH, else the toolkit's default."""
     if given:
@@ -494,10 +502,7 @@ def replay(args) -> int:
                 "the GPU, command and checks",
                 file=sys.stderr,
             )
-    print_table(launches)
-    if args.markdown:
-        args.markdown.write_text(render_markdown(launches, meta))
-        print(f"table written to {args.markdown}")
+    show(launches, meta, args.markdown)
     return 0
 
 
@@ -561,10 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         if interrupted:
             return EXIT_INTERRUPTED
         return _fail(f"ncu exited with {code} and its output has {err}")
-    print_table(launches)
-    if args.markdown:
-        args.markdown.write_text(render_markdown(launches, meta))
-        print(f"table written to {args.markdown}")
+    show(launches, meta, args.markdown)
     if interrupted:
         print("interrupted: the table holds the launches profiled before", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -518,9 +518,8 @@ SMALL_K_SQUARE_COST = 0.95
 
 def trip_area(shape: GemmShape, config: GemmConfig, sms: int) -> int:
     """The output area the busiest of ``sms`` SMs covers in ``config``'s tiles of
-    ``shape``, one tile a trip: its trips times the tile's area."""
-    bm, bn = config.block_m, config.block_n
-    return -(-output_tiles(shape, bm, bn) // sms) * bm * bn
+    ``shape``, one tile a trip: its trips (``waves``) times the tile's area."""
+    return waves(shape, config, sms) * config.block_m * config.block_n
 
 
 def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
