@@ -237,10 +237,13 @@ class GemmConfig:
     # grid or a persistent one of a multiple of 4 blocks, without panels. Measured level
     # with the pairs at best on the H200 (kernels/gemm_async.py): in no search space.
     multicast: str = ""
-    # Operands exchanged: the kernel computes C^T = B^T A^T, so a skinny M rides on the
-    # wgmma's N side (a multiple of 8, 16 here) instead of padding its 64-row M side: the
-    # tile is block_m columns of C (along N) by block_n rows of C (along M), and each
-    # block writes its tile of C transposed, element by element (added in, under split-K).
+    # Operands exchanged: the kernel computes C^T = B^T A^T, so M rides on the wgmma's N
+    # side (a multiple of 8, 16 here) instead of its 64-row M side: a skinny M is not
+    # padded, and a large tile steps along M by 16 rows. The tile is block_m columns of C
+    # (along N) by block_n rows of C (along M). On TileLang's pipeline (plain grid) each
+    # block writes its tile of C transposed, element by element (added in, under
+    # split-K); on the hand-written one (async_mma; plain or persistent grid) through
+    # shared memory, transposed there and stored by TMA, or element by element.
     swap_ab: bool = False
     # Ping-pong (the hand-written pipeline's persistent form, two consumer warpgroups):
     # each consumer warpgroup takes every other tile of its block and accumulates the
@@ -344,18 +347,24 @@ class GemmConfig:
             )
         if not isinstance(self.swap_ab, bool):
             raise ValueError(f"GemmConfig.swap_ab={self.swap_ab!r}: must be a bool")
-        if self.swap_ab and (
-            self.async_mma
-            or self.stream_k
-            or self.persistent
-            or self.smem_epilogue
-            or self.policy != "square"
+        if self.swap_ab and self.async_mma and (self.stream_k or self.multicast or self.pingpong):
+            raise ValueError(
+                "GemmConfig.swap_ab=True: with async_mma=True needs stream_k=0, multicast='' "
+                f"and pingpong=False (got {self.stream_k}, {self.multicast!r}, "
+                f"{self.pingpong}): the hand-written pipeline exchanges the operands on its "
+                "plain and persistent grids, one block a tile"
+            )
+        if (
+            self.swap_ab
+            and not self.async_mma
+            and (self.stream_k or self.persistent or self.smem_epilogue or self.policy != "square")
         ):
             raise ValueError(
-                "GemmConfig.swap_ab=True: needs async_mma=False, stream_k=0, persistent=0, "
+                "GemmConfig.swap_ab=True: with async_mma=False needs stream_k=0, persistent=0, "
                 "smem_epilogue=False and policy='square' (got "
-                f"{self.async_mma}, {self.stream_k}, {self.persistent}, {self.smem_epilogue}, "
-                f"{self.policy!r}): the transposed write-back is the plain grid's, from registers"
+                f"{self.stream_k}, {self.persistent}, {self.smem_epilogue}, {self.policy!r}): "
+                "TileLang's pipeline writes the transposed tile back from registers, on the "
+                "plain grid"
             )
         if self.stream_k and self.split_k > 1:
             raise ValueError(
@@ -553,7 +562,7 @@ class GemmConfig:
         stream-K grid the loop over tiles keeps the stages live through every write-back,
         so there it comes on top (checked against the compiled kernels for sm_90a)."""
         stages = self._stage_bytes
-        if self.swap_ab or not (self.smem_epilogue or self.split_k > 1):
+        if (self.swap_ab and not self.async_mma) or not (self.smem_epilogue or self.split_k > 1):
             return stages
         c_tile = self.block_m * self.block_n * ELEMENT_BYTES
         if self.persistent or self.stream_k:
@@ -567,17 +576,22 @@ class GemmConfig:
     @property
     def c_parts(self) -> int:
         """Pieces the shared-memory epilogue stages a C tile in, one after the other: 1,
-        or 2 (row halves of 64) on the hand-written pipeline's persistent and stream-K
-        forms where the whole tile does not fit on top of the stages and half of it does,
-        for a 128-row tile whose consumer warpgroups split it by columns (each warpgroup
-        then holds a share of either half). So 128x256x64 runs those forms in 4 stages."""
+        or 2 (halves of block_m's rows) on the hand-written pipeline's persistent and
+        stream-K forms where the whole tile does not fit on top of the stages and half of
+        it does, for a 128-row tile whose consumer warpgroups split it by columns (each
+        warpgroup then holds a share of either half) or a 256-row one (halves of 128,
+        which any split shares out). So 128x256x64 runs those forms in 4 stages. With the
+        operands exchanged (``swap_ab``) block_m runs along N: the halves are column
+        halves of C."""
         c_tile = self.block_m * self.block_n * ELEMENT_BYTES
         halves = (
             self.async_mma
             and self.smem_epilogue
             and bool(self.persistent or self.stream_k)
-            and self.block_m == 2 * WGMMA_M
-            and self.policy != "row"
+            and (
+                (self.block_m == 2 * WGMMA_M and self.policy != "row")
+                or self.block_m == 4 * WGMMA_M
+            )
             and self._stage_bytes + c_tile > self.smem_limit
         )
         return 2 if halves else 1

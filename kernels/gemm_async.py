@@ -99,6 +99,21 @@ on the two where it did (1888x2496x3144 NT fp16, 3456x1160x2952 NT bf16), 0.97-1
 128x256 tiles; 128x192 persistent, without the pair's panels, 0.58-1.04x), so the L2's
 reads are not what such rows cost, and no search space has it.
 
+With ``config.swap_ab`` the operands are exchanged: the kernel computes C^T = op(B)^T
+A^T, the wgmma's first operand B's tile (block_M columns of C, read transposed from
+shared memory under NN) and its second A's (block_N rows of C, K-major), so the tile's
+rows of C step by 16 rather than 64. Each tile (or half, ``c_parts``) is written into
+the staging buffer transposed, element by element from the fragment, and stored by TMA;
+without the staging buffer, into C element by element. On the plain and persistent
+grids, without clusters. On the H200 (bench_gemm, CUPTI, reports/exchanged_forms_h200.
+jsonl) 256 columns by 144-192 rows, persistent in 3 stages, ran 1.02-1.30x faster than
+the picks it replaces where its tiles make whole or nearly whole waves
+(``kernels.tuned.exchanged``: 2096x2728x1304 NT fp16 26.2 us against 34.0); 128 columns
+by 160-208 rows ran slower than the 256-column tile on 17 of 20 shapes. The consumers
+wait for all the last K step's batches inside their K loop: where that wait came after
+the loop, ptxas read the accumulators for the transposed write-back before it (wrong
+tiles on the H200).
+
 With two consumer warpgroups the persistent and stream-K forms may hold up to
 ``PINGPONG_MAX_ACCUM`` accumulators a thread (``GemmConfig.holds_large_tile``): the
 consumers take 240 registers and write their tiles back inside their branch, so 192x192
@@ -175,13 +190,30 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     dtype, accum_dtype = shape.dtype, config.accum_dtype
     trans_B = shape.layout == "NT"
     policy = warp_policy(config)  # how the consumer warpgroups split the tile
-    b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+    # With the operands exchanged (``config.swap_ab``) the kernel computes C^T = op(B)^T
+    # A^T: the wgmma's first operand (``A_shared``) holds B's block_M rows of N (read
+    # from B [K, N] as its transpose under NN), its second (``B_shared``) A's block_N rows
+    # of M, and the tiles cover C^T, a problem of N x M (``tiled``); each tile is written
+    # into C transposed.
+    swap = config.swap_ab
+    if swap:
+        a_tile = (block_M, block_K) if trans_B else (block_K, block_M)
+        b_tile = (block_N, block_K)
+        transpose_A, transpose_B = not trans_B, True
+        tiled = GemmShape(shape.n, shape.m, K, shape.dtype, shape.layout)
+    else:
+        a_tile = (block_M, block_K)
+        b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+        transpose_A, transpose_B = False, trans_B
+        tiled = shape
     k_steps = T.ceildiv(K, block_K)
     # The persistent forms may stage C in row halves (``GemmConfig.c_parts``), each half
     # of the tile then accumulated in its own fragment.
     parts = config.c_parts
     part_m = block_M // parts
     c_tile = (part_m, block_N) if config.smem_epilogue else (1, 1)
+    if swap and config.smem_epilogue:
+        c_tile = (block_N, part_m)  # rows of C (along M) by columns (along N)
     # The persistent form's consumers keep one K step's batches in flight where there are
     # ``IN_FLIGHT_MIN_STAGES`` stages or more, which leave the producer two steps ahead or
     # more; with fewer they wait for each batch and free its stage at once, which keeps
@@ -198,7 +230,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # of work, tiles or, in clusters, pairs of them (``Units``), one per cluster.
     blocks = config.persistent or config.stream_k
     plan = StreamK.plan(shape, config) if config.stream_k else None
-    units = Units.of(shape, config)
+    units = Units.of(tiled, config)
     workers = blocks // units.per_unit  # blocks, or clusters
     tiles = units.count
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
@@ -238,9 +270,8 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             T.barrier_arrive(empty[stage])
 
     @T.macro
-    def load_operands(A, B, A_shared, B_shared, full, stage, bm, bn, k0, a_mask, b_mask):
-        """The A and B tiles of one K step into ``stage``, each multicast to the blocks
-        of its mask (None: a load of the block's own)."""
+    def load_own(A, B, A_shared, B_shared, full, stage, bm, bn, k0, a_mask, b_mask):
+        """``load_operands`` in the operands' own order."""
         T.tma_copy(
             A[bm * block_M : (bm + 1) * block_M, k0 : k0 + block_K],
             A_shared[stage, :, :],
@@ -261,6 +292,33 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 barrier=full[stage],
                 cluster_mask=b_mask,
             )
+
+    @T.macro
+    def load_operands(A, B, A_shared, B_shared, full, stage, bm, bn, k0, a_mask, b_mask):
+        """The A and B tiles of one K step into ``stage``, each multicast to the blocks
+        of its mask (None: a load of the block's own); with the operands exchanged B's
+        tile into ``A_shared`` and A's into ``B_shared`` (``bm`` then counts N's tiles,
+        ``bn`` M's)."""
+        if swap:
+            if trans_B:
+                T.tma_copy(
+                    B[bm * block_M : (bm + 1) * block_M, k0 : k0 + block_K],
+                    A_shared[stage, :, :],
+                    barrier=full[stage],
+                )
+            else:
+                T.tma_copy(
+                    B[k0 : k0 + block_K, bm * block_M : (bm + 1) * block_M],
+                    A_shared[stage, :, :],
+                    barrier=full[stage],
+                )
+            T.tma_copy(
+                A[bn * block_N : (bn + 1) * block_N, k0 : k0 + block_K],
+                B_shared[stage, :, :],
+                barrier=full[stage],
+            )
+        else:
+            load_own(A, B, A_shared, B_shared, full, stage, bm, bn, k0, a_mask, b_mask)
 
     @T.macro
     def load_quad(A, B, A_shared, B_shared, full, stage, bm, bn, k0):
@@ -299,14 +357,65 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     def products(A_shared, B_shared, C_local, stage, first_row, rows):
         """One K step's wgmma batch on ``stage`` for the tile's ``rows`` rows from
         ``first_row`` (all ``block_M``, unless the halves accumulate apart), split over the
-        consumer warpgroups by the config's warp policy, issued and not waited for."""
-        TC.wgmma_gemm(
-            A_shared[stage, first_row : first_row + rows, :],
-            B_shared[stage, :, :],
-            C_local,
-            transpose_B=trans_B,
-            policy=policy,
-        )
+        consumer warpgroups by the config's warp policy, issued and not waited for. With
+        the operands exchanged under NN the first operand's rows are ``A_shared``'s
+        columns (B's tile read transposed)."""
+        if transpose_A:
+            TC.wgmma_gemm(
+                A_shared[stage, :, first_row : first_row + rows],
+                B_shared[stage, :, :],
+                C_local,
+                transpose_A=True,
+                transpose_B=True,
+                policy=policy,
+            )
+        else:
+            TC.wgmma_gemm(
+                A_shared[stage, first_row : first_row + rows, :],
+                B_shared[stage, :, :],
+                C_local,
+                transpose_B=transpose_B,
+                policy=policy,
+            )
+
+    @T.macro
+    def settle(ko, k_count):
+        """The in-flight wait of K step ``ko`` of ``k_count`` with the operands exchanged,
+        the last step's for all its batches: ptxas scheduled the transposed write-back's
+        reads of the accumulators above a wait for the last batch that came after the K
+        loop (sm_90a, 128x208 exchanged in 4 stages: ``F2FP`` before ``WARPGROUP.DEPBAR.LE
+        gsb0, 0x0``, wrong tiles on the H200); a wait inside the loop keeps them below it."""
+        if ko == k_count - 1:
+            T.wait_wgmma(0)
+        else:
+            T.wait_wgmma(parts)
+
+    @T.macro
+    def stage_c(acc, C_shared):
+        """A part of the tile from its fragment into the staging buffer, transposed
+        where the operands are exchanged (the buffer holds C's rows)."""
+        if swap:
+            for i, j in T.Parallel(part_m, block_N):
+                C_shared[j, i] = acc[i, j]
+        else:
+            T.copy(acc, C_shared)
+
+    @T.macro
+    def store_direct(C, acc, row, col):
+        """A part of the tile from its fragment into C at (row, col), element by element
+        and transposed where the operands are exchanged (rows past C left out)."""
+        if swap:
+            for i, j in T.Parallel(part_m, block_N):
+                if row + j < shape.m and col + i < shape.n:
+                    C[row + j, col + i] = acc[i, j]
+        else:
+            T.copy(acc, C[row, col])
+
+    def origin(bm, bn, part):
+        """(row, column) of C where part ``part`` of tile (bm, bn) starts."""
+        if swap:
+            return bn * block_N, bm * block_M + part * part_m
+        return bm * block_M + part * part_m, bn * block_N
 
     @T.macro
     def spin(delay):
@@ -322,7 +431,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 bm, bn = gx, gy
             else:
                 bm, bn = gy, gx
-            A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
+            A_shared = T.alloc_shared((stages, *a_tile), dtype)
             B_shared = T.alloc_shared((stages, *b_tile), dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
             C_shared = T.alloc_shared(c_tile, dtype)
@@ -352,7 +461,10 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                     T.mbarrier_wait_parity(full[stage], (ko // stages) & 1)
                     products(A_shared, B_shared, C_local, stage, 0, block_M)
                     # The previous step's batch is done: its stage may be refilled.
-                    T.wait_wgmma(1)
+                    if swap:
+                        settle(ko, k_steps)
+                    else:
+                        T.wait_wgmma(1)
                     if ko > 0:
                         release(empty, (ko + stages - 1) % stages, tx)
                 T.wait_wgmma(0)
@@ -362,11 +474,12 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             # has read its stage by now, and out here TileLang's shared-memory planner
             # sees that, so the C tile reuses the stages' memory.
             if tx < consumers:
+                row, col = origin(bm, bn, 0)
                 if config.smem_epilogue:
-                    T.copy(C_local, C_shared)
-                    T.copy(C_shared, C[bm * block_M, bn * block_N])
+                    stage_c(C_local, C_shared)
+                    T.copy(C_shared, C[row, col])
                 else:
-                    T.copy(C_local, C[bm * block_M, bn * block_N])
+                    store_direct(C, C_local, row, col)
             if paired:
                 # A block leaves only once its partner has made its last release on it.
                 TC.cluster_sync()
@@ -403,14 +516,14 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             # The last part's store has read the staging buffer (its store is not waited
             # for where it is issued, so it runs on under the next tile's K steps).
             T.tma_store_wait(0)
-            T.copy(acc, C_shared)
+            stage_c(acc, C_shared)
             if added:
                 # A stream-K share of the tile: added into C, zeroed before the launch.
                 TC.atomic_add(C[row, col], C_shared, use_tma=True)
             else:
                 T.tma_copy(C_shared, C[row, col])
         else:
-            T.copy(acc, C[row, col])
+            store_direct(C, acc, row, col)
 
     @T.macro
     def consume(
@@ -438,7 +551,10 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             else:
                 products(A_shared, B_shared, C_local, stage, 0, block_M)
             # A K step is ``parts`` batches: wait until at most one step's are pending.
-            T.wait_wgmma(in_flight * parts)
+            if swap and in_flight:
+                settle(ko, k_count)
+            else:
+                T.wait_wgmma(in_flight * parts)
             if in_flight == 0:
                 release(empty, stage, tx)
             elif ko > 0:
@@ -451,10 +567,10 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             T.wait_wgmma(0)
             release(empty, (before + k_count - 1) % stages, tx)
         added = segments and k_count < k_steps
-        write_back(C, C_local, C_shared, bm * block_M, bn * block_N, added)
+        write_back(C, C_local, C_shared, *origin(bm, bn, 0), added)
         if parts > 1:
             # The second half reuses the staging buffer once TMA has read the first.
-            write_back(C, C_bottom, C_shared, bm * block_M + part_m, bn * block_N, added)
+            write_back(C, C_bottom, C_shared, *origin(bm, bn, 1), added)
 
     @T.macro
     def launch_persistent(A, B, C, delay):
@@ -464,7 +580,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         write the last one back: the stages count K steps over the block's trips end to
         end."""
         with T.Kernel(blocks, threads=consumers + PRODUCER_THREADS, **cluster) as block_id:
-            A_shared = T.alloc_shared((stages, block_M, block_K), dtype)
+            A_shared = T.alloc_shared((stages, *a_tile), dtype)
             B_shared = T.alloc_shared((stages, *b_tile), dtype)
             C_local = T.alloc_fragment((part_m, block_N), accum_dtype)
             C_bottom = T.alloc_fragment((part_m, block_N), accum_dtype) if parts > 1 else None

@@ -756,7 +756,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       (``off_sector_pair``: 3496x1568x2200 fp16 0.893x torch against 0.745x), and the
       plain 192x192 grid runs in pairs sharing B where they stay within the wave
       (``off_sector_plain_pair``: 3296x1344x2920 fp16 0.964x torch against 0.837x).
-    - Last, the pick goes on the hand-written pipeline where that form ran faster with the
+    - Then the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
       in 4 stages (4096^3 fp16: 0.1772 ms against 0.1781 in 3 stages, which ran 0.1804
@@ -765,6 +765,11 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       torch against 0.892x for the plain pair); and a plain or paired grid of two waves
       or fewer runs without panels (``unpanelled``: 46 of 57 such grids measured ran
       slower in them).
+    - Last, a pick on the hand-written pipeline gives way to the operands exchanged
+      (``exchanged``: 256 columns by 144-192 rows of C, rows in steps of 16) where those
+      tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
+      or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
+      against 0.812x for 128x256's pairs; 22 of 22 recorded shapes faster, median 1.07x).
     """
     check_sms(sms)
     swapped = swap_for(shape, sms)
@@ -809,6 +814,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     best = off_sector_plain_pair(shape, off_sector_pair(shape, best, sms), sms)
     best = off_sector_nn(shape, best, sms)
     best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
+    best = exchanged(shape, best, sms)
     return unpanelled(shape, best, sms)
 
 
@@ -1059,6 +1065,89 @@ def streamed_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
         return config
     form = _replaced(config, persistent=0, stream_k=config.persistent)
     return form if form is not None and builds(shape, form) else config
+
+
+# The operands exchanged on the hand-written pipeline (``GemmConfig.swap_ab``, C^T =
+# op(B)^T A^T): 256 columns of C on the wgmma's M side and 144-192 rows of C on its N
+# side, so the tile steps along M by 16 rows, as cuBLAS cuts its large tiles to whole
+# waves (reports/profile_random4_h200.md: 3792x2728x2256 in 256x160, 264 tiles, two
+# waves). Persistent over every SM, in 3 stages with the C tile staged in halves of 128
+# columns (``GemmConfig.c_parts``). On the H200 (bench_gemm, CUPTI, against torch.matmul
+# in one run; reports/exchanged_forms_h200.jsonl, 20 mid shapes below 0.93x torch in the
+# off-table lists), where its tiles make at most ``EXCHANGED_MAX_TRIPS`` trips within
+# ``EXCHANGED_MAX_FIT`` of an even share of C: against a stream-K pick it ran faster on
+# all 8 (2096x2728x1304 NT fp16 0.974x torch against 0.751x, 1648x3520x2024 fp16 1.022x
+# against 0.817x, 3016x3504x3832 fp16 0.917x against 0.876x); against the pairs'
+# persistent clusters, which covered 1.13-1.36x its area a trip, on all 6 (3792x2728x2256
+# fp16 0.908x against 0.812x, 3896x2392x1184 bf16 0.841x against 0.823x). So it runs at
+# about 0.96 of their pace per area covered (``EXCHANGED_PACE``). In 256x128 tiles, whose
+# trips fit worse, it lost (2336x2776x2160 bf16 0.713x against 0.861x). On eight shapes
+# measured after the rule (reports/exchanged_check_h200.jsonl) it ran faster on all, 1.02-
+# 1.12x (1160x3888x1768 NT bf16, drawn with random.Random(20261224), 0.836x against 0.748x).
+EXCHANGED_ROWS = (144, 160, 176, 192)
+EXCHANGED_MAX_TRIPS = 2
+EXCHANGED_MAX_FIT = 1.2
+EXCHANGED_PACE = 0.96
+
+
+def trips_of(shape: GemmShape, config: GemmConfig, sms: int) -> int:
+    """Tiles the busiest SM computes under ``config``: its trips over a persistent grid
+    (a cluster's pairs in clusters), its waves otherwise (stream-K: its whole tiles'
+    waves, rounded up)."""
+    if config.persistent and config.multicast in ("a", "b"):
+        return pair_trips(shape, config)[1]
+    if config.persistent:
+        return -(-output_tiles(shape, *tile_of_c(config)) // config.persistent)
+    return waves(shape, config, sms)
+
+
+def fit(shape: GemmShape, config: GemmConfig, sms: int) -> float:
+    """The output area the busiest SM covers (``trips_of`` times the tile's) over an even
+    share of C among ``sms`` SMs: 1.0 where the tiles divide C and fill whole waves."""
+    rows, cols = tile_of_c(config)
+    return trips_of(shape, config, sms) * rows * cols * sms / (shape.m * shape.n)
+
+
+def exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """The exchanged tile (256 columns of C by one of ``EXCHANGED_ROWS`` rows, two
+    warpgroups of 128 columns each, 3 stages) persistent over ``sms`` SMs, in the rows
+    whose trips fit best (the fewest rows of a tie); None where it does not build for
+    ``shape``."""
+    forms = [
+        GemmConfig(
+            256,
+            rows,
+            64,
+            256,
+            3,
+            policy="row",
+            smem_epilogue=True,
+            persistent=sms,
+            async_mma=True,
+            swap_ab=True,
+        )
+        for rows in EXCHANGED_ROWS
+    ]
+    forms = [c for c in forms if builds(shape, c)]
+    return min(forms, key=lambda c: fit(shape, c, sms), default=None)
+
+
+def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``exchanged_form`` in place of a pick on the hand-written pipeline where its tiles
+    make at most ``EXCHANGED_MAX_TRIPS`` trips within ``EXCHANGED_MAX_FIT`` of an even
+    share, and the pick is a stream-K grid or covers ``1 / EXCHANGED_PACE`` more area a
+    trip; ``config`` elsewhere."""
+    if not config.async_mma or config.swap_ab:
+        return config
+    form = exchanged_form(shape, sms)
+    if form is None or trips_of(shape, form, sms) > EXCHANGED_MAX_TRIPS:
+        return config
+    cover = fit(shape, form, sms)
+    if cover > EXCHANGED_MAX_FIT:
+        return config
+    if config.stream_k or cover <= EXCHANGED_PACE * fit(shape, config, sms):
+        return form
+    return config
 
 
 # Panels (``GemmConfig.swizzle``) order a grid's blocks so that the tiles of one wave

@@ -77,7 +77,16 @@ def test_shape_rejects(kwargs, field, rule):
         ({"multicast": "b"}, "multicast='b'", "needs async_mma=True"),
         ({"multicast": "a", "async_mma": True, "swizzle": 5}, "swizzle=5", "must be even"),
         ({"swap_ab": 1}, "swap_ab=1", "bool"),
-        ({"swap_ab": True, "async_mma": True}, "swap_ab=True", "async_mma=False"),
+        (
+            {"swap_ab": True, "async_mma": True, "multicast": "b"},
+            "swap_ab=True",
+            "multicast=''",
+        ),
+        (
+            {"swap_ab": True, "async_mma": True, "smem_epilogue": True, "stream_k": 132},
+            "swap_ab=True",
+            "stream_k=0",
+        ),
         ({"swap_ab": True, "stream_k": 132}, "swap_ab=True", "stream_k=0"),
         ({"swap_ab": True, "persistent": 132}, "swap_ab=True", "persistent=0"),
         ({"swap_ab": True, "smem_epilogue": True}, "swap_ab=True", "smem_epilogue=False"),
@@ -689,6 +698,42 @@ def test_sm90a_codegen_of_the_async_pipeline(layout):
 
 
 @requires_nvcc
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+def test_sm90a_codegen_of_the_async_pipeline_with_the_operands_exchanged(layout):
+    """C^T = op(B)^T A^T: B's tile is the wgmma's first operand, read transposed (MN-major)
+    under NN; A's its second, K-major; the 256-column tile (along N) accumulates in two
+    halves, each staged transposed (rows of C along M) and stored by TMA; no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id("b256x160x64_t256_s3_pr_e_p132_a_x")
+    assert config.c_parts == 2 and config.smem_bytes <= config.smem_limit
+    shape = GemmShape(3792, 2728, 2256, "float16", layout)
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    trans_a = "true" if layout == "NN" else "false"
+    assert f"64, 160, 16, {trans_a}, false, 1, 1>" in src  # m64n160k16 wgmma
+    assert src.count("tl::tma_store(") == 2  # one per half
+    assert "tl::tma_load(A_desc" in src and "tl::tma_load(B_desc" in src
+    assert sm90a_resources(kernel).spill_bytes == 0
+    # The halves go to C's columns: the second one 128 columns on.
+    assert ") + 128), (" in src
+
+
+@requires_nvcc
+def test_exchanged_consumers_wait_for_the_last_batch_inside_the_k_loop():
+    """With one batch in flight (4 stages), the wait for the last K step's batch is inside
+    the K loop: after it, ptxas moved the transposed write-back's reads of the
+    accumulators above that wait (sm_90a, wrong tiles on the H200)."""
+    config = GemmConfig.from_id("b128x208x64_t256_s4_pr_e_p132_a_x")
+    shape = GemmShape(2400, 4072, 1304, "float16", "NT")
+    src = compile_gemm(shape, config, arch="sm_90a").source
+    consumer = src[src.index("warpgroup_reg_alloc<240>") :]
+    loop = consumer[consumer.index("for (int ko") : consumer.index("tma_store_wait")]
+    assert "if (ko_1 == 20) {\n            tl::wait_wgmma<0>();" in loop  # 21 K steps
+    assert "tl::wait_wgmma<1>();" in loop
+
+
+@requires_nvcc
 @pytest.mark.parametrize(
     "config",
     [
@@ -1088,11 +1133,12 @@ STREAM_K_CASES = cases_of(STREAM_K_SIZES)
 
 
 def tile_errors(shape: GemmShape, config: GemmConfig, got, ref):
-    """Relative Frobenius error of each block_m x block_n tile of C: a K segment lost or
-    added twice in one tile of many barely moves the error over all of C."""
+    """Relative Frobenius error of each tile of C (block_m x block_n, or block_n x
+    block_m with the operands exchanged): a K segment lost or added twice in one tile of
+    many barely moves the error over all of C."""
     import torch.nn.functional as F
 
-    bm, bn = config.block_m, config.block_n
+    bm, bn = tuned.tile_of_c(config)
     tm, tn = -(-shape.m // bm), -(-shape.n // bn)
     pad = (0, tn * bn - shape.n, 0, tm * bm - shape.m)
     diff = F.pad(got.double() - ref, pad).reshape(tm, bm, tn, bn)
@@ -1346,6 +1392,31 @@ def test_large_tiles_over_two_warpgroups_match_float64_tile_by_tile(shape, confi
     """A fragment that spilled or a write-back at the wrong register count would show as
     wrong tiles (or a hang)."""
     check_tile_by_tile(shape, config, seeds=(35, 36))
+
+
+# The hand-written pipeline with the operands exchanged (``swap_ab``: C^T = op(B)^T A^T,
+# each tile stored transposed): 256 columns of C by 160 rows in halves of 128 columns on
+# the persistent grid, over two whole trips (3792x2728: 11 x 24 tiles on 132 blocks) and
+# over many trips of 7 blocks with partial edge tiles (1000 = 3 x 256 + 232 columns, so
+# the last tile's second half lies partly past C; 1000 = 6 x 160 + 40 rows; 1304 = 20 x
+# 64 + 24 of K); 128 columns by 208 rows whole on 132 blocks; the plain grid staged
+# through shared memory and written from registers, element by element.
+SWAPPED_ASYNC_CASES = cases_of(
+    {
+        "b256x160x64_t256_s3_pr_e_p132_a_x": [(3792, 2728, 2256)],
+        "b256x160x64_t256_s3_pr_e_p7_a_x": [(1000, 1000, 1304)],
+        "b128x208x64_t256_s4_pr_e_p132_a_x": [(2400, 4072, 1304)],
+        "b128x160x64_t256_s4_pr_e_a_x": [(1000, 1000, 1304)],
+        "b128x160x64_t256_s4_pr_a_x": [(1000, 1000, 1304)],
+    }
+)
+
+
+@gpu_cases(SWAPPED_ASYNC_CASES)
+def test_exchanged_operands_on_the_async_pipeline_match_float64_tile_by_tile(shape, config):
+    """A tile stored untransposed, at the wrong origin, or a half written over the other
+    shows as wrong tiles of C (or NaN where nothing was written)."""
+    check_tile_by_tile(shape, config, seeds=(37, 38))
 
 
 # Loads by cp.async (``GemmConfig.cp_async``): rows of both operands off a 32-byte sector

@@ -176,6 +176,46 @@ def test_short_k_192x192_ran_faster_than_the_rule_without_it(monkeypatch):
     assert statistics.median(ratios) > 1.04 and min(ratios) > 0.9
 
 
+def test_the_exchanged_form_takes_picks_whose_trips_fit_worse():
+    """``exchanged``: 256 columns by 144-192 rows of C with the operands exchanged, where
+    its tiles make two trips or fewer within 1.2 of an even share, and the pick is a
+    stream-K grid or covers over 1 / 0.96 of that area a trip; the pick elsewhere."""
+    from kernels.tuned import exchanged_form, fit, trips_of
+
+    # 3792x2728: 11 x 24 = 264 tiles of 256 columns by 160 rows, two trips (fit 1.045);
+    # 128x256's pairs make 30 x 11 tiles, 165 pairs on 66 clusters, three trips (1.254).
+    shape = GemmShape(3792, 2728, 2256, "float16")
+    form = exchanged_form(shape, SMS)
+    assert form.id == "b256x160x64_t256_s3_pr_e_p132_a_x" and form.c_parts == 2
+    assert trips_of(shape, form, SMS) == 2 and round(fit(shape, form, SMS), 3) == 1.045
+    assert heuristic(shape, SMS) == form
+    # A stream-K pick: 2096x2728x1304 NT, one trip of 11 x 12 = 132 tiles of 256x176.
+    nt = GemmShape(2096, 2728, 1304, "float16", "NT")
+    assert heuristic(nt, SMS).id == "b256x176x64_t256_s3_pr_e_p132_a_x"
+    # 3728x3248: the exchanged trips fit as well as 128x256's persistent ones (1.072),
+    # not 0.96 of them; 2336x2776: the best rows fit 1.50 (256x144 in two trips).
+    for size in [(3728, 3248, 3072), (2336, 2776, 2160)]:
+        assert not heuristic(GemmShape(*size, "float16"), SMS).swap_ab, size
+    # Many waves (9000x7000: ten trips) keep stream-K in 192x192.
+    assert heuristic(GemmShape(9000, 7000, 4000, "bfloat16"), SMS).stream_k == SMS
+    # C's rows off 16 bytes (N = 2730): no TMA store, no exchanged form.
+    assert exchanged_form(GemmShape(3792, 2730, 2256, "float16"), SMS) is None
+    # On fewer SMs the trips are counted on those.
+    assert trips_of(shape, replace(form, persistent=16), 16) == 17
+
+
+def test_the_exchanged_form_ran_faster_than_the_rules_without_it(monkeypatch):
+    """Over the recorded sweeps, each shape whose pick ``exchanged`` takes, where both
+    picks ran in one record: faster on all 14 it takes of the 20 shapes it was read from
+    (reports/exchanged_forms_h200.jsonl, 1.02-1.30x: 2096x2728x1304 NT fp16 0.974x torch
+    against 0.751x) and on all 8 measured after it (reports/exchanged_check_h200.jsonl,
+    four the rule changes in the earlier off-table lists and four drawn with
+    random.Random(20261224): 1.02-1.12x); median 1.07x over the 22."""
+    ratios = ratios_without(monkeypatch, "exchanged", lambda shape, config, sms: config)
+    assert len(ratios) >= 22 and min(ratios) > 1.0
+    assert statistics.median(ratios) > 1.05
+
+
 @pytest.mark.parametrize("sms", [0, -4, 13.0, True, None, "132"])
 def test_an_sm_count_that_is_not_a_positive_int_is_refused(sms):
     shape = GemmShape(4096, 4096, 4096)
@@ -438,8 +478,16 @@ def test_a_fitted_tile_wins_where_its_tiles_fill_the_wave(monkeypatch):
     assert tuned.fitted_score(off, narrow, SMS)[0] == 0.0
 
 
+@pytest.fixture
+def before_exchanged(monkeypatch):
+    """The heuristic without its last rule, ``exchanged``, which takes picks from every
+    rule beneath it: each of those rules is tested, and its evidence weighed, on its own
+    picks (the exchanged form was not in the sweeps that measured them)."""
+    monkeypatch.setattr(tuned, "exchanged", lambda shape, config, sms: config)
+
+
 @pytest.mark.parametrize("layout", ["NN", "NT"])
-def test_the_heuristic_picks_only_configs_that_build(layout):
+def test_the_heuristic_picks_only_configs_that_build(layout, monkeypatch):
     """No pick fails ``check_combination``: over mid and large sizes with rows of A, B and
     C off 16 bytes (odd K, odd N) and on it, and short K. 3500x1200x2500 NT scored
     stream-K best, which needs A's or B's rows aligned, and failed to build on the H200
@@ -455,6 +503,8 @@ def test_the_heuristic_picks_only_configs_that_build(layout):
     for size in sizes:
         shape = GemmShape(*size, "bfloat16", layout)
         check_combination(shape, heuristic(shape, SMS))
+    # Stream-K's own rule, beneath ``exchanged`` (which takes 3500x1200x2504's pick).
+    monkeypatch.setattr(tuned, "exchanged", lambda shape, config, sms: config)
     odd = GemmShape(3500, 1200, 2500, "bfloat16", "NT")
     assert heuristic(odd, SMS).stream_k == 0
     assert heuristic(GemmShape(3500, 1200, 2504, "bfloat16", "NT"), SMS).stream_k == SMS
@@ -990,7 +1040,9 @@ def test_128x192_persistent_follows_the_sm_count_and_joins_the_space():
     assert tuned.narrow_persistent(odd, SMS) is None and not heuristic(odd, SMS).persistent
 
 
-def test_128x192_persistent_ran_faster_than_the_rules_where_it_is_taken(monkeypatch):
+def test_128x192_persistent_ran_faster_than_the_rules_where_it_is_taken(
+    monkeypatch, before_exchanged
+):
     """Over the recorded sweeps of mid shapes, each shape the rule takes ran faster in
     the form than in what the rules without it pick."""
     times: dict[str, dict[str, list[float]]] = {}
@@ -1243,7 +1295,7 @@ def ratios_without(monkeypatch, rule: str, off) -> list[float]:
     return ratios
 
 
-def test_off_sector_square_ran_faster_than_the_rules_without_it(monkeypatch):
+def test_off_sector_square_ran_faster_than_the_rules_without_it(monkeypatch, before_exchanged):
     """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
     were timed in one record, ran faster in the rule's pick on all but two, median 1.08x
     over 31: 15 shapes it was fitted to, 12 drawn after it (reports/offsector_h200.jsonl,
@@ -1292,7 +1344,7 @@ def test_128x192_under_a_wave_ran_faster_than_the_rules_without_it(monkeypatch):
 # --- pairs over a wave: persistent two-block clusters ----------------------------------
 
 
-def test_pairs_over_a_wave_run_in_persistent_clusters():
+def test_pairs_over_a_wave_run_in_persistent_clusters(before_exchanged):
     """``clustered_pair``: a plain pair grid (B shared in two-block clusters) of more than
     a wave takes its persistent clusters form, panels kept; at one wave or under, or on
     any other grid, the pick stays."""
@@ -1316,7 +1368,7 @@ def test_pairs_over_a_wave_run_in_persistent_clusters():
         assert tuned.clustered_pair(GemmShape(3592, 2984, 1760), config, SMS) == config
 
 
-def test_clustered_pairs_ran_faster_than_the_plain_pairs(monkeypatch):
+def test_clustered_pairs_ran_faster_than_the_plain_pairs(monkeypatch, before_exchanged):
     """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
     were timed in one record, ran faster in persistent clusters: 24 of 24, median 1.067x
     in kernel time (the twelve shapes drawn for it, reports/pair_forms_h200.jsonl, but
@@ -1330,7 +1382,7 @@ def test_clustered_pairs_ran_faster_than_the_plain_pairs(monkeypatch):
     assert statistics.median(ratios) > 1.05
 
 
-def test_pairs_whose_last_trip_is_mostly_idle_run_stream_k():
+def test_pairs_whose_last_trip_is_mostly_idle_run_stream_k(before_exchanged):
     """``streamed_pair``: a pair's persistent clusters form whose trips are under
     ``PAIR_TRIP_FILL`` full takes its stream-K form over the same clusters; a fuller one,
     another grid, or another tile stays."""
@@ -1472,7 +1524,7 @@ def test_pairs_of_192_row_tiles_beat_the_plain_grid_only_off_a_sector():
     assert len(on) >= 7 and not any(r > 1 for r in on)
 
 
-def test_off_sector_nn_takes_the_stream_k_pick_in_clusters_where_b_is_off_too():
+def test_off_sector_nn_takes_the_stream_k_pick_in_clusters_where_b_is_off_too(before_exchanged):
     """``off_sector_nn``: in NN with both operands' rows off a sector, 256x128 in stream-K
     over two-block clusters sharing A replaces 192x192 stream-K; with B's rows on a
     sector, in NT, or for another pick, the pick stays."""
@@ -1494,7 +1546,7 @@ def test_off_sector_nn_takes_the_stream_k_pick_in_clusters_where_b_is_off_too():
     assert tuned.off_sector_nn(both_off, TILES[0].config, SMS) == TILES[0].config
 
 
-def test_off_sector_nn_ran_faster_than_the_rules_without_it(monkeypatch):
+def test_off_sector_nn_ran_faster_than_the_rules_without_it(monkeypatch, before_exchanged):
     """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
     were timed in one record, ran faster in the clusters on all but one (3088x3032x2488
     bf16, 0.997x), median 1.11x over 17: the four it was read off and the four it was
@@ -1525,7 +1577,7 @@ def test_off_sector_pairs_slack_parts_the_sweeps_winners_from_its_losers():
     assert len(outside) >= 6 and all(r < 1 for r in outside)
 
 
-def test_off_sector_pairs_ran_faster_than_the_rules_without_it(monkeypatch):
+def test_off_sector_pairs_ran_faster_than_the_rules_without_it(monkeypatch, before_exchanged):
     """Over the recorded sweeps, each shape whose pick the rule changes, where both picks
     were timed in one record, ran faster in the pair on 20 of 21, median 1.08x (the eight
     of nt_off_forms_h200.jsonl and b_off_forms_h200.jsonl it was read off, and the twelve
