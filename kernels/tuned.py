@@ -518,8 +518,8 @@ SMALL_K_SQUARE_COST = 0.95
 
 def trip_area(shape: GemmShape, config: GemmConfig, sms: int) -> int:
     """The output area the busiest of ``sms`` SMs covers in ``config``'s tiles of
-    ``shape``, one tile a trip: its trips (``waves``) times the tile's area."""
-    return waves(shape, config, sms) * config.block_m * config.block_n
+    ``shape``, one tile a trip: its trips (``trips_of``) times the tile's area."""
+    return trips_of(shape, config, sms) * config.block_m * config.block_n
 
 
 def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
@@ -1102,10 +1102,9 @@ def trips_of(shape: GemmShape, config: GemmConfig, sms: int) -> int:
 
 
 def fit(shape: GemmShape, config: GemmConfig, sms: int) -> float:
-    """The output area the busiest SM covers (``trips_of`` times the tile's) over an even
-    share of C among ``sms`` SMs: 1.0 where the tiles divide C and fill whole waves."""
-    rows, cols = tile_of_c(config)
-    return trips_of(shape, config, sms) * rows * cols * sms / (shape.m * shape.n)
+    """The output area the busiest SM covers (``trip_area``) over an even share of C
+    among ``sms`` SMs: 1.0 where the tiles divide C and fill whole waves."""
+    return trip_area(shape, config, sms) * sms / (shape.m * shape.n)
 
 
 def exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
