@@ -734,6 +734,24 @@ def test_exchanged_consumers_wait_for_the_last_batch_inside_the_k_loop():
 
 
 @requires_nvcc
+def test_sm90a_codegen_of_three_exchanged_warpgroups_of_64_columns():
+    """192 columns of C by 112 rows: three consumer warpgroups, each m64n112k16 on 64
+    columns (B's tile read transposed under NN), the whole tile staged once and stored by
+    TMA, the last K step's wait inside the K loop (16 K steps of 1000), no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id("b192x112x64_t384_s4_pr_e_p132_a_x")
+    assert config.c_parts == 1 and config.smem_bytes <= config.smem_limit
+    kernel = compile_gemm(GemmShape(1432, 1888, 1000, "bfloat16"), config, arch="sm_90a")
+    src = kernel.source
+    assert "64, 112, 16, true, false, 1, 1>" in src
+    assert "warpgroup_reg_alloc<160>" in src and "full[0].init(128)" in src
+    assert src.count("tl::tma_store(") == 1
+    assert "if (ko_1 == 15) {\n          tl::wait_wgmma<0>();" in src
+    assert sm90a_resources(kernel).spill_bytes == 0
+
+
+@requires_nvcc
 @pytest.mark.parametrize(
     "config",
     [
@@ -1417,6 +1435,37 @@ def test_exchanged_operands_on_the_async_pipeline_match_float64_tile_by_tile(sha
     """A tile stored untransposed, at the wrong origin, or a half written over the other
     shows as wrong tiles of C (or NaN where nothing was written)."""
     check_tile_by_tile(shape, config, seeds=(37, 38))
+
+
+# Tiles that fit one wave: the operands exchanged with 192 columns of C in three
+# warpgroups of 64 and 128 in two, 256 by 64-96 rows, rows in steps of 16 past C's edge
+# (1432 = 12 x 112 + 88, 1056 = 7 x 144 + 48, 1000 = 10 x 96 + 40); the unexchanged
+# tiles' columns in steps of 16 (2176 = 13 x 160 + 96, 1200 = 15 x 80); a skinny M under
+# one tile of 96 rows (88), on the plain grid staged and direct and persistent; K off
+# a whole step (1000, 1288).
+ONE_WAVE_CASES = cases_of(
+    {
+        "b192x112x64_t384_s4_pr_e_p132_a_x": [(1432, 1888, 1000)],
+        "b256x96x64_t256_s4_pr_e_p132_a_x": [(1240, 2112, 1288)],
+        "b128x144x64_t256_s5_pr_e_p132_a_x": [(1056, 1856, 1000)],
+        "b192x64x64_t384_s6_pr_e_p132_a_x": [(1056, 1280, 1000)],
+        "b128x96x64_t256_s6_pr_e_p132_a_x": [(1000, 1000, 1304)],
+        "b256x64x64_t256_s5_pr_e_p132_a_x": [(1536, 1200, 1000)],
+        "b192x112x64_t384_s4_e_p132_a": [(1136, 2176, 1000)],
+        "b128x160x64_t256_s5_e_p132_a": [(1136, 2176, 1000)],
+        "b192x80x64_t384_s5_e_p132_a": [(1536, 1200, 1000)],
+        "b64x96x64_t128_s8_a_x": [(88, 7928, 1000)],
+        "b64x96x128_t128_s5_a_x": [(88, 7928, 1000)],
+        "b64x96x64_t128_s8_e_p132_a_x": [(88, 7928, 1000)],
+    }
+)
+
+
+@gpu_cases(ONE_WAVE_CASES)
+def test_one_wave_tiles_match_float64_tile_by_tile(shape, config):
+    """Rows or columns in steps of 16 that end inside a tile: a row written past C, or a
+    tile's rows taken from its neighbour, shows as wrong tiles or NaN."""
+    check_tile_by_tile(shape, config, seeds=(39, 40))
 
 
 # Loads by cp.async (``GemmConfig.cp_async``): rows of both operands off a 32-byte sector
