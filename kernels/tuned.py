@@ -1131,20 +1131,25 @@ def exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
     return min(forms, key=lambda c: fit(shape, c, sms), default=None)
 
 
-def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
-    """``exchanged_form`` in place of a pick on the hand-written pipeline where its tiles
-    make at most ``EXCHANGED_MAX_TRIPS`` trips within ``EXCHANGED_MAX_FIT`` of an even
-    share, and the pick is a stream-K grid or covers ``1 / EXCHANGED_PACE`` more area a
-    trip; ``config`` elsewhere."""
-    if not config.async_mma or config.swap_ab:
-        return config
+def exchanged_fitting(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """``exchanged_form`` where its tiles make at most ``EXCHANGED_MAX_TRIPS`` trips
+    within ``EXCHANGED_MAX_FIT`` of an even share; None elsewhere."""
     form = exchanged_form(shape, sms)
     if form is None or trips_of(shape, form, sms) > EXCHANGED_MAX_TRIPS:
+        return None
+    return form if fit(shape, form, sms) <= EXCHANGED_MAX_FIT else None
+
+
+def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``exchanged_fitting``'s form in place of a pick on the hand-written pipeline where
+    the pick is a stream-K grid or covers ``1 / EXCHANGED_PACE`` more area a trip;
+    ``config`` elsewhere."""
+    if not config.async_mma or config.swap_ab:
         return config
-    cover = fit(shape, form, sms)
-    if cover > EXCHANGED_MAX_FIT:
+    form = exchanged_fitting(shape, sms)
+    if form is None:
         return config
-    if config.stream_k or cover <= EXCHANGED_PACE * fit(shape, config, sms):
+    if config.stream_k or fit(shape, form, sms) <= EXCHANGED_PACE * fit(shape, config, sms):
         return form
     return config
 
@@ -1451,14 +1456,24 @@ def form_of(config: GemmConfig, grid: str, sms: int) -> GemmConfig | None:
     return _replaced(config, **{grid: sms})
 
 
+# The operands exchanged (``exchanged_form``) are a form of their own shape, not one of
+# ``FORMS``' fixed tiles: where their tiles fit (``exchanged_fitting``) they lead a
+# shape's forms whatever the heuristic picked. On the H200 (bench_gemm, CUPTI) it ran
+# the fastest of the 3-4 configs timed beside it in its records on all 23 shapes
+# (reports/exchanged_forms_h200.jsonl, exchanged_check_h200.jsonl), 1400x3616x3216 NT
+# bf16 among them, whose pick stays on TileLang's pipeline: 0.945x torch against 0.817x.
+# It is no sure winner: 1128x3624x3688 NT bf16 ran 0.753x in it and 0.932x in 192x176's
+# pair, in another record (random2_forms_h200.jsonl) and so left to a tuning run.
 def forms(shape: GemmShape, sms: int) -> list[GemmConfig]:
     """``FORMS`` on a GPU of ``sms`` SMs that ``shape`` takes: where it is neither thin
     (M <= 64 or N <= 128) nor short in K (K <= 256), the forms whose output tiles make at
-    least ``FORM_MIN_WAVE`` of a wave and that build for it, in ``FORMS``' order."""
+    least ``FORM_MIN_WAVE`` of a wave and that build for it, in ``FORMS``' order, after
+    the operands exchanged where their tiles fit (``exchanged_fitting``, whatever the
+    pick)."""
     check_sms(sms)
     if shape.m <= 64 or shape.n <= 128 or shape.k <= 256:
         return []
-    out = []
+    out = [c for c in (exchanged_fitting(shape, sms),) if c is not None]
     for config, grid in FORMS:
         if output_tiles(shape, config.block_m, config.block_n) < FORM_MIN_WAVE * sms:
             continue

@@ -82,16 +82,17 @@ FALLBACK_BACKEND = "event"
 @dataclass(frozen=True, slots=True)
 class Budget:
     """How much a first-use tuning may spend: wall-clock seconds (compiling, checking and
-    timing) and candidates at most. Thirty-two: the pick, then on mid and large shapes
-    up to sixteen forms (``kernels.tuned.forms``) in turn with the spread of the
-    search space, so that a shape gets every form and fifteen or more of the spread's (4
+    timing) and candidates at most. Thirty-three: the pick, then on mid and large
+    shapes up to seventeen forms (``kernels.tuned.forms``: the operands exchanged and
+    ``FORMS``) in turn with the spread of the search space, so that a shape gets every
+    form and fifteen or more of the spread's (4
     of the 17 off-table winners sat 12th-15th in the spread plan before the forms joined
     it, ``reports/offtable_first_use_h200.json`` at 0c428d5). On the H200 host (16 cores)
     a shape's 24 candidates took 1-8 s once compiled (the ``offtable_*first_use_h200``
     records' runs before the budget rose from 24)."""
 
     seconds: float = 60.0
-    candidates: int = 32
+    candidates: int = 33
 
     def __post_init__(self) -> None:
         s = self.seconds
