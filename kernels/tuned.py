@@ -1463,7 +1463,8 @@ def form_of(config: GemmConfig, grid: str, sms: int) -> GemmConfig | None:
 # (reports/exchanged_forms_h200.jsonl, exchanged_check_h200.jsonl), 1400x3616x3216 NT
 # bf16 among them, whose pick stays on TileLang's pipeline: 0.945x torch against 0.817x.
 # It is no sure winner: 1128x3624x3688 NT bf16 ran 0.753x in it and 0.932x in 192x176's
-# pair, in another record (random2_forms_h200.jsonl) and so left to a tuning run.
+# pair in another record (wave_rows_h200.jsonl), so it joins the plan beside the other
+# forms and does not replace them.
 def forms(shape: GemmShape, sms: int) -> list[GemmConfig]:
     """``FORMS`` on a GPU of ``sms`` SMs that ``shape`` takes: where it is neither thin
     (M <= 64 or N <= 128) nor short in K (K <= 256), the forms whose output tiles make at
