@@ -755,7 +755,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       that stream-K's place where its trips fit stream-K's even share within 1.25
       (``off_sector_pair``: 3496x1568x2200 fp16 0.893x torch against 0.745x), and the
       plain 192x192 grid runs in pairs sharing B where they stay within the wave
-      (``off_sector_plain_pair``: 3296x1344x2920 fp16 0.964x torch against 0.837x).
+      (``off_sector_plain_pair``: 3296x1344x2920 fp16 0.964x torch against 0.837x),
+      taking tiles of 0.85 of a wave there, not 0.9 (1128x3624x3688 bf16: 46.1 us against
+      57.5 for the operands exchanged).
     - Then the pick goes on the hand-written pipeline where that form ran faster with the
       same tile (``async_form``): stream-K in its persistent form (2500x1800x4000: 0.0581
       ms against 0.0658), and an unsplit 128x256 grid of two waves or more persistent
@@ -769,7 +771,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       (``exchanged``: 256 columns by 144-192 rows of C, rows in steps of 16) where those
       tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
-      against 0.812x for 128x256's pairs; 22 of 22 recorded shapes faster, median 1.07x).
+      against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
     """
     check_sms(sms)
     swapped = swap_for(shape, sms)
@@ -842,7 +844,15 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
 # (``off_sector_pair``, below). A fresh draw found a loss too: 1648x3520x2024 fp16 (B's
 # rows on a sector; reports/random2_forms_h200.jsonl), 44.0 us against 40.6 for 128x256
 # stream-K, so over the records it ran faster on 29 of 31 shapes it changes.
+# In NT the plain grid runs in pairs (``off_sector_plain_pair``, below), which took a
+# shorter wave too: 1128x3624x3688 NT bf16, 114 tiles (0.86 of a wave), 46.1 us in
+# 192x192's pairs against 63.0 for 192x192's stream-K and 54.2 for the plain grid
+# (reports/quad_clusters_h200.jsonl), 57.5 for the operands exchanged that took it
+# without this (exchanged_forms_h200.jsonl); 1024x3376x2824 NT fp16, 108 tiles (0.82),
+# ran 1.06x slower in them than in 128x256's pairs (quad_clusters_h200.jsonl) and stays
+# out. It changes no other recorded or listed shape's pick; NN there is unmeasured.
 OFF_SECTOR_PLAIN_WAVE = 0.9
+OFF_SECTOR_PAIR_WAVE = 0.85
 OFF_SECTOR_TILES = ((128, 256), (256, 128))
 
 
@@ -850,13 +860,16 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
     """192x192 in place of a stream-K pick of 128x256 or 256x128 tiles where A's rows are
     off a sector: its stream-K form (``LARGE_STREAM_K``) where its output tiles make a
     wave or more, its plain grid (the fitted tile) where they make
-    ``OFF_SECTOR_PLAIN_WAVE`` of one; ``config`` elsewhere or where the form does not build."""
+    ``OFF_SECTOR_PLAIN_WAVE`` of one, or in NT ``OFF_SECTOR_PAIR_WAVE`` where its pairs
+    stay within the wave; ``config`` elsewhere or where the form does not build."""
     if narrow_fits(shape) or not config.stream_k or tile_of_c(config) not in OFF_SECTOR_TILES:
         return config
     tiles = output_tiles(shape, 192, 192)
+    paired = shape.layout == "NT" and grid_blocks(shape, OFF_SECTOR_PLAIN_PAIR) <= sms
+    least = OFF_SECTOR_PAIR_WAVE if paired else OFF_SECTOR_PLAIN_WAVE
     if tiles >= sms:
         form = replace(LARGE_STREAM_K, stream_k=sms)
-    elif tiles >= OFF_SECTOR_PLAIN_WAVE * sms:
+    elif tiles >= least * sms:
         form = _fitted(192, 192)
     else:
         return config
