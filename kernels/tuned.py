@@ -865,8 +865,7 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
     if narrow_fits(shape) or not config.stream_k or tile_of_c(config) not in OFF_SECTOR_TILES:
         return config
     tiles = output_tiles(shape, 192, 192)
-    paired = shape.layout == "NT" and grid_blocks(shape, OFF_SECTOR_PLAIN_PAIR) <= sms
-    least = OFF_SECTOR_PAIR_WAVE if paired else OFF_SECTOR_PLAIN_WAVE
+    least = OFF_SECTOR_PAIR_WAVE if plain_pairs_fit(shape, sms) else OFF_SECTOR_PLAIN_WAVE
     if tiles >= sms:
         form = replace(LARGE_STREAM_K, stream_k=sms)
     elif tiles >= least * sms:
@@ -947,12 +946,16 @@ def off_sector_plain_pair(shape: GemmShape, config: GemmConfig, sms: int) -> Gem
     """``OFF_SECTOR_PLAIN_PAIR`` in place of ``off_sector_square``'s plain 192x192 grid in
     NT where K's rows are off a sector and its pairs' blocks make at most a wave of
     ``sms``; ``config`` elsewhere or where the form does not build."""
-    if shape.layout != "NT" or narrow_fits(shape) or config != _fitted(192, 192):
+    if narrow_fits(shape) or config != _fitted(192, 192) or not plain_pairs_fit(shape, sms):
         return config
     form = OFF_SECTOR_PLAIN_PAIR
-    if grid_blocks(shape, form) > sms:
-        return config
     return form if builds(shape, form) else config
+
+
+def plain_pairs_fit(shape: GemmShape, sms: int) -> bool:
+    """Whether ``off_sector_plain_pair`` may run ``shape``'s 192x192 grid in pairs: NT,
+    and the pairs' blocks (M tiles rounded up to whole pairs) make at most a wave."""
+    return shape.layout == "NT" and grid_blocks(shape, OFF_SECTOR_PLAIN_PAIR) <= sms
 
 
 # In NN where both operands' rows are off a sector (K and N times 2 bytes 16 past one),
@@ -1487,7 +1490,8 @@ def forms(shape: GemmShape, sms: int) -> list[GemmConfig]:
     check_sms(sms)
     if shape.m <= 64 or shape.n <= 128 or shape.k <= 256:
         return []
-    out = [c for c in (exchanged_fitting(shape, sms),) if c is not None]
+    exchanged_tiles = exchanged_fitting(shape, sms)
+    out = [] if exchanged_tiles is None else [exchanged_tiles]
     for config, grid in FORMS:
         if output_tiles(shape, config.block_m, config.block_n) < FORM_MIN_WAVE * sms:
             continue
