@@ -253,8 +253,8 @@ class GemmConfig:
     # gemm_async.py): in no search space.
     pingpong: bool = False
     # Loads by cp.async from every thread, TileLang's pipeline without warp
-    # specialisation, instead of TMA copies from a producer warpgroup (TileLang's
-    # TL_DISABLE_TMA_LOWER and TL_DISABLE_WARP_SPECIALIZED; the wgmma stays). The plain
+    # specialisation, instead of TMA copies from a producer warpgroup (TileLang's per-copy
+    # disable_tma and TL_DISABLE_WARP_SPECIALIZED; the wgmma stays). The plain
     # or panelled grid only. Tried for operand rows that start off a 32-byte sector,
     # where the TMA-fed kernels run slow (reports/sectors_h200.jsonl), it ran slower
     # still on the H200, on and off a sector alike (reports/cp_async_h200.jsonl: on 9
@@ -669,6 +669,9 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     policy = warp_policy(config)
     tiles_m, tiles_n = T.ceildiv(M, block_M), T.ceildiv(N, block_N)
 
+    # ``cp_async``: the operand loads and the shared-memory store of C by threads, not TMA.
+    copy = functools.partial(TC.copy, disable_tma=True) if config.cp_async else T.copy
+
     # K steps per block: all of them, or one split's share (the last split may run past K;
     # TMA fills out-of-range tiles with zeros, which add nothing).
     k_steps = T.ceildiv(K, block_K * config.split_k)
@@ -683,11 +686,11 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
         T.clear(C_local)
         for ko in T.Pipelined(k_count, num_stages=config.num_stages):
             kk = k_first + ko
-            T.copy(A[tm * block_M, kk * block_K], A_shared)
+            copy(A[tm * block_M, kk * block_K], A_shared)
             if trans_B:
-                T.copy(B[tn * block_N, kk * block_K], B_shared)
+                copy(B[tn * block_N, kk * block_K], B_shared)
             else:
-                T.copy(B[kk * block_K, tn * block_N], B_shared)
+                copy(B[kk * block_K, tn * block_N], B_shared)
             T.gemm(A_shared, B_shared, C_local, transpose_B=trans_B, policy=policy)
         if config.split_k > 1:
             T.copy(C_local, C_shared)
@@ -705,7 +708,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 T.copy(C_local, C[tm * block_M, tn * block_N])
         elif config.smem_epilogue:
             T.copy(C_local, C_shared)
-            T.copy(C_shared, C[tm * block_M, tn * block_N])
+            copy(C_shared, C[tm * block_M, tn * block_N])
         else:
             T.copy(C_local, C[tm * block_M, tn * block_N])
 
@@ -872,17 +875,15 @@ def _compile_gemm(
 
 
 def pass_configs(config: GemmConfig) -> dict[str, bool]:
-    """TileLang's pass options for ``config``: none, or the two that turn its pipeline's
-    copies from TMA to cp.async (``GemmConfig.cp_async``; the first alone keeps TMA
-    under warp specialisation)."""
+    """TileLang's pass options for ``config``: none, or, under ``GemmConfig.cp_async``,
+    the one that keeps warp specialisation off, so that every thread issues the copies
+    ``make_gemm`` marks ``disable_tma``. With no TMA copy left TileLang 0.1.15 does not
+    specialise anyway (the same sm_90a source either way); the option pins it."""
     if not config.cp_async:
         return {}
     from tilelang.transform import PassConfigKey
 
-    return {
-        PassConfigKey.TL_DISABLE_TMA_LOWER: True,
-        PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True,
-    }
+    return {PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}
 
 
 def compile_gemm(

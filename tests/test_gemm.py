@@ -402,9 +402,11 @@ def test_sm90a_codegen_of_options(shape, config, expect):
 
 
 @requires_nvcc
+@pytest.mark.filterwarnings("error::DeprecationWarning")
 def test_sm90a_codegen_of_cp_async_loads():
     """``cp_async``: the same tile's loads by cp.async from every thread (no tensor map,
-    no producer warpgroup), the wgmma kept; without it, TMA under warp specialisation."""
+    no producer warpgroup), the wgmma kept; without it, TMA under warp specialisation.
+    Asked per copy (``disable_tma``), not by TileLang's deprecated global option."""
     shape = GemmShape(2096, 2728, 1304, "float16", "NT")
     config = GemmConfig.from_id("b128x192x64_t256_s4_pr_e_c")
     assert config.cp_async and config.id.endswith("_c")
