@@ -34,6 +34,26 @@ def test_the_committed_list_covers_every_category_and_no_tuned_case():
     assert len(offtable.tuned_shapes()) == 16  # every case in both dtypes
 
 
+COMMITTED_LISTS = sorted(
+    [
+        *offtable.SHAPES_FILE.parent.glob("offtable_*.json"),
+        *(offtable.SHAPES_FILE.parents[1] / "reports").glob("offtable_*_shapes.json"),
+    ]
+)
+
+
+@pytest.mark.parametrize("path", COMMITTED_LISTS, ids=lambda p: p.name)
+def test_every_committed_list_still_holds_only_off_table_shapes(path):
+    # A list is drawn once and measured later: a shape that has since become a tuned case,
+    # or left its category, would turn its record into a claim about something else.
+    assert offtable.load_shapes(path)
+
+
+def test_the_committed_lists_are_found():
+    names = {p.name for p in COMMITTED_LISTS}
+    assert {"offtable_shapes.json", "offtable_holdout.json", "offtable_random_shapes.json"} <= names
+
+
 def _entry(**over):
     entry = {"m": 2048, "n": 2048, "k": 2048, "dtype": "float16", "layout": "NN"}
     return {**entry, "categories": ["mid"], **over}
