@@ -144,6 +144,13 @@ def register_cap(threads: int) -> int:
     return min(MAX_REGISTERS_PER_THREAD, REGISTER_FILE // (threads + WARPGROUP) // 8 * 8)
 
 
+def split_load_register_cap(threads: int) -> int:
+    """Registers a thread may use where TileLang's pipeline loads one operand by TMA and
+    the other by threads (``check_combination``): its producer is then as many threads as
+    the ``threads`` consumers, and twice ``threads`` share the register file."""
+    return min(MAX_REGISTERS_PER_THREAD, REGISTER_FILE // (2 * threads) // 8 * 8)
+
+
 @dataclass(frozen=True, slots=True)
 class GemmShape:
     """Problem size, input dtype and layout of one GEMM."""
@@ -634,6 +641,28 @@ def check_combination(shape: GemmShape, config: GemmConfig) -> None:
             "GemmConfig.async_mma=True: needs the rows of A and B 16-byte aligned (a "
             f"multiple of 8 elements), got {got}"
         )
+    if len(unaligned) == 1 and not config.cp_async:
+        # TileLang 0.1.15 warp-specialises the loads: the operand whose rows TMA cannot
+        # take gets a producer of as many threads as the consumers, and nothing hands the
+        # consumers more registers. Built for sm_90a on 4000x3002x3000 and 4000x3000x3002
+        # NN fp16 (ptxas, CUDA 13.0): 128x192 over 256 threads (96 accumulators a thread,
+        # 128 registers) kept them in registers, 128x208 and 128x224 failed ("Insufficient
+        # registers"), 128x256 and 256x128 spilled 0.7-1.4 KB a thread inside the K loop;
+        # over 384 threads (80 registers) 192x96 built with 74, 192x128 to 192x192 failed.
+        # Not modelled: where N is odd the 256-thread tiles that pass spilled 0.2-1 KB
+        # anyway (4000x3001x3000: 128x144 to 128x192), 128x128 over 128 threads none.
+        cap = split_load_register_cap(config.threads)
+        per_thread = config.block_m * config.block_n // config.tile_threads
+        if per_thread + WGMMA_WORK_REGISTERS > cap:
+            raise ValueError(
+                f"GemmConfig.threads={config.threads}: with {got} (not 16-byte aligned) and "
+                f"{(set(rows) - set(unaligned)).pop()}'s aligned, TileLang loads the first by a "
+                "second set of as many threads, so "
+                f"each of {2 * config.threads} gets {cap} registers; block_m*block_n/"
+                f"{config.tile_threads} = {per_thread} accumulators + {WGMMA_WORK_REGISTERS} "
+                f"working registers = {per_thread + WGMMA_WORK_REGISTERS}, must be <= {cap} "
+                "(a smaller tile, or cp_async=True, which loads both operands by threads)"
+            )
     if config.stream_k and len(unaligned) == len(rows):
         # Without a TMA load TileLang 0.1.15 pipelines the K loop with cp.async alone,
         # whose waits need a loop of fixed length (codegen: "Downcast from tirx.Sub to

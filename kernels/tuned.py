@@ -91,7 +91,7 @@ def _valid(**fields) -> GemmConfig | None:
 
 def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[GemmConfig]:
     """The documented search space for ``shape`` on a GPU of ``sms`` SMs, invalid points
-    dropped.
+    and those that do not build for ``shape`` (``builds``) dropped.
 
     - Skinny M (<= 64, decode) or N (<= 128, attention's P@V): 64-row tiles (wgmma's
       smallest M; 128 too for thin N), block_N 64/128/256, block_K 64/128/256, 3-8
@@ -215,7 +215,7 @@ def candidates(shape: GemmShape, sms: int, *, async_mma: bool = False) -> list[G
         out += [_twin(c) for c in out if c is not None and c.stream_k and c.smem_epilogue]
         out += [c for c in (narrow_persistent(shape, sms),) if c is not None]
         out += forms(shape, sms)
-    return list(dict.fromkeys(c for c in out if c is not None))
+    return list(dict.fromkeys(c for c in out if c is not None and builds(shape, c)))
 
 
 # The narrower two-warpgroup tile: 192 columns (two warpgroups of 128x96, or of 64x192
@@ -673,10 +673,13 @@ def score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmConfig]:
     """Expected throughput of ``tile`` on ``shape``, relative (higher is better): the
     tile's efficiency, times the SMs its blocks (split where that pays) keep busy, over the
     padding it computes; and the config that gets it. An unsplit 128x256 grid where B's
-    rows are off a sector (``pair_fits``) is its two-block twin, ``PAIR_GAIN`` faster."""
+    rows are off a sector (``pair_fits``) is its two-block twin, ``PAIR_GAIN`` faster.
+    0 where the config does not build for ``shape`` (``builds``)."""
     c = tile.config
     tiles = output_tiles(shape, c.block_m, c.block_n)
     split = split_for(shape, tiles, sms)
+    if not builds(shape, with_split(c, split)):
+        return 0.0, with_split(c, split)
     value = tile.efficiency * fill(tiles * split, sms) / waste(shape, c.block_m, c.block_n)
     if split == 1 and (c.block_m, c.block_n) == (128, 256) and pair_fits(shape):
         return value * PAIR_GAIN, PAIRED_TILE
@@ -772,6 +775,13 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
       against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
+
+    Nothing is picked that does not build for the shape (``builds``): a tile whose config
+    does not scores 0, and a short K's grid that does not gives way to the scores. In NN
+    with only one operand's rows 16-byte aligned, that leaves out the two-warpgroup tiles
+    over 128x192 (128x208 to 128x256, 256x128) and the three-warpgroup ones over 192x96
+    (``check_combination``); no H200 record holds
+    such a shape, so how the tiles left run there is unmeasured.
     """
     check_sms(sms)
     swapped = swap_for(shape, sms)
@@ -779,7 +789,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         return swapped
     thin = shape.m <= 64 or shape.n <= 128
     if shape.k <= SMALL_K and not thin:
-        return small_k_grid(shape, sms)
+        grid = small_k_grid(shape, sms)
+        if builds(shape, grid):
+            return grid
     if thin:
         config = score(shape, THIN, sms)[1]
         wide = with_split(WIDE_THIN, split_for(shape, output_tiles(shape, 64, 256), sms))

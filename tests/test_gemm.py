@@ -417,6 +417,55 @@ def test_sm90a_codegen_of_cp_async_loads():
     assert "cp_async" not in tma and "CUtensorMap" in tma and "__launch_bounds__(384" in tma
 
 
+# Only one operand's rows on 16 bytes (NN): B's rows of 3002 fp16 are 6004 bytes, A's of
+# 3000 are 6000; or the other way round.
+SPLIT_LOADS = {
+    "b_off": GemmShape(4000, 3002, 3000, "float16"),
+    "a_off": GemmShape(4000, 3000, 3002, "bfloat16"),
+}
+
+
+@requires_nvcc
+@pytest.mark.parametrize("where", sorted(SPLIT_LOADS))
+@pytest.mark.parametrize(
+    "config_id, fits",
+    [
+        ("b128x192x64_t256_s4_w8_pr_e", True),  # 96 accumulators + 26 <= 128 registers
+        ("b192x96x64_t384_s4_w8_pr_e", True),  # 48 + 26 <= 80
+        ("b128x128x64_t128_s4_w8_e", True),  # 128 + 26 <= 255
+        ("b128x208x64_t256_s4_w8_pr_e", False),  # 104 + 26 > 128: ptxas gives up
+        ("b192x128x64_t384_s4_w8_pr_e", False),  # 64 + 26 > 80: ptxas gives up
+        ("b128x256x64_t256_s3_w16_e", False),  # 128 + 26 > 128: spills in the K loop
+    ],
+)
+def test_split_loads_rule_is_what_ptxas_builds(where, config_id, fits, monkeypatch):
+    """Where TMA takes one operand's rows and not the other's, TileLang loads that one
+    by a second set of as many threads as the consumers; ``check_combination`` accepts a
+    tile exactly where its accumulators and a wgmma's working registers fit the halved
+    share, and that is where ptxas builds it without spilling (checked here by building
+    the rejected ones too, past the check)."""
+    import kernels.gemm as gemm
+    from harness.measure.resources import sm90a_resources
+
+    shape, config = SPLIT_LOADS[where], GemmConfig.from_id(config_id)
+    try:
+        gemm.check_combination(shape, config)
+        accepted = True
+    except ValueError as err:
+        accepted = False
+        assert f"GemmConfig.threads={config.threads}:" in str(err)
+        assert f"each of {2 * config.threads} gets" in str(err)
+    assert accepted == fits
+    monkeypatch.setattr(gemm, "check_combination", lambda shape, config: None)
+    try:
+        kernel = compile_gemm(shape, config, arch="sm_90a")
+    except Exception as err:  # ptxas: "Insufficient registers"
+        assert not fits, err
+        return
+    assert f"__launch_bounds__({2 * config.threads}, 1)" in kernel.source
+    assert (sm90a_resources(kernel).spill_bytes == 0) == fits
+
+
 @pytest.mark.parametrize(
     "field, value",
     [("async_mma", True), ("persistent", 132), ("stream_k", 132), ("split_k", 2)],
@@ -897,24 +946,29 @@ def test_async_consumers_share_one_register_file():
 
 def test_the_persistent_async_form_through_shared_memory_needs_aligned_rows_of_c():
     """Its tiles are stored by TMA (TileLang: "TMA is not available for src=C_shared,
-    dst=C" at N = 500 on the H200); TileLang's own persistent grid falls back."""
+    dst=C" at N = 500 on the H200). TileLang's own persistent grid loads B's rows by
+    threads there, beside A's by TMA: 128x128's accumulators fit the registers that
+    leaves a thread, 128x256's do not (``check_combination``)."""
     config = GemmConfig.from_id("b128x256x64_t256_s3_e_p132_a")
     with pytest.raises(ValueError, match=r"persistent=132: with async_mma=True.*N=500"):
         make_gemm(GemmShape(2048, 500, 128), config)
     make_gemm(GemmShape(2048, 504, 128), config)
-    make_gemm(GemmShape(2048, 500, 128), GemmConfig.from_id("b128x256x64_t256_s2_e_p132"))
+    with pytest.raises(ValueError, match=r"threads=256: with B rows of 500 elements"):
+        make_gemm(GemmShape(2048, 500, 128), GemmConfig.from_id("b128x256x64_t256_s2_e_p132"))
+    make_gemm(GemmShape(2048, 500, 128), GemmConfig.from_id("b128x128x64_t128_s2_e_p132"))
 
 
+# 128x192: its accumulators fit where only one operand is loaded by TMA (128x256's do not).
 def test_stream_k_through_shared_memory_needs_aligned_rows_of_c():
-    config = GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, stream_k=132)
+    config = GemmConfig(128, 192, 64, 256, 3, smem_epilogue=True, stream_k=132)
     with pytest.raises(ValueError, match=r"stream_k=132: with smem_epilogue=True.*N=1031"):
         make_gemm(GemmShape(4097, 1031, 512), config)
     # From registers, the partial tiles are added element by element: any N.
-    make_gemm(GemmShape(4097, 1031, 512), GemmConfig(128, 256, 64, 256, 3, stream_k=132))
+    make_gemm(GemmShape(4097, 1031, 512), GemmConfig(128, 192, 64, 256, 3, stream_k=132))
 
 
 def test_stream_k_needs_one_operand_loaded_by_tma():
-    config = GemmConfig(128, 256, 64, 256, 4, stream_k=132)
+    config = GemmConfig(128, 192, 64, 256, 4, stream_k=132)
     with pytest.raises(ValueError, match="stream_k=132: needs the rows of A or of B 16-byte"):
         make_gemm(GemmShape(4097, 1031, 515), config)
     make_gemm(GemmShape(4097, 1031, 512), config)  # B's rows unaligned, A's not
@@ -1108,10 +1162,12 @@ def test_matches_float64_reference(shape, config):
 # partial-tile paths (TMA reduce-add through shared memory, atomic adds from registers).
 STREAM_K_SIZES = {
     "b128x256x64_t256_s3_e_sk132": [(4096, 4096, 4096), (3000, 5000, 7000)],
-    "b128x256x64_t256_s4_sk132": [
-        (4096, 4096, 4096),
-        (3000, 5000, 7000),
-        (4097, 1031, 512),  # C's rows unaligned: the atomic adds from registers
+    "b128x256x64_t256_s4_sk132": [(4096, 4096, 4096), (3000, 5000, 7000)],
+    # One operand's rows unaligned: in 128x128 tiles over one warpgroup, whose accumulators
+    # fit the registers left beside the threads that load it (128x256's do not:
+    # ``check_combination``) with none spilled.
+    "b128x128x64_t128_s4_sk132": [
+        (4097, 1031, 512),  # C's and B's rows unaligned: the atomic adds from registers
         (1000, 1032, 515),  # A's rows unaligned: loaded without TMA
     ],
     "b256x128x64_t256_s3_w8_e_sk132": [(8192, 8192, 8192)],

@@ -4,6 +4,7 @@ against a float64 reference (GPU)."""
 import itertools
 import json
 import math
+import random
 import shutil
 import statistics
 import subprocess
@@ -493,7 +494,9 @@ def test_the_heuristic_picks_only_configs_that_build(layout, monkeypatch):
     """No pick fails ``check_combination``: over mid and large sizes with rows of A, B and
     C off 16 bytes (odd K, odd N) and on it, and short K. 3500x1200x2500 NT scored
     stream-K best, which needs A's or B's rows aligned, and failed to build on the H200
-    before; so did a short K's persistent grid at N = 500 (its tiles stored by TMA)."""
+    before; so did a short K's persistent grid at N = 500 (its tiles stored by TMA); and
+    in NN with only one operand's rows aligned, 128x256, 256x128 and 192x192 (ptxas
+    failed on 192x192 and spilled 128x256's accumulators in the K loop)."""
     from kernels.gemm import check_combination
 
     sizes = [
@@ -510,6 +513,26 @@ def test_the_heuristic_picks_only_configs_that_build(layout, monkeypatch):
     odd = GemmShape(3500, 1200, 2500, "bfloat16", "NT")
     assert heuristic(odd, SMS).stream_k == 0
     assert heuristic(GemmShape(3500, 1200, 2504, "bfloat16", "NT"), SMS).stream_k == SMS
+
+
+def test_picks_and_search_space_build_over_random_sizes():
+    """Over sizes drawn at random, aligned and not (K, N, M of any residue; the sizes
+    that split the loads between TMA and threads among them): every pick, every config
+    of the search space, and every config a first-use tuning would try build for their
+    shape (``builds``)."""
+    from harness.measure.first_use import plan
+
+    rng = random.Random(20261205)
+    for i in range(3000):
+        m = rng.choice([rng.randrange(1, 257), rng.randrange(1, 12000)])
+        n, k = rng.randrange(1, 12000), rng.choice([rng.randrange(1, 300), rng.randrange(1, 20000)])
+        n, k = (n // 8 * 8 or 8) if i % 2 else n, (k // 8 * 8 or 8) if i % 3 else k
+        shape = GemmShape(m, n, k, rng.choice(["float16", "bfloat16"]), rng.choice(["NN", "NT"]))
+        pick = heuristic(shape, SMS)
+        assert tuned.builds(shape, pick), (shape.id, pick.id)
+        if i % 100 == 0:
+            assert all(tuned.builds(shape, c) for c in candidates(shape, SMS, async_mma=True))
+            assert all(tuned.builds(shape, c) for c in plan(shape, SMS, 32))
 
 
 def test_fitted_tiles_join_the_space_where_they_cover_better():
@@ -649,10 +672,14 @@ def test_the_heuristic_takes_the_hand_written_pipeline_where_it_ran_faster(monke
     for shape in [GemmShape(512, 512, 32768), GemmShape(10000, 8000, 6000, "bfloat16")]:
         assert not heuristic(shape, SMS).async_mma, shape
     # Where the form would load a row that TMA cannot (A's rows of 8,008 bytes are off
-    # 16 bytes), TileLang's stream-K stays, A loaded without TMA.
+    # 16 bytes), it is not taken; nor is TileLang's stream-K in 256x128 tiles, whose
+    # accumulators do not fit the registers left where A is loaded by threads beside B by
+    # TMA (``check_combination``): the pick is a grid on TileLang's pipeline that builds.
     odd = GemmShape(2500, 1800, 4004)
-    assert heuristic(odd, SMS).stream_k == SMS and not heuristic(odd, SMS).async_mma
-    assert not tuned.builds(odd, replace(heuristic(odd, SMS), async_mma=True))
+    streamed = GemmConfig(256, 128, 64, 256, 3, swizzle=8, smem_epilogue=True, stream_k=SMS)
+    assert not tuned.builds(odd, streamed)
+    assert not tuned.builds(odd, replace(streamed, async_mma=True))
+    assert not heuristic(odd, SMS).async_mma and tuned.builds(odd, heuristic(odd, SMS))
 
 
 def test_the_narrow_pair_where_it_covers_the_sms_much_better_than_128x256_pairs(monkeypatch):
@@ -1127,8 +1154,10 @@ def test_every_form_ran_within_2_percent_of_a_shapes_fastest():
         (GemmShape(64, 8192, 8192), 0),  # thin M: the skinny branch's space
         (GemmShape(8192, 128, 8192), 0),  # thin N
         (GemmShape(8192, 8192, 256), 0),  # short K
-        # A's rows off TMA's 16 bytes: only the forms on TileLang's own pipeline build.
-        (GemmShape(4096, 4096, 4097), 4),
+        # A's rows off TMA's 16 bytes: only the forms on TileLang's own pipeline build,
+        # and of those only 128x192 and 128x160, whose accumulators fit the registers
+        # left where A is loaded by threads beside B by TMA (not 192x192 or 192x128).
+        (GemmShape(4096, 4096, 4097), 2),
     ],
     ids=lambda v: getattr(v, "id", str(v)),
 )
