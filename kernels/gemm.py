@@ -604,6 +604,38 @@ class GemmConfig:
         return 2 if halves else 1
 
 
+def check_split_loads(rows: dict[str, int], config: GemmConfig) -> None:
+    """The register rule where TMA takes one operand's rows and not the other's: ``rows``
+    maps "A" and "B" to their row lengths in elements, as the kernel loads them. Raises
+    ValueError naming ``GemmConfig.threads`` where the tile's accumulators do not fit.
+    Any kernel on TileLang's pipeline lowers its loads this way, a family's too."""
+    unaligned = {name: n for name, n in rows.items() if (n * ELEMENT_BYTES) % TMA_ALIGN}
+    if len(unaligned) != 1 or config.cp_async or config.async_mma:
+        return
+    # TileLang 0.1.15 warp-specialises the loads: the operand whose rows TMA cannot
+    # take gets a producer of as many threads as the consumers, and nothing hands the
+    # consumers more registers. Built for sm_90a on 4000x3002x3000 and 4000x3000x3002
+    # NN fp16 (ptxas, CUDA 13.0): 128x192 over 256 threads (96 accumulators a thread,
+    # 128 registers) kept them in registers, 128x208 and 128x224 failed ("Insufficient
+    # registers"), 128x256 and 256x128 spilled 0.7-1.4 KB a thread inside the K loop;
+    # over 384 threads (80 registers) 192x96 built with 74, 192x128 to 192x192 failed.
+    # Not modelled: where N is odd the 256-thread tiles that pass spilled 0.2-1 KB
+    # anyway (4000x3001x3000: 128x144 to 128x192), 128x128 over 128 threads none.
+    (name, n), aligned = next(iter(unaligned.items())), (set(rows) - set(unaligned)).pop()
+    cap = split_load_register_cap(config.threads)
+    per_thread = config.block_m * config.block_n // config.tile_threads
+    if per_thread + WGMMA_WORK_REGISTERS > cap:
+        raise ValueError(
+            f"GemmConfig.threads={config.threads}: with {name} rows of {n} elements (not "
+            f"16-byte aligned) and {aligned}'s aligned, TileLang loads {name} by a second set "
+            f"of as many threads, so each of {2 * config.threads} gets {cap} registers; "
+            f"block_m*block_n/{config.tile_threads} = {per_thread} accumulators + "
+            f"{WGMMA_WORK_REGISTERS} working registers = {per_thread + WGMMA_WORK_REGISTERS}, "
+            f"must be <= {cap} (a smaller tile; the dense GEMM also takes cp_async=True, "
+            "which loads both operands by threads)"
+        )
+
+
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:
     """The rules that tie a config to a shape (each valid alone): the copies that only TMA
     makes need 16-byte aligned rows. Raises ValueError naming the config field."""
@@ -641,28 +673,7 @@ def check_combination(shape: GemmShape, config: GemmConfig) -> None:
             "GemmConfig.async_mma=True: needs the rows of A and B 16-byte aligned (a "
             f"multiple of 8 elements), got {got}"
         )
-    if len(unaligned) == 1 and not config.cp_async:
-        # TileLang 0.1.15 warp-specialises the loads: the operand whose rows TMA cannot
-        # take gets a producer of as many threads as the consumers, and nothing hands the
-        # consumers more registers. Built for sm_90a on 4000x3002x3000 and 4000x3000x3002
-        # NN fp16 (ptxas, CUDA 13.0): 128x192 over 256 threads (96 accumulators a thread,
-        # 128 registers) kept them in registers, 128x208 and 128x224 failed ("Insufficient
-        # registers"), 128x256 and 256x128 spilled 0.7-1.4 KB a thread inside the K loop;
-        # over 384 threads (80 registers) 192x96 built with 74, 192x128 to 192x192 failed.
-        # Not modelled: where N is odd the 256-thread tiles that pass spilled 0.2-1 KB
-        # anyway (4000x3001x3000: 128x144 to 128x192), 128x128 over 128 threads none.
-        cap = split_load_register_cap(config.threads)
-        per_thread = config.block_m * config.block_n // config.tile_threads
-        if per_thread + WGMMA_WORK_REGISTERS > cap:
-            raise ValueError(
-                f"GemmConfig.threads={config.threads}: with {got} (not 16-byte aligned) and "
-                f"{(set(rows) - set(unaligned)).pop()}'s aligned, TileLang loads the first by a "
-                "second set of as many threads, so "
-                f"each of {2 * config.threads} gets {cap} registers; block_m*block_n/"
-                f"{config.tile_threads} = {per_thread} accumulators + {WGMMA_WORK_REGISTERS} "
-                f"working registers = {per_thread + WGMMA_WORK_REGISTERS}, must be <= {cap} "
-                "(a smaller tile, or cp_async=True, which loads both operands by threads)"
-            )
+    check_split_loads(rows, config)
     if config.stream_k and len(unaligned) == len(rows):
         # Without a TMA load TileLang 0.1.15 pipelines the K loop with cp.async alone,
         # whose waits need a loop of fixed length (codegen: "Downcast from tirx.Sub to

@@ -26,7 +26,12 @@ import sys
 from dataclasses import dataclass
 
 from benchmarks.bench_gemm import add_timing_options
-from families.grouped_gemm.kernel import GroupedGemmShape, check_config, heuristic
+from families.grouped_gemm.kernel import (
+    GroupedGemmShape,
+    check_config,
+    check_shape_config,
+    heuristic,
+)
 from harness.cli import (
     EXIT_FAILED,
     EXIT_INCORRECT,
@@ -209,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.moe and args.config:
         parser.error("--config: --moe times each layout's heuristic config; drop one of them")
     configs = args.config or [heuristic(shape)]
+    for config in configs:
+        try:
+            check_shape_config(shape, config)
+        except ValueError as err:
+            parser.error(f"--config {config.id}: {err}")
     reason = device.no_gpu_reason()
     if reason:
         print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)

@@ -39,6 +39,7 @@ from kernels.gemm import (
     GemmConfig,
     check_device_smem,
     check_int,
+    check_split_loads,
     compile_target,
 )
 
@@ -51,6 +52,9 @@ UNSUPPORTED = {
     "async_mma": False,
     "multicast": "",
     "pingpong": False,
+    "stream_k": 0,
+    "swap_ab": False,
+    "cp_async": False,
 }
 
 
@@ -147,6 +151,23 @@ def check_config(config: GemmConfig) -> None:
             )
 
 
+def check_shape_config(shape: GroupedGemmShape, config: GemmConfig) -> None:
+    """``check_config``, then the rule that ties a config to the shape: where TMA can
+    load A's rows (K elements) and not B's (N), or the other way round, the tile's
+    accumulators must fit the registers left (``kernels.gemm.check_split_loads``; 128x256
+    spilled 1.2 KB a thread at N or K = 1002, 64x128 none)."""
+    check_config(config)
+    check_split_loads({"A": shape.k, "B": shape.n}, config)
+
+
+def fits(shape: GroupedGemmShape, config: GemmConfig) -> bool:
+    try:
+        check_shape_config(shape, config)
+    except ValueError:
+        return False
+    return True
+
+
 def candidates() -> list[GemmConfig]:
     """The config space: wgmma tiles of 64 or 128 rows (an expert's rows round up to
     whole tiles, so small experts favour 64), 128 or 256 columns, K steps of 64, one or
@@ -178,10 +199,12 @@ def padded_rows(shape: GroupedGemmShape, block_m: int) -> int:
 def heuristic(shape: GroupedGemmShape) -> GemmConfig:
     """A sound first config: the dense GEMM's large tile (128 x 256) unless rounding every
     expert's rows up to 128 covers over ``PAD_SLACK`` times the rows that 64-row tiles do
-    (many experts of a few rows); then 64 x 128."""
-    if padded_rows(shape, 128) > PAD_SLACK * padded_rows(shape, 64):
-        return GemmConfig(64, 128, 64, 128, 4)
-    return GemmConfig(128, 256, 64, 256, 3)
+    (many experts of a few rows), or its accumulators do not fit where only one of A's
+    and B's rows are 16-byte aligned (``fits``); then 64 x 128."""
+    large, small = GemmConfig(128, 256, 64, 256, 3), GemmConfig(64, 128, 64, 128, 4)
+    if padded_rows(shape, 128) > PAD_SLACK * padded_rows(shape, 64) or not fits(shape, large):
+        return small
+    return large
 
 
 def tile_table(shape: GroupedGemmShape, block_m: int) -> tuple[list[int], list[int], list[int]]:
@@ -199,7 +222,7 @@ def tile_table(shape: GroupedGemmShape, block_m: int) -> tuple[list[int], list[i
 def make_grouped_gemm(shape: GroupedGemmShape, config: GemmConfig, delay: bool = False):
     """Return the TileLang program for ``shape`` under ``config``. Pure: compiles nothing.
     ``delay`` (test-only): the program takes ``delay_cycles`` last and spins them first."""
-    check_config(config)
+    check_shape_config(shape, config)
     # No ``from __future__ import annotations`` in this module: TileLang evaluates the
     # T.Tensor annotations below against this closure.
     import tilelang.language as T
@@ -288,7 +311,7 @@ def compile_grouped_gemm(
     """Compiled kernel for ``shape`` under ``config``, wrapped with argument checks;
     ``arch`` (e.g. "sm_90a") cross-compiles, None builds for the visible GPU. ``delay``
     (test-only) builds the variant whose ``delay_cycles`` slows every block."""
-    check_config(config)
+    check_shape_config(shape, config)
     if arch is None:
         check_device_smem(config)
     jit_kernel = _compile_grouped_gemm(shape, config, arch, delay)

@@ -11,8 +11,9 @@ from typing import Any
 from families.grouped_gemm.kernel import (
     GroupedGemmShape,
     candidates,
-    check_config,
+    check_shape_config,
     compile_grouped_gemm,
+    fits,
     make_grouped_gemm,
 )
 from harness.ops.contract import (
@@ -53,11 +54,11 @@ class GroupedGemm(DenseWork):
         return GroupedGemmShape((64, 0, 100, 1), 192, 128, "bfloat16")
 
     def configs(self, shape: GroupedGemmShape, device: DeviceSpec) -> list[GemmConfig]:
-        return candidates()
+        return [c for c in candidates() if fits(shape, c)]
 
     def validate(self, shape: GroupedGemmShape, config: GemmConfig) -> None:
         check_types(self, shape, config)
-        check_config(config)
+        check_shape_config(shape, config)
 
     def inputs(self, shape: GroupedGemmShape, seed: int, device: Any = "cuda"):
         import torch

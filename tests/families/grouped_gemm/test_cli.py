@@ -22,6 +22,11 @@ from harness.measure.device import no_gpu_reason
         (["--config", "b128x128"], "must look like b128x256x64_t256_s3"),
         (["--config", "b128x128x64_t128_s3_w8"], "GemmConfig.swizzle=8: must be 0 for the grouped"),
         (["--config", "b100x128x64_t128_s3"], "GemmConfig.block_m=100"),
+        (["--config", "b128x256x64_t256_s3_sk132"], "GemmConfig.stream_k=132: must be 0"),
+        (
+            ["--n", "1002", "--config", "b128x256x64_t256_s3"],
+            "--config b128x256x64_t256_s3: GemmConfig.threads=256: with B rows of 1002",
+        ),
     ],
 )
 def test_bad_input_names_the_option_and_rule(argv, message, capsys):

@@ -11,6 +11,7 @@ from families.grouped_gemm.kernel import (
     GroupedGemmShape,
     candidates,
     check_config,
+    check_shape_config,
     compile_grouped_gemm,
     heuristic,
     tile_table,
@@ -61,7 +62,17 @@ def test_tiles_never_straddle_experts():
     assert shape.tiles(64) == 5 and shape.tiles(128) == 4
 
 
-@pytest.mark.parametrize("field, value", [("swizzle", 8), ("smem_epilogue", True), ("split_k", 2)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("swizzle", 8),
+        ("smem_epilogue", True),
+        ("split_k", 2),
+        ("stream_k", 132),
+        ("swap_ab", True),
+        ("cp_async", True),
+    ],
+)
 def test_config_refuses_what_the_grouped_kernel_lacks(field, value):
     import dataclasses
 
@@ -86,6 +97,31 @@ def test_config_space_and_first_choice_are_valid():
     assert heuristic(GroupedGemmShape((33, 64, 1, 50) * 16, 4096, 4096)).block_m == 64
 
 
+# Only one of A's rows (K elements) and B's (N) 16-byte aligned: the unaligned operand is
+# loaded by a second set of as many threads as the consumers.
+SPLIT_LOADS = [
+    GroupedGemmShape((512,) * 4, 1002, 1024),  # B's rows off
+    GroupedGemmShape((512,) * 4, 1024, 1002, "bfloat16"),  # A's rows off
+]
+
+
+@pytest.mark.parametrize("shape", SPLIT_LOADS, ids=lambda s: s.id)
+def test_split_loads_take_the_tile_whose_accumulators_fit(shape):
+    large = GemmConfig(128, 256, 64, 256, 3)
+    with pytest.raises(ValueError, match=r"GemmConfig.threads=256: with [AB] rows of 1002"):
+        check_shape_config(shape, large)
+    assert heuristic(shape) == GemmConfig(64, 128, 64, 128, 4)
+    space = GROUPED_GEMM.configs(shape, None)
+    assert space and large not in space
+    for config in space:
+        check_shape_config(shape, config)
+    with pytest.raises(ValueError, match="GemmConfig.threads=256"):
+        GROUPED_GEMM.validate(shape, large)
+    # Aligned rows keep the large tile and the whole space.
+    aligned = GroupedGemmShape((512,) * 4, 1024, 1024)
+    assert heuristic(aligned) == large and GROUPED_GEMM.configs(aligned, None) == candidates()
+
+
 def test_matmul_loop_writes_every_expert_on_the_cpu():
     import torch
 
@@ -106,6 +142,19 @@ def test_baseline_names_itself_and_why_it_fell_back():
 
 
 # --- codegen for sm_90a (no GPU needed) ----------------------------------------------
+
+
+@requires_nvcc
+@pytest.mark.parametrize("shape", SPLIT_LOADS, ids=lambda s: s.id)
+def test_sm90a_codegen_of_the_pick_where_the_loads_split(shape):
+    """The heuristic's tile where one operand is loaded by threads: twice the consumers
+    launched, and its accumulators kept in registers (128x256 spilled 1.2 KB a thread)."""
+    from harness.measure.resources import sm90a_resources
+
+    config = heuristic(shape)
+    built = compile_grouped_gemm(shape, config, arch="sm_90a")
+    assert f"__launch_bounds__({2 * config.threads}, 1)" in built.source
+    assert sm90a_resources(built).spill_bytes == 0
 
 
 @requires_nvcc
