@@ -146,7 +146,7 @@ def register_cap(threads: int) -> int:
 
 def split_load_register_cap(threads: int) -> int:
     """Registers a thread may use where TileLang's pipeline loads one operand by TMA and
-    the other by threads (``check_combination``): its producer is then as many threads as
+    the other by threads (``check_split_loads``): its producer is then as many threads as
     the ``threads`` consumers, and twice ``threads`` share the register file."""
     return min(MAX_REGISTERS_PER_THREAD, REGISTER_FILE // (2 * threads) // 8 * 8)
 

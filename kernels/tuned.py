@@ -780,8 +780,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
     with only one operand's rows 16-byte aligned, that leaves out the two-warpgroup tiles
     over 128x192 (128x208 to 128x256, 256x128) and the three-warpgroup ones over 192x96
-    (``check_combination``); no H200 record holds
-    such a shape, so how the tiles left run there is unmeasured.
+    (``check_combination``); no H200 record holds such a shape, so how the tiles left
+    run there is unmeasured.
     """
     check_sms(sms)
     swapped = swap_for(shape, sms)
