@@ -620,7 +620,8 @@ def check_split_loads(rows: dict[str, int], config: GemmConfig) -> None:
     # registers"), 128x256 and 256x128 spilled 0.7-1.4 KB a thread inside the K loop;
     # over 384 threads (80 registers) 192x96 built with 74, 192x128 to 192x192 failed.
     # Not modelled: where N is odd the 256-thread tiles that pass spilled 0.2-1 KB
-    # anyway (4000x3001x3000: 128x144 to 128x192), 128x128 over 128 threads none.
+    # anyway (4000x3001x3000: 128x144 to 128x192), outside the consumers' wgmma loop
+    # (SASS); 128x128 over 128 threads none.
     (name, n), aligned = next(iter(unaligned.items())), (set(rows) - set(unaligned)).pop()
     cap = split_load_register_cap(config.threads)
     per_thread = config.block_m * config.block_n // config.tile_threads
