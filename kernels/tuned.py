@@ -747,6 +747,11 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       rows on a sector: 128x192's persistent form on the hand-written pipeline
       (``narrow_persistent``), ahead of the scores above (3072x1968x3232: 0.998x torch
       against 0.880x on the H200).
+    - In NN where A's or B's rows are not 16-byte aligned (K or N not a multiple of 8),
+      128x256 with both operands loaded by cp.async (``thread_loads``), ahead of the
+      scores, where its tiles fill half the SMs or more (4000x3002x3000 fp16: 1.671x
+      torch against 1.255x for 128x128; 1707x1507x2783 fp16 1.073x against 0.234x for
+      128x192, which spills there).
     - Six waves or more of 192x192 tiles: their stream-K form on the hand-written
       pipeline in 3 stages (``large_stream_k``), ahead of the scores above too (9000x7000x4000
       bf16: 1.001x torch in first use against the rules' 0.891x on the H200).
@@ -774,14 +779,17 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       (``exchanged``: 256 columns by 144-192 rows of C, rows in steps of 16) where those
       tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
-      against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
+      against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x);
+      and in NN a plain 128x192 grid under a wave to the operands exchanged in tiles
+      that fit one trip (``one_wave_exchanged``: 1056x1856x1624 bf16 0.985x torch
+      against 0.830x).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
     with only one operand's rows 16-byte aligned, that leaves out the two-warpgroup tiles
     over 128x192 (128x208 to 128x256, 256x128) and the three-warpgroup ones over 192x96
-    (``check_combination``); no H200 record holds such a shape, so how the tiles left
-    run there is unmeasured.
+    (``check_combination``); timed past that rule on the H200, they ran 0.42-0.76x of
+    the tiles left (reports/split_loads_h200.jsonl).
     """
     check_sms(sms)
     swapped = swap_for(shape, sms)
@@ -798,6 +806,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         if shape.m <= 64 and waves(shape, wide, sms) == 1 < waves(shape, config, sms):
             return wide if waste(shape, 64, 256) <= waste(shape, 64, 64) else config
         return config
+    threads = thread_loads(shape, sms)
+    if threads is not None:
+        return threads
     narrow = narrow_persistent(shape, sms)
     if narrow is not None:
         return narrow
@@ -828,7 +839,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     best = off_sector_plain_pair(shape, off_sector_pair(shape, best, sms), sms)
     best = off_sector_nn(shape, best, sms)
     best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
-    best = exchanged(shape, best, sms)
+    best = one_wave_exchanged(shape, exchanged(shape, best, sms), sms)
     return unpanelled(shape, best, sms)
 
 
@@ -1182,6 +1193,74 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     return config
 
 
+# Under a wave of 128x192 tiles in NN, TileLang's pipeline leaves a share of the SMs idle
+# for the whole kernel. The operands exchanged on the hand-written pipeline, persistent
+# over the SMs, cut C in tiles of 96-192 rows by 64-192 columns that fit one trip
+# (``one_wave_form``: the least area a trip, of a tie the wider tile). On the H200
+# (bench_gemm, CUPTI, reports/one_wave_forms_h200.jsonl; the NN shapes of
+# reports/offtable_underwave_shapes.json) it ran 1.06-1.19x faster than 128x192 on three
+# of four (1056x1856x1624 bf16 0.985x torch against 0.830x in 192x96 tiles;
+# 1432x1888x2568 bf16 0.863x against 0.740x; 1056x1280x3384 bf16 1.06x in 192x64, whose
+# 128x96 ran 1.21x) and 0.98x on 1240x2112x1288 bf16. Six NN shapes drawn after it
+# (reports/rules_check_shapes.json) wait for their check. In NT the smaller tiles in pairs
+# (128x144-128x176) led four of eight by 1.04-1.08x and lost on two: no rule.
+ONE_WAVE_BLOCKS = ((128, 256), (192, 384))
+ONE_WAVE_MIN_AREA = 128 * 96
+ONE_WAVE_FIT = 0.9
+# A pick split more ways (a long K over few tiles) keeps its split: unmeasured there.
+ONE_WAVE_MAX_SPLIT = 2
+
+
+def one_wave_form(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """The exchanged persistent tile over ``sms`` SMs (``ONE_WAVE_BLOCKS`` wide, 64-256
+    rows in steps of 16, at least ``ONE_WAVE_MIN_AREA``, in the most stages of 5, 4, 3 that
+    fit) whose tiles make one trip and cover the least area; None where none builds."""
+    forms = []
+    for (block_m, threads), block_n in itertools.product(ONE_WAVE_BLOCKS, range(64, 257, 16)):
+        if block_m * block_n < ONE_WAVE_MIN_AREA:
+            continue
+        for stages in (5, 4, 3):
+            form = _valid(
+                block_m=block_m,
+                block_n=block_n,
+                block_k=64,
+                threads=threads,
+                num_stages=stages,
+                policy="row",
+                smem_epilogue=True,
+                persistent=sms,
+                async_mma=True,
+                swap_ab=True,
+            )
+            if form is not None and builds(shape, form):
+                if trips_of(shape, form, sms) == 1:
+                    forms.append(form)
+                break
+    return min(forms, key=lambda c: (fit(shape, c, sms), -c.block_m), default=None)
+
+
+def one_wave_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``one_wave_form`` in place of a plain 128x192 pick on TileLang's pipeline in NN
+    (unsplit or split up to ``ONE_WAVE_MAX_SPLIT`` ways) under a wave, where its trip
+    covers ``ONE_WAVE_FIT`` or less of the unsplit 128x192 grid's; ``config`` elsewhere."""
+    if (
+        shape.layout != "NN"
+        or config.async_mma
+        or config.swap_ab
+        or config.persistent
+        or config.stream_k
+        or config.split_k > ONE_WAVE_MAX_SPLIT
+        or tile_of_c(config) != NARROW_WIDE
+        or not under_a_wave(shape, sms)
+    ):
+        return config
+    form = one_wave_form(shape, sms)
+    unsplit = replace(config, split_k=1)
+    if form is None or fit(shape, form, sms) > ONE_WAVE_FIT * fit(shape, unsplit, sms):
+        return config
+    return form
+
+
 # Panels (``GemmConfig.swizzle``) order a grid's blocks so that the tiles of one wave
 # share rows of A and columns of B in the L2; a grid of ``FEW_WAVES`` waves or fewer runs
 # its tiles all at once or nearly, and gained nothing from the order. Over the H200's
@@ -1279,6 +1358,38 @@ def narrow_persistent(shape: GemmShape, sms: int) -> GemmConfig | None:
         return None
     config = replace(NARROW_PERSISTENT, persistent=sms)
     return config if builds(shape, config) else None
+
+
+# --- NN rows that TMA cannot take: loads by threads ------------------------------------
+#
+# Where A's or B's rows in NN are not 16-byte aligned (K or N not a multiple of 8),
+# TileLang loads such an operand by threads, not by TMA, and the register rule
+# (``kernels.gemm.check_split_loads``) leaves out 128x256 on its pipeline where one
+# operand is aligned; the scores then picked 128x128 over 128 threads. On the H200
+# (bench_gemm, CUPTI, reports/split_loads_h200.jsonl) 128x256 with both operands loaded
+# by cp.async (``THREAD_LOADS_TILE``, 3 stages, panels of 8) ran faster than that pick on
+# four of five such shapes, 1.14-1.33x (4000x3002x3000 fp16 1.671x torch against
+# 1.255x; 6410x9662x6120 bf16 1.545x against 1.167x) and 0.98x on 2500x1800x4004 fp16;
+# where neither operand is aligned the scores picked 128x192 under a wave, which spills
+# in its K loop there: 1707x1507x2783 fp16 ran 0.234x torch, against 1.073x for this
+# tile (and 0.998x for TileLang's own 128x256). The refused tiles, timed past the rule,
+# ran 0.42-0.76x of the pick. Twelve NN shapes drawn after the rule
+# (reports/rules_check_shapes.json) wait for their check (rules_check_h200.jsonl). Below
+# half a wave of its tiles the scores (split K) keep the pick.
+THREAD_LOADS_TILE = GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, cp_async=True)
+
+
+def thread_loads(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """``THREAD_LOADS_TILE`` in NN where A's or B's rows are not 16-byte aligned (TMA
+    takes neither, or one and a second set of threads the other), its output tiles fill
+    ``SPLIT_BELOW`` of the SMs or more and it builds for ``shape``; None elsewhere."""
+    if shape.layout != "NN" or all(r % TMA_ALIGN == 0 for r in row_bytes(shape).values()):
+        return None
+    if output_tiles(shape, THREAD_LOADS_TILE.block_m, THREAD_LOADS_TILE.block_n) < (
+        SPLIT_BELOW * sms
+    ):
+        return None
+    return THREAD_LOADS_TILE if builds(shape, THREAD_LOADS_TILE) else None
 
 
 # --- six waves or more of 192x192 tiles: their stream-K form -------------------------
