@@ -779,10 +779,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       (``exchanged``: 256 columns by 144-192 rows of C, rows in steps of 16) where those
       tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
-      against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x);
-      and in NN a plain 128x192 grid under a wave to the operands exchanged in tiles
-      that fit one trip (``one_wave_exchanged``: 1056x1856x1624 bf16 0.985x torch
-      against 0.830x).
+      against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
@@ -839,7 +836,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     best = off_sector_plain_pair(shape, off_sector_pair(shape, best, sms), sms)
     best = off_sector_nn(shape, best, sms)
     best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
-    best = one_wave_exchanged(shape, exchanged(shape, best, sms), sms)
+    best = exchanged(shape, best, sms)
     return unpanelled(shape, best, sms)
 
 
@@ -1193,72 +1190,16 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     return config
 
 
-# Under a wave of 128x192 tiles in NN, TileLang's pipeline leaves a share of the SMs idle
-# for the whole kernel. The operands exchanged on the hand-written pipeline, persistent
-# over the SMs, cut C in tiles of 96-192 rows by 64-192 columns that fit one trip
-# (``one_wave_form``: the least area a trip, of a tie the wider tile). On the H200
-# (bench_gemm, CUPTI, reports/one_wave_forms_h200.jsonl; the NN shapes of
-# reports/offtable_underwave_shapes.json) it ran 1.06-1.19x faster than 128x192 on three
-# of four (1056x1856x1624 bf16 0.985x torch against 0.830x in 192x96 tiles;
-# 1432x1888x2568 bf16 0.863x against 0.740x; 1056x1280x3384 bf16 1.06x in 192x64, whose
-# 128x96 ran 1.21x) and 0.98x on 1240x2112x1288 bf16. Six NN shapes drawn after it
-# (reports/rules_check_shapes.json) wait for their check. In NT the smaller tiles in pairs
-# (128x144-128x176) led four of eight by 1.04-1.08x and lost on two: no rule.
-ONE_WAVE_BLOCKS = ((128, 256), (192, 384))
-ONE_WAVE_MIN_AREA = 128 * 96
-ONE_WAVE_FIT = 0.9
-# A pick split more ways (a long K over few tiles) keeps its split: unmeasured there.
-ONE_WAVE_MAX_SPLIT = 2
-
-
-def one_wave_form(shape: GemmShape, sms: int) -> GemmConfig | None:
-    """The exchanged persistent tile over ``sms`` SMs (``ONE_WAVE_BLOCKS`` wide, 64-256
-    rows in steps of 16, at least ``ONE_WAVE_MIN_AREA``, in the most stages of 5, 4, 3 that
-    fit) whose tiles make one trip and cover the least area; None where none builds."""
-    forms = []
-    for (block_m, threads), block_n in itertools.product(ONE_WAVE_BLOCKS, range(64, 257, 16)):
-        if block_m * block_n < ONE_WAVE_MIN_AREA:
-            continue
-        for stages in (5, 4, 3):
-            form = _valid(
-                block_m=block_m,
-                block_n=block_n,
-                block_k=64,
-                threads=threads,
-                num_stages=stages,
-                policy="row",
-                smem_epilogue=True,
-                persistent=sms,
-                async_mma=True,
-                swap_ab=True,
-            )
-            if form is not None and builds(shape, form):
-                if trips_of(shape, form, sms) == 1:
-                    forms.append(form)
-                break
-    return min(forms, key=lambda c: (fit(shape, c, sms), -c.block_m), default=None)
-
-
-def one_wave_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
-    """``one_wave_form`` in place of a plain 128x192 pick on TileLang's pipeline in NN
-    (unsplit or split up to ``ONE_WAVE_MAX_SPLIT`` ways) under a wave, where its trip
-    covers ``ONE_WAVE_FIT`` or less of the unsplit 128x192 grid's; ``config`` elsewhere."""
-    if (
-        shape.layout != "NN"
-        or config.async_mma
-        or config.swap_ab
-        or config.persistent
-        or config.stream_k
-        or config.split_k > ONE_WAVE_MAX_SPLIT
-        or tile_of_c(config) != NARROW_WIDE
-        or not under_a_wave(shape, sms)
-    ):
-        return config
-    form = one_wave_form(shape, sms)
-    unsplit = replace(config, split_k=1)
-    if form is None or fit(shape, form, sms) > ONE_WAVE_FIT * fit(shape, unsplit, sms):
-        return config
-    return form
+# Tried and left out: under a wave of 128x192 tiles in NN, the operands exchanged,
+# persistent, in tiles of 96-192 rows by 64-192 columns that fit one trip (the least area
+# a trip). On the H200 (bench_gemm, CUPTI; reports/one_wave_forms_h200.jsonl, the NN
+# shapes of the under-a-wave list) they ran 1.06-1.19x faster than the plain 128x192 pick
+# on three of four (1056x1856x1624 bf16 0.985x torch against 0.830x in 192x96 tiles) and
+# 0.98x on the fourth; on four shapes drawn after (reports/rules_check_h200.jsonl,
+# rules_check_shapes.json) 1.127x and 1.018x faster, 0.974x and 0.868x slower
+# (1488x1552x2704 fp16 in 128x160: 0.746x torch against 0.860x). Five of eight, median
+# 1.04x: not steady enough for a rule. Where the pick is 128x192's pair, the form ran
+# 1.49x faster on 1632x1816x3520 fp16 and 0.85-0.87x on two others.
 
 
 # Panels (``GemmConfig.swizzle``) order a grid's blocks so that the tiles of one wave
@@ -1373,9 +1314,15 @@ def narrow_persistent(shape: GemmShape, sms: int) -> GemmConfig | None:
 # where neither operand is aligned the scores picked 128x192 under a wave, which spills
 # in its K loop there: 1707x1507x2783 fp16 ran 0.234x torch, against 1.073x for this
 # tile (and 0.998x for TileLang's own 128x256). The refused tiles, timed past the rule,
-# ran 0.42-0.76x of the pick. Twelve NN shapes drawn after the rule
-# (reports/rules_check_shapes.json) wait for their check (rules_check_h200.jsonl). Below
-# half a wave of its tiles the scores (split K) keep the pick.
+# ran 0.42-0.76x of the pick. On twelve NN shapes drawn after the rule
+# (reports/rules_check_shapes.json, rules_check_h200.jsonl) it ran faster than the old
+# pick on ten: with one operand aligned 1.07-2.70x on five (3618x3775x2720 fp16 1.719x
+# torch against 0.638x for 128x192, which spills where N is odd) and 0.967x on
+# 3341x4104x1459 bf16 (median 1.17x); with neither aligned 1.004-1.041x on five, 0.994x
+# on one. Where only K is unaligned TileLang's 128x192 (B by TMA) ran faster still on five of seven
+# recorded shapes (3341x4104x1459 bf16 2.436x torch against 1.926x), slower on two
+# (5088x6080x2516 fp16 0.91x): a lead, not yet a rule. Below half a wave of its tiles the
+# scores (split K) keep the pick.
 THREAD_LOADS_TILE = GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, cp_async=True)
 
 

@@ -1515,7 +1515,7 @@ ONE_WAVE_CASES = cases_of(
         "b64x96x64_t128_s8_a_x": [(88, 7928, 1000)],
         "b64x96x128_t128_s5_a_x": [(88, 7928, 1000)],
         "b64x96x64_t128_s8_e_p132_a_x": [(88, 7928, 1000)],
-        # kernels.tuned.one_wave_exchanged's picks
+        # exchanged tiles of one trip, timed in reports/one_wave_forms_h200.jsonl
         "b192x96x64_t384_s5_pr_e_p132_a_x": [(1056, 1856, 1624)],
         "b128x160x64_t256_s5_pr_e_p132_a_x": [(1104, 2128, 2560)],
     }
