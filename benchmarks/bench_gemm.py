@@ -110,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MxNxK",
         help="explicit shapes, instead of the product of --m, --n and --k",
     )
+    g.add_argument(
+        "--shapes",
+        type=Path,
+        metavar="FILE",
+        help="a shapes file in python3 -m benchmarks.offtable's --shapes format (e.g. "
+        "reports/offtable_random5_shapes.json): each entry in its own dtype and layout, "
+        "instead of --shape, --m, --n, --k, --dtype and --layout",
+    )
     g.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=["float16"])
     g.add_argument(
         "--layout",
@@ -295,11 +303,19 @@ def plan(args) -> tuple[list[GemmShape], list[GemmConfig | Rejected]]:
     """Shapes of the sweep, and its configs in the order of the product: each a valid
     GemmConfig, or Rejected with the validator's message. Raises ValueError when no
     valid config remains."""
-    sizes = args.shape or list(itertools.product(args.m, args.n, args.k))
-    shapes = [
-        GemmShape(m, n, k, dtype, layout)
-        for (m, n, k), dtype, layout in itertools.product(sizes, args.dtype, args.layout)
-    ]
+    if args.shapes is not None:
+        from benchmarks.offtable import load_shapes  # it builds on this module
+
+        try:
+            shapes = [entry.shape for entry in load_shapes(args.shapes)]
+        except ValueError as err:
+            raise ValueError(f"--shapes: {err}") from None
+    else:
+        sizes = args.shape or list(itertools.product(args.m, args.n, args.k))
+        shapes = [
+            GemmShape(m, n, k, dtype, layout)
+            for (m, n, k), dtype, layout in itertools.product(sizes, args.dtype, args.layout)
+        ]
     entries: list[GemmConfig | Rejected] = []
     for values in itertools.product(
         args.block_m, args.block_n, args.block_k, args.threads, args.num_stages, args.swizzle
@@ -639,6 +655,18 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.shapes is not None:
+        given = ["--shape"] if args.shape else []
+        given += [
+            f"--{f}"
+            for f in ("m", "n", "k", "dtype", "layout")
+            if getattr(args, f) != parser.get_default(f)
+        ]
+        if given:
+            parser.error(
+                f"--shapes: each entry names its own size, dtype and layout, so it takes no "
+                f"{'/'.join(given)}"
+            )
     try:
         check_counts(args.warmup, args.repeat)
         if not args.replay:

@@ -82,6 +82,52 @@ def test_explicit_shapes_replace_the_product():
     assert [(s.m, s.n, s.k) for s in shapes] == [(128, 128, 128), (4096, 4096, 4096)]
 
 
+def test_a_shapes_file_gives_each_shape_its_dtype_and_layout(tmp_path):
+    entries = [
+        {"m": 3341, "n": 4104, "k": 1459, "dtype": "bfloat16", "layout": "NN"},
+        {"m": 2256, "n": 1688, "k": 3608, "dtype": "float16", "layout": "NT"},
+    ]
+    path = tmp_path / "shapes.json"
+    path.write_text(
+        json.dumps({"shapes": [{**e, "categories": ["non_multiple"]} for e in entries]})
+    )
+    args = bench_gemm.build_parser().parse_args(
+        ["--shapes", str(path), "--config", "b128x192x64_t256_s4_pr_e"]
+    )
+    shapes, entries_planned = bench_gemm.plan(args)
+    assert [(s.m, s.n, s.k, s.dtype, s.layout) for s in shapes] == [
+        tuple(e.values()) for e in entries
+    ]
+    assert bench_gemm.GemmConfig.from_id("b128x192x64_t256_s4_pr_e") in entries_planned
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["--dtype", "bfloat16"],
+            "--shapes: each entry names its own size, dtype and layout, so it takes no --dtype",
+        ),
+        (["--shape", "128x128x128", "--layout", "NT"], "so it takes no --shape/--layout"),
+        (["--m", "256"], "so it takes no --m"),
+    ],
+)
+def test_a_shapes_file_takes_no_other_problem_options(tmp_path, extra, message):
+    out = _run("--shapes", "reports/offtable_random5_shapes.json", *extra)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_bad_shapes_file_names_the_entry_and_the_rule(tmp_path):
+    path = tmp_path / "shapes.json"
+    entry = {"m": 4096, "n": 512, "k": 4096, "dtype": "float16", "layout": "NN"}
+    path.write_text(json.dumps({"shapes": [{**entry, "categories": ["mid"]}]}))
+    out = _run("--shapes", str(path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"--shapes: {path}: shapes[0]: categories: m4096_n512_k4096_f16 is not mid" in out.stderr
+    out = _run("--shapes", str(tmp_path / "missing.json"))
+    assert out.returncode == 2 and "--shapes: " in out.stderr and "cannot read" in out.stderr
+
+
 @pytest.mark.skipif(NO_GPU is None, reason="checks the no-GPU message; a GPU is present")
 def test_without_gpu_one_line_and_nonzero():
     out = _run("--m", "128", "--n", "128", "--k", "128", "--run-tilelang")
