@@ -751,7 +751,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       128x256 with both operands loaded by cp.async (``thread_loads``), ahead of the
       scores, where its tiles fill half the SMs or more (4000x3002x3000 fp16: 1.671x
       torch against 1.255x for 128x128; 1707x1507x2783 fp16 1.073x against 0.234x for
-      128x192, which spills there).
+      128x192, which spills there); but where K is odd and N is not, which cp.async
+      cannot copy for A, 128x192 with B by TMA (``scalar_a``: 3341x4104x1459 bf16 2.436x
+      torch against 1.926x).
     - Six waves or more of 192x192 tiles: their stream-K form on the hand-written
       pipeline in 3 stages (``large_stream_k``), ahead of the scores above too (9000x7000x4000
       bf16: 1.001x torch in first use against the rules' 0.891x on the H200).
@@ -803,7 +805,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         if shape.m <= 64 and waves(shape, wide, sms) == 1 < waves(shape, config, sms):
             return wide if waste(shape, 64, 256) <= waste(shape, 64, 64) else config
         return config
-    threads = thread_loads(shape, sms)
+    threads = scalar_a(shape, sms) or thread_loads(shape, sms)
     if threads is not None:
         return threads
     narrow = narrow_persistent(shape, sms)
@@ -1319,11 +1321,25 @@ def narrow_persistent(shape: GemmShape, sms: int) -> GemmConfig | None:
 # pick on ten: with one operand aligned 1.07-2.70x on five (3618x3775x2720 fp16 1.719x
 # torch against 0.638x for 128x192, which spills where N is odd) and 0.967x on
 # 3341x4104x1459 bf16 (median 1.17x); with neither aligned 1.004-1.041x on five, 0.994x
-# on one. Where only K is unaligned TileLang's 128x192 (B by TMA) ran faster still on five of seven
-# recorded shapes (3341x4104x1459 bf16 2.436x torch against 1.926x), slower on two
-# (5088x6080x2516 fp16 0.91x): a lead, not yet a rule. Below half a wave of its tiles the
-# scores (split K) keep the pick.
+# on one. Where only K is unaligned TileLang's 128x192 (B by TMA) ran faster still on
+# five of seven recorded shapes (3341x4104x1459 bf16 2.436x torch against 1.926x), slower
+# on two (5088x6080x2516 fp16 0.91x). Below half a wave of its tiles the scores (split K)
+# keep the pick.
 THREAD_LOADS_TILE = GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, cp_async=True)
+# cp.async copies 4, 8 or 16 bytes, so where A's rows are not a whole number of
+# ``CP_ASYNC_MIN_BYTES`` (K odd) TileLang 0.1.15 loads A for ``THREAD_LOADS_TILE`` by
+# ordinary loads and shared-memory stores in the consumers' own K loop, a __syncthreads on
+# each side, so nothing overlaps them (sm_90a source: 10 barriers against 6, and A by
+# cp.async of 4 or 8 bytes where K is even). With B's rows 16-byte aligned, TileLang's
+# 128x192 (``SCALAR_A_TILE``) takes B by TMA and A by its second set of threads, while the
+# consumers run the wgmma (122 registers, no spills). The two recorded shapes with K odd,
+# both faster in it (bench_gemm, CUPTI; reports/rules_check_h200.jsonl): 3341x4104x1459
+# bf16 2.436x torch against 1.926x, 3134x6432x2617 bf16 2.470x against 2.083x. Where K is
+# even the lead above was mixed (1.13x, 1.03x, 0.97x with rows of 4-byte steps, 0.91x with
+# 8-byte ones), and where N is odd 128x192 spills (3618x3775x2720: 0.655x torch against
+# 1.719x): the cp.async tile stays.
+CP_ASYNC_MIN_BYTES = 4
+SCALAR_A_TILE = GemmConfig(128, 192, 64, 256, 4, policy="row", smem_epilogue=True)
 
 
 def thread_loads(shape: GemmShape, sms: int) -> GemmConfig | None:
@@ -1337,6 +1353,18 @@ def thread_loads(shape: GemmShape, sms: int) -> GemmConfig | None:
     ):
         return None
     return THREAD_LOADS_TILE if builds(shape, THREAD_LOADS_TILE) else None
+
+
+def scalar_a(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """``SCALAR_A_TILE`` where ``thread_loads`` takes a shape whose A rows cp.async cannot
+    copy (not a whole number of ``CP_ASYNC_MIN_BYTES``) and whose B rows TMA can, and it
+    builds there; None elsewhere."""
+    rows = row_bytes(shape)
+    if thread_loads(shape, sms) is None or rows["A"] % CP_ASYNC_MIN_BYTES == 0:
+        return None
+    if rows["B"] % TMA_ALIGN:
+        return None
+    return SCALAR_A_TILE if builds(shape, SCALAR_A_TILE) else None
 
 
 # --- six waves or more of 192x192 tiles: their stream-K form -------------------------

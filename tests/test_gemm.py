@@ -466,6 +466,32 @@ def test_split_loads_rule_is_what_ptxas_builds(where, config_id, fits, monkeypat
     assert (sm90a_resources(kernel).spill_bytes == 0) == fits
 
 
+@requires_nvcc
+@pytest.mark.parametrize("k, copy_bytes", [(2617, None), (3050, 4), (2516, 8)])
+def test_sm90a_cp_async_tile_loads_odd_k_rows_in_its_own_k_loop(k, copy_bytes):
+    """The premise of ``kernels.tuned.scalar_a``: where K is odd, A's rows are whole only
+    in 2-byte steps, under cp.async's 4, and the cp.async tile loads A by plain loads in
+    the consumers' K loop; where K is even, by cp.async of 4 or 8 bytes. The tile the
+    rule takes there loads B by TMA and A by its second set of threads, without spills."""
+    import re
+
+    from harness.measure.resources import sm90a_resources
+
+    shape = GemmShape(3136, 6432, k, "bfloat16")
+    source = compile_gemm(shape, tuned.THREAD_LOADS_TILE, arch="sm_90a").source
+    a_copies = set(re.findall(r"cp_async_gs_conditional<(\d+)>\(\(&\(\(\(bfloat16_t\*\)A_", source))
+    b_copies = set(re.findall(r"cp_async_gs_conditional<(\d+)>\(\(&\(\(\(bfloat16_t\*\)B_", source))
+    assert b_copies == {"16"}
+    assert a_copies == (set() if copy_bytes is None else {str(copy_bytes)})
+    assert ("= A[" in source) == (copy_bytes is None)  # a plain load of A
+    assert (k * 2 % tuned.CP_ASYNC_MIN_BYTES != 0) == (copy_bytes is None)
+    if copy_bytes is None:
+        kernel = compile_gemm(shape, tuned.SCALAR_A_TILE, arch="sm_90a")
+        assert "tma_load(B_desc" in kernel.source and "A_desc" not in kernel.source
+        assert "__launch_bounds__(512" in kernel.source  # the consumers and A's loaders
+        assert sm90a_resources(kernel).spill_bytes == 0
+
+
 @pytest.mark.parametrize(
     "field, value",
     [("async_mma", True), ("persistent", 132), ("stream_k", 132), ("split_k", 2)],
@@ -1546,6 +1572,21 @@ CP_ASYNC_CASES = cases_of(
 @gpu_cases(CP_ASYNC_CASES)
 def test_cp_async_loads_match_float64_tile_by_tile(shape, config):
     check_tile_by_tile(shape, config, seeds=(35, 36))
+
+
+# kernels.tuned.scalar_a (NN, K odd, N aligned): B by TMA, A's rows of 2-byte steps by a
+# second set of threads; partial edge tiles and a partial last K step.
+SCALAR_A_CASES = [
+    (GemmShape(*size, dtype), tuned.SCALAR_A_TILE)
+    for size in [(1000, 1032, 515), (3341, 4104, 1459)]
+    for dtype in ("float16", "bfloat16")
+]
+
+
+@gpu_cases(SCALAR_A_CASES)
+def test_odd_k_rows_by_threads_match_float64_tile_by_tile(shape, config):
+    assert tuned.scalar_a(shape, 132) in (config, None)
+    check_tile_by_tile(shape, config, seeds=(41, 42))
 
 
 @pytest.mark.gpu

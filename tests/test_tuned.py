@@ -1432,7 +1432,10 @@ def test_thread_loads_takes_nn_rows_tma_cannot_and_nothing_else():
         shape = _random_unaligned_nn(rng)
         pick = heuristic(shape, SMS)
         if tuned.output_tiles(shape, 128, 256) >= tuned.SPLIT_BELOW * SMS:
-            assert pick == tuned.THREAD_LOADS_TILE and tuned.builds(shape, pick), shape
+            # K odd with N aligned: 128x192 with B by TMA (``scalar_a``).
+            scalar = shape.k % 2 == 1 and shape.n % 8 == 0
+            expected = tuned.SCALAR_A_TILE if scalar else tuned.THREAD_LOADS_TILE
+            assert pick == expected and tuned.builds(shape, pick), shape
         else:
             assert not pick.cp_async and tuned.builds(shape, pick), shape
         # The same sizes in NT with K aligned, or aligned in NN: never this tile.
@@ -1456,6 +1459,36 @@ def test_thread_loads_ran_faster_than_the_rules_without_it(monkeypatch):
     assert len(ratios) >= 18
     assert sum(r < 1 for r in ratios) <= 3 and min(ratios) > 0.95
     assert statistics.median(ratios) > 1.05
+
+
+def test_scalar_a_takes_odd_k_where_b_is_aligned_and_nothing_else():
+    """K odd, N a multiple of 8, NN: 128x192 with B by TMA; K even but off 16 bytes, N
+    odd, or both unaligned: the cp.async tile; NT, or under half a wave: neither."""
+    rng = random.Random(20261205)
+    seen = set()
+    for _ in range(400):
+        m, n, k = (rng.randrange(1000, 8001) for _ in range(3))
+        shape = GemmShape(m, n, k, rng.choice(["float16", "bfloat16"]))
+        pick = tuned.scalar_a(shape, SMS)
+        wide = tuned.output_tiles(shape, 128, 256) >= tuned.SPLIT_BELOW * SMS
+        if wide and k % 2 and n % 8 == 0:
+            assert pick == tuned.SCALAR_A_TILE and tuned.builds(shape, pick), shape
+            assert heuristic(shape, SMS) == pick
+            seen.add("odd k")
+        else:
+            assert pick is None, shape
+            seen.add("k even" if k % 2 == 0 and k % 8 else "other")
+        assert tuned.scalar_a(replace(shape, layout="NT"), SMS) is None
+    assert seen == {"odd k", "k even", "other"}
+    # 1000x1000x8001: 32 tiles of 128x256, under half a wave: the scores' split K.
+    assert tuned.scalar_a(GemmShape(1000, 1000, 8001), SMS) is None
+
+
+def test_scalar_a_ran_faster_than_the_cp_async_tile_where_it_was_measured(monkeypatch):
+    """The recorded NN shapes with K odd and N aligned (reports/rules_check_h200.jsonl):
+    3341x4104x1459 and 3134x6432x2617 bf16, both faster in 128x192 by TMA, 1.19-1.27x."""
+    ratios = ratios_without(monkeypatch, "scalar_a", lambda shape, sms: None)
+    assert len(ratios) >= 2 and min(ratios) > 1.1
 
 
 # --- pairs over a wave: persistent two-block clusters ----------------------------------
