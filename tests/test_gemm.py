@@ -1456,6 +1456,10 @@ CLUSTERED_PERSISTENT_CASES = cases_of(
         "b128x256x64_t256_s4_w16_e_p6_a_mb": [(1152, 1408, 1024)],
         "b128x256x64_t256_s4_w16_e_p132_a_mb": [(2912, 2184, 1232)],
         "b192x192x64_t384_s3_w8_pr_e_sk132_a_mb": [(2096, 2728, 1304)],
+        # The large-shape stream-K form in pairs sharing A (reports/offtable_large_*_shapes
+        # .json's panel); 256x128's in 4 stages, panels of 16.
+        "b192x192x64_t384_s3_w8_pr_e_sk132_a_ma": [(2096, 2728, 1304)],
+        "b256x128x64_t256_s4_w16_e_sk132_a_ma": [(2568, 1752, 1560)],
         "b256x128x64_t256_s3_e_sk132_a_ma": [(3168, 1560, 3648), (2568, 1752, 1560)],
         "b128x192x64_t256_s4_w8_pr_e_sk132_a_mb": [(1560, 3480, 2408)],
         "b128x256x64_t256_s4_w16_e_sk132_a_mb": [(2168, 3704, 2640)],
@@ -1485,6 +1489,7 @@ LARGE_TILE_CASES = cases_of(
     {
         "b192x192x64_t256_s3_w8_e_sk132_a": [(2096, 2728, 1304)],
         "b192x192x64_t256_s3_w8_e_p132_a_mb": [(2096, 2728, 1304)],
+        "b192x192x64_t256_s3_w8_e_sk132_a_mb": [(2096, 2728, 1304)],
     }
 )
 
