@@ -751,9 +751,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       128x256 with both operands loaded by cp.async (``thread_loads``), ahead of the
       scores, where its tiles fill half the SMs or more (4000x3002x3000 fp16: 1.671x
       torch against 1.255x for 128x128; 1707x1507x2783 fp16 1.073x against 0.234x for
-      128x192, which spills there); but where K is odd and N is not, which cp.async
-      cannot copy for A, 128x192 with B by TMA (``scalar_a``: 3341x4104x1459 bf16 2.436x
-      torch against 1.926x).
+      128x192, which spills there); but where K is odd (A's rows, which cp.async cannot
+      copy) and N a multiple of 8, 128x192 with B by TMA (``scalar_a``: 3341x4104x1459
+      bf16 2.436x torch against 1.926x).
     - Six waves or more of 192x192 tiles: their stream-K form on the hand-written
       pipeline in 3 stages (``large_stream_k``), ahead of the scores above too (9000x7000x4000
       bf16: 1.001x torch in first use against the rules' 0.891x on the H200).
@@ -1360,9 +1360,9 @@ def scalar_a(shape: GemmShape, sms: int) -> GemmConfig | None:
     copy (not a whole number of ``CP_ASYNC_MIN_BYTES``) and whose B rows TMA can, and it
     builds there; None elsewhere."""
     rows = row_bytes(shape)
-    if thread_loads(shape, sms) is None or rows["A"] % CP_ASYNC_MIN_BYTES == 0:
+    if rows["A"] % CP_ASYNC_MIN_BYTES == 0 or rows["B"] % TMA_ALIGN:
         return None
-    if rows["B"] % TMA_ALIGN:
+    if thread_loads(shape, sms) is None:
         return None
     return SCALAR_A_TILE if builds(shape, SCALAR_A_TILE) else None
 
