@@ -112,7 +112,7 @@ def test_a_shapes_file_gives_each_shape_its_dtype_and_layout(tmp_path):
         (["--m", "256"], "so it takes no --m"),
     ],
 )
-def test_a_shapes_file_takes_no_other_problem_options(tmp_path, extra, message):
+def test_a_shapes_file_takes_no_other_problem_options(extra, message):
     out = _run("--shapes", "reports/offtable_random5_shapes.json", *extra)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 

@@ -1462,8 +1462,9 @@ def test_thread_loads_ran_faster_than_the_rules_without_it(monkeypatch):
 
 
 def test_scalar_a_takes_odd_k_where_b_is_aligned_and_nothing_else():
-    """K odd, N a multiple of 8, NN: 128x192 with B by TMA; K even but off 16 bytes, N
-    odd, or both unaligned: the cp.async tile; NT, or under half a wave: neither."""
+    """K odd, N a multiple of 8, NN, half a wave of 128x256 tiles or more: 128x192 with B
+    by TMA. Not where K is even (off 16 bytes or not), N is not a multiple of 8, the
+    layout is NT, or the tiles fill under half the SMs."""
     rng = random.Random(20261205)
     seen = set()
     for _ in range(400):
