@@ -479,10 +479,13 @@ def test_sm90a_cp_async_tile_loads_odd_k_rows_in_its_own_k_loop(k, copy_bytes):
 
     shape = GemmShape(3136, 6432, k, "bfloat16")
     source = compile_gemm(shape, tuned.THREAD_LOADS_TILE, arch="sm_90a").source
-    a_copies = set(re.findall(r"cp_async_gs_conditional<(\d+)>\(\(&\(\(\(bfloat16_t\*\)A_", source))
-    b_copies = set(re.findall(r"cp_async_gs_conditional<(\d+)>\(\(&\(\(\(bfloat16_t\*\)B_", source))
-    assert b_copies == {"16"}
-    assert a_copies == (set() if copy_bytes is None else {str(copy_bytes)})
+
+    def copy_sizes(operand: str) -> set[str]:  # bytes per cp.async into its shared tile
+        pattern = rf"cp_async_gs_conditional<(\d+)>\(\(&\(\(\(bfloat16_t\*\){operand}_"
+        return set(re.findall(pattern, source))
+
+    assert copy_sizes("B") == {"16"}
+    assert copy_sizes("A") == (set() if copy_bytes is None else {str(copy_bytes)})
     assert ("= A[" in source) == (copy_bytes is None)  # a plain load of A
     assert (k * 2 % tuned.CP_ASYNC_MIN_BYTES != 0) == (copy_bytes is None)
     if copy_bytes is None:
