@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.schedules import Ops, StreamK, added_rows, grid_blocks, tile_coords
+from kernels.schedules import Ops, StreamK, added_rows, fixup_buffers, grid_blocks, tile_coords
 
 # torch dtype names keyed by the TileLang dtype string; short names make the ids.
 DTYPES = {"float16": "f16", "bfloat16": "bf16"}
@@ -86,7 +86,7 @@ POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 # GemmConfig.multicast: the operand a two-block cluster shares ("" for none).
 MULTICASTS = ("", "a", "b", "ab")
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+))?(_a)?(_pp)?(?:_m(ab|a|b))?(_x)?(_c)?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+)(f)?)?(_a)?(_pp)?(?:_m(ab|a|b))?(_x)?(_c)?"
 )
 
 
@@ -269,6 +269,15 @@ class GemmConfig:
     # 0.75-0.93x; 2096x2728x1304 NT 50.2 us against 37.4 us for the same tile by TMA):
     # in no search space.
     cp_async: bool = False
+    # Stream-K's partial tiles summed in the kernel (the hand-written pipeline's stream-K
+    # form only; id ``_sk<blocks>f``), not added into C: a block whose range holds a
+    # tile's first K steps but not its last writes its fp32 sums to a workspace slot of
+    # its own and counts them in on the tile's flag; the block that holds the tile's last
+    # K steps waits for that count, adds the slots into its fragment and writes the tile
+    # once. Each block takes its segments last first, so the shares it hands on are
+    # written before the one it sums (kernels.schedules.StreamK.fixup_unit). C is not
+    # zeroed before the launch and nothing is added into it by TMA reduce-add.
+    fixup: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -322,6 +331,14 @@ class GemmConfig:
                 f"GemmConfig.stream_k={self.stream_k}: with async_mma=True needs "
                 "smem_epilogue=True (the partial tiles are reduce-added by TMA from shared "
                 "memory)"
+            )
+        if not isinstance(self.fixup, bool):
+            raise ValueError(f"GemmConfig.fixup={self.fixup!r}: must be a bool")
+        if self.fixup and not (self.stream_k and self.async_mma):
+            raise ValueError(
+                f"GemmConfig.fixup={self.fixup}: needs stream_k > 0 and async_mma=True (got "
+                f"{self.stream_k}, {self.async_mma}): it is how the hand-written pipeline's "
+                "stream-K form sums a tile that several blocks share"
             )
         if self.multicast and (self.persistent % 2 or self.stream_k % 2):
             raise ValueError(
@@ -487,7 +504,8 @@ class GemmConfig:
         """Readable id, e.g. ``b128x256x64_t256_s3``. Options append, in this order:
         ``_w10`` swizzle panel 10, ``_pr``/``_pc`` row/col warp policy, ``_e`` shared-memory
         epilogue, ``_p16`` persistent grid of 16 blocks, ``_k4`` K split over 4 blocks,
-        ``_sk16`` stream-K over 16 blocks, ``_a`` the hand-written asynchronous
+        ``_sk16`` stream-K over 16 blocks (``_sk16f`` summing shared tiles in the kernel,
+        ``fixup``), ``_a`` the hand-written asynchronous
         pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast
         (``_mab`` four-block clusters sharing both),
         ``_x`` the operands exchanged (``swap_ab``), ``_c`` loads by cp.async; ``_pp``
@@ -497,7 +515,7 @@ class GemmConfig:
         tail += "_e" if self.smem_epilogue else ""
         tail += f"_p{self.persistent}" if self.persistent else ""
         tail += f"_k{self.split_k}" if self.split_k > 1 else ""
-        tail += f"_sk{self.stream_k}" if self.stream_k else ""
+        tail += f"_sk{self.stream_k}" + "f" * self.fixup if self.stream_k else ""
         tail += "_a" if self.async_mma else ""
         tail += "_pp" if self.pingpong else ""
         tail += f"_m{self.multicast}" if self.multicast else ""
@@ -515,10 +533,12 @@ class GemmConfig:
         if found is None:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
-                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks>, _a, "
-                "_pp, _ma, _mb or _mab, _x, _c in that order"
+                "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks> "
+                "(or _sk<blocks>f), _a, _pp, _ma, _mb or _mab, _x, _c in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, asy, pp, mc, swap, cp = found.groups()
+        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, fix, asy, pp, mc, swap, cp = (
+            found.groups()
+        )
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
         return cls(
             int(bm),
@@ -532,6 +552,7 @@ class GemmConfig:
             persistent=int(pers or 0),
             split_k=int(split or 1),
             stream_k=int(sk or 0),
+            fixup=bool(fix),
             async_mma=bool(asy),
             multicast=mc or "",
             swap_ab=bool(swap),
@@ -850,13 +871,31 @@ def warp_policy(config: GemmConfig):
     }[config.policy]
 
 
-def entry_point(shape: GemmShape, launch, delay: bool):
+def entry_point(shape: GemmShape, launch, delay: bool, fixup: tuple | None = None):
     """The kernel's signature around ``launch`` (a ``T.macro`` taking A, B, C and the
     test-only delay's cycles, None without it): A, B and C of ``shape``, and with
-    ``delay`` a fourth argument, ``delay_cycles``. Both pipelines share it."""
+    ``delay`` a fourth argument, ``delay_cycles``. Both pipelines share it. With
+    ``fixup`` (``kernels.schedules.fixup_buffers``: slots, rows, columns, flags) the
+    stream-K workspace and flags follow C, and ``launch`` takes them after the delay."""
     import tilelang.language as T
 
     M, N, K, dtype, b_shape = shape.m, shape.n, shape.k, shape.dtype, shape.b_shape
+    if fixup is not None:
+        if delay:
+            raise ValueError("delay: the test-only delay is not built into GemmConfig.fixup")
+        slots, rows, cols, flags = fixup
+
+        @T.prim_func
+        def gemm(
+            A: T.Tensor((M, K), dtype),
+            B: T.Tensor(b_shape, dtype),
+            C: T.Tensor((M, N), dtype),
+            W: T.Tensor((slots, rows, cols), "float32"),
+            F: T.Tensor((flags,), "int32"),
+        ):
+            launch(A, B, C, None, W, F)
+
+        return gemm
     if delay:
 
         @T.prim_func
@@ -942,10 +981,15 @@ class GemmKernel:
     """A compiled GEMM that checks its tensors before launching.
 
     ``kernel(a, b)`` returns a new C; ``kernel(a, b, out)`` writes into ``out``. A kernel
-    built with the test-only delay spins ``delay_cycles`` per block (0: no spin).
+    built with the test-only delay spins ``delay_cycles`` per block (0: no spin). Under
+    ``GemmConfig.fixup`` it holds a workspace and flags per device, allocated (zeroed) at
+    its first launch there, which every launch leaves at zero again: one launch of it
+    at a time per device (its launches on one stream run one after another).
     """
 
-    __slots__ = ("shape", "config", "jit_kernel", "delay", "delay_cycles", "added_from")
+    __slots__ = (
+        "shape", "config", "jit_kernel", "delay", "delay_cycles", "added_from", "buffers"
+    )  # fmt: skip
 
     def __init__(
         self, shape: GemmShape, config: GemmConfig, jit_kernel: Any, delay: bool = False
@@ -956,6 +1000,19 @@ class GemmKernel:
         self.delay = delay
         self.delay_cycles = 0
         self.added_from = added_rows(shape, config)
+        self.buffers: dict = {}  # device -> (workspace, flags), under GemmConfig.fixup
+
+    def fixup_buffers(self, device) -> tuple:
+        """The workspace and flags of ``fixup_buffers`` on ``device``, zeroed at first."""
+        if device not in self.buffers:
+            import torch
+
+            slots, rows, cols, flags = fixup_buffers(self.shape, self.config)
+            self.buffers[device] = (
+                torch.empty((slots, rows, cols), dtype=torch.float32, device=device),
+                torch.zeros((flags,), dtype=torch.int32, device=device),
+            )
+        return self.buffers[device]
 
     @property
     def blocks(self) -> int:
@@ -1028,6 +1085,8 @@ class GemmKernel:
             out[self.added_from :].zero_()  # partial tiles are added into these rows
         if self.delay:
             self.jit_kernel(a, b, out, self.delay_cycles)
+        elif self.config.fixup:
+            self.jit_kernel(a, b, out, *self.fixup_buffers(a.device))
         else:
             self.jit_kernel(a, b, out)
         return out

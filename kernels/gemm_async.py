@@ -59,7 +59,17 @@ With ``config.stream_k`` (and the shared-memory epilogue) the persistent form fo
 ``kernels.schedules.StreamK``: each block's whole tiles as above, then its stream-K
 segments, shares of a tile's K steps whose sums a TMA reduce-add adds into C (zeroed over
 those tiles' rows before the launch); ``StreamK.steps_before`` keeps the stage count going
-across them.
+across them. With ``config.fixup`` nothing is added into C: a block takes its segments
+last first (``StreamK.fixup_unit``); a share that stops short of its tile's last K step
+goes, in fp32, to the block's slot of a workspace, and one consumer thread counts it in
+on the tile's flag by a release once every consumer has written (their named barrier);
+the block holding the tile's last K steps waits (acquire) until the blocks before it
+(``StreamK.sharers``) have counted in, sets the flag back to zero, adds their slots into
+its fragment and writes the tile once, by TMA. The wrapper keeps the workspace and flags
+(``kernels.gemm.GemmKernel``), and C is not zeroed. Over the H200's records the
+reduce-add form ran a median 9.35 us slower than its even share of the persistent
+form's time (193 pairs, reports/offtable_fixup_shapes.json says how they were read):
+this is its alternative, not yet timed.
 
 With ``config.pingpong`` the persistent form has two consumer warpgroups of a whole tile
 each (accumulators of 128 x block_N a thread's share of one warpgroup), the block's even
@@ -135,7 +145,7 @@ from kernels.gemm import (
     register_cap,
     warp_policy,
 )
-from kernels.schedules import Ops, StreamK, Units, pair_grid
+from kernels.schedules import Ops, StreamK, Units, fixup_buffers, pair_grid
 
 PRODUCER_THREADS = 128  # one warpgroup issues the TMA loads
 PRODUCER_REGISTERS = 24
@@ -147,6 +157,9 @@ PAIR_MASK = 0b11  # both blocks of a two-block cluster receive a multicast tile
 QUAD_A_MASKS = (0b0101, 0b1010)
 QUAD_B_MASKS = (0b0011, 0b1100)
 IN_FLIGHT_MIN_STAGES = 4
+# The named barrier (of 16; TileLang numbers its own from 3 up) on which the consumers meet
+# around a stream-K share's flag (``GemmConfig.fixup``).
+FIXUP_BARRIER = 15
 
 
 def consumer_registers(consumers: int) -> int:
@@ -178,7 +191,9 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     """The TileLang program for ``shape`` under ``config`` (``config.async_mma``); the
     caller, ``make_gemm``, has checked the rows it loads by TMA (``check_combination``).
     ``delay`` (test-only, as ``make_gemm``'s): a fourth argument, ``delay_cycles``, that
-    every thread spins once the barriers are set up, before the roles split."""
+    every thread spins once the barriers are set up, before the roles split. Under
+    ``config.fixup`` the kernel takes two more, the workspace and the flags
+    (``kernels.schedules.fixup_buffers``)."""
     # TileLang evaluates the T.Tensor annotations against this closure (no postponed
     # annotations in this module).
     import tilelang.cuda.language as TC
@@ -485,9 +500,20 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 TC.cluster_sync()
 
     # Whole-tile trips of a block (every ``blocks``-th tile), then, under stream-K, its
-    # segments (``StreamK.unit``: a share of a tile's K steps, added into C).
+    # segments (``StreamK.unit``: a share of a tile's K steps, added into C; under
+    # ``fixup`` last first, handed over or summed in the kernel).
     whole_trips = plan.dp_waves if plan else -(-tiles // workers) if blocks else 0
     segments = plan.segments if plan else 0
+    fixup = config.fixup
+
+    def segment(worker, j):
+        """(tile, first K step, K steps, K steps before) of the worker's ``j``-th stream-K
+        trip."""
+        if fixup:
+            return plan.fixup_unit(worker, j, ops)
+        u = whole_trips + j
+        t, k_first, k_count = plan.unit(worker, u, ops)
+        return t, k_first, k_count, plan.steps_before(worker, u, ops)
 
     @T.macro
     def produce(A, B, A_shared, B_shared, full, empty, t, k_first, k_count, before):
@@ -526,14 +552,62 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             store_direct(C, acc, row, col)
 
     @T.macro
+    def hand_over(W, F, C_local, C_bottom, block_id, flag, tx):
+        """Under ``fixup``, a share of a tile short of its last K step: the fp32 sums into
+        the block's workspace slot, then, once every consumer has written (their barrier),
+        one release that counts them in on the tile's flag, as CUTLASS's stream-K
+        barriers signal."""
+        for i, j in T.Parallel(part_m, block_N):
+            W[block_id, i, j] = C_local[i, j]
+        if parts > 1:
+            for i, j in T.Parallel(part_m, block_N):
+                W[block_id, part_m + i, j] = C_bottom[i, j]
+        T.sync_threads(FIXUP_BARRIER, consumers)
+        if tx == 0:
+            T.atomic_add(F[flag], 1, memory_order="release")
+
+    @T.macro
+    def gather(W, F, C_local, C_bottom, first, last, rank_of, flag, tx):
+        """Under ``fixup``, the tile's last K steps: one thread waits (acquire) until the
+        blocks ``first`` to ``last - 1`` have counted in on the flag and sets it back to
+        zero for the next launch (nothing else touches it in this one); past the barrier
+        every consumer adds their slots into its fragment."""
+        if tx == 0:
+            while T.atomic_load(F[flag], memory_order="acquire") < last - first:
+                T.evaluate(0)
+            T.atomic_store(F[flag], 0, memory_order="relaxed")
+        T.sync_threads(FIXUP_BARRIER, consumers)
+        for w in T.serial(first, last):
+            slot = w * units.per_unit + rank_of
+            for i, j in T.Parallel(part_m, block_N):
+                C_local[i, j] += W[slot, i, j]
+            if parts > 1:
+                for i, j in T.Parallel(part_m, block_N):
+                    C_bottom[i, j] += W[slot, part_m + i, j]
+
+    @T.macro
     def consume(
-        C, A_shared, B_shared, C_local, C_bottom, C_shared, full, empty, t, k_count, before, turn
+        C,
+        A_shared,
+        B_shared,
+        C_local,
+        C_bottom,
+        C_shared,
+        full,
+        empty,
+        t,
+        k_count,
+        before,
+        turn,
+        share=None,
     ):
         """The consumers' side of ``produce``: the products, then the tile written back,
         or added into C where it is a share of the tile's K steps. With ``parts`` 2,
         ``C_local`` holds the tile's top half and ``C_bottom`` its bottom half. ``turn``
         (ping-pong): the barrier and parity to wait on before the K steps, and the
-        barrier to arrive on after them."""
+        barrier to arrive on after them. ``share`` (a stream-K trip under ``fixup``):
+        (first K step, workspace, flags, block id), the trip handed over or summed
+        (``hand_over``, ``gather``) rather than added into C."""
         tx = T.get_thread_binding()
         bm, bn = units.tile(t, rank(), ops)
         T.clear(C_local)
@@ -566,19 +640,34 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         if in_flight:
             T.wait_wgmma(0)
             release(empty, (before + k_count - 1) % stages, tx)
-        added = segments and k_count < k_steps
-        write_back(C, C_local, C_shared, *origin(bm, bn, 0), added)
-        if parts > 1:
-            # The second half reuses the staging buffer once TMA has read the first.
-            write_back(C, C_bottom, C_shared, *origin(bm, bn, 1), added)
+        if share is None:
+            added = segments and k_count < k_steps
+            write_back(C, C_local, C_shared, *origin(bm, bn, 0), added)
+            if parts > 1:
+                # The second half reuses the staging buffer once TMA has read the first.
+                write_back(C, C_bottom, C_shared, *origin(bm, bn, 1), added)
+        else:
+            k_first, W, F, block_id = share
+            rank_of = block_id % units.per_unit
+            flag = (t - plan.dp_tiles) * units.per_unit + rank_of
+            if k_first + k_count < k_steps:
+                hand_over(W, F, C_local, C_bottom, block_id, flag, tx)
+            else:
+                if k_first > 0:
+                    first, last = plan.sharers(t, ops)
+                    gather(W, F, C_local, C_bottom, first, last, rank_of, flag, tx)
+                write_back(C, C_local, C_shared, *origin(bm, bn, 0), False)
+                if parts > 1:
+                    write_back(C, C_bottom, C_shared, *origin(bm, bn, 1), False)
 
     @T.macro
-    def launch_persistent(A, B, C, delay):
+    def launch_persistent(A, B, C, delay, W=None, F=None):
         """``blocks`` blocks, each taking every ``blocks``-th tile in the order of
         ``tile_coords`` (panels of ``config.swizzle`` tile rows), then under stream-K its
-        segments. The producer runs on into the next trip's K steps while the consumers
-        write the last one back: the stages count K steps over the block's trips end to
-        end."""
+        segments (under ``fixup`` last first, ``StreamK.fixup_unit``; ``W`` and ``F`` the
+        workspace and flags). The producer runs on into the next trip's K steps while the
+        consumers write the last one back: the stages count K steps over the block's trips
+        end to end."""
         with T.Kernel(blocks, threads=consumers + PRODUCER_THREADS, **cluster) as block_id:
             A_shared = T.alloc_shared((stages, *a_tile), dtype)
             B_shared = T.alloc_shared((stages, *b_tile), dtype)
@@ -601,9 +690,8 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 produce_trips(A, B, loads, worker)
                 if segments:
                     for j in T.serial(segments):
-                        t, k_first, k_count = plan.unit(worker, whole_trips + j, ops)
+                        t, k_first, k_count, before = segment(worker, j)
                         if k_count > 0:
-                            before = plan.steps_before(worker, whole_trips + j, ops)
                             produce(A, B, *loads, t, k_first, k_count, before)
             else:
                 T.inc_max_nreg(consumer_registers(consumers))
@@ -613,10 +701,10 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                         consume(C, *tile_buffers, u * workers + worker, k_steps, u * k_steps, None)
                 if segments:
                     for j in T.serial(segments):
-                        t, _, k_count = plan.unit(worker, whole_trips + j, ops)
+                        t, k_first, k_count, before = segment(worker, j)
                         if k_count > 0:
-                            before = plan.steps_before(worker, whole_trips + j, ops)
-                            consume(C, *tile_buffers, t, k_count, before, None)
+                            share = (k_first, W, F, block_id) if fixup else None
+                            consume(C, *tile_buffers, t, k_count, before, None, share)
                 if config.smem_epilogue:
                     # The block's last store reads shared memory, which lives as long as
                     # the block.
@@ -669,4 +757,5 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
 
     if config.pingpong:
         return entry_point(shape, launch_pingpong, delay)
-    return entry_point(shape, launch_persistent if blocks else launch, delay)
+    fixed = fixup_buffers(shape, config)
+    return entry_point(shape, launch_persistent if blocks else launch, delay, fixed)

@@ -166,7 +166,7 @@ class StreamK:
             sk_tiles = tiles  # under one wave: every tile's K steps are shared out
         elif remainder == 0:
             sk_tiles = 0  # whole waves: nothing to balance
-        elif remainder < MIN_SHARE * blocks and not config.smem_epilogue:
+        elif remainder < MIN_SHARE * blocks and (not config.smem_epilogue or config.fixup):
             sk_tiles = remainder + blocks
         else:
             sk_tiles = remainder
@@ -250,6 +250,40 @@ class StreamK:
             u < self.dp_waves, u * self.k_steps, self.dp_waves * self.k_steps + lo - start
         )
 
+    def worker_of(self, step: Any, ops: Any = INT_OPS) -> Any:
+        """The block (a cluster, in clusters) whose stream-K range holds ``step``, counted
+        from the first stream-K tile's first step: ``sk_range`` inverted."""
+        base, extra = divmod(self.sk_steps, self.blocks)
+        longer = extra * (base + 1)  # the steps of the blocks that hold one more
+        return ops.select(
+            step < longer, step // (base + 1), extra + (step - longer) // max(base, 1)
+        )
+
+    def sharers(self, t: Any, ops: Any = INT_OPS) -> tuple:
+        """(first, last) block whose range holds K steps of stream-K tile ``t`` (its index
+        in the tile order). Under ``GemmConfig.fixup`` the blocks from ``first`` to
+        ``last - 1`` each hand over one share of it, and ``last``, whose share holds the
+        tile's last K step, sums them; ``first == last``: one block computes it whole."""
+        i = t - self.dp_tiles
+        return (
+            self.worker_of(i * self.k_steps, ops),
+            self.worker_of((i + 1) * self.k_steps - 1, ops),
+        )
+
+    def fixup_unit(self, b: Any, j: Any, ops: Any = INT_OPS) -> tuple:
+        """Block ``b``'s ``j``-th stream-K trip under ``GemmConfig.fixup``: its segments in
+        reverse order. A range's last segment holds a tile's first K steps and, short of
+        the tile's end, is a share handed over (a range ends inside a tile at most once);
+        its first holds a tile's last K steps, where the block sums the shares of the
+        blocks before it (a range starts inside a tile at most once). So every block
+        writes what it hands over before it waits for anyone else's, and none waits on a
+        block that waits. (tile in the order, first K step, K steps, K steps the block
+        computed before the trip over all its tiles); K steps <= 0: nothing to do."""
+        t, first, steps = self.unit(b, self.dp_waves + self.segments - 1 - j, ops)
+        _, end = self.sk_range(b, ops)
+        last = (t - self.dp_tiles) * self.k_steps + first + steps  # one past its last step
+        return t, first, steps, self.dp_waves * self.k_steps + end - last
+
     def zero_from_row(self, block_m: int) -> int | None:
         """The first row of C a stream-K tile covers (every row after it is zeroed before
         launch, as the partial sums are added into C); None without stream-K tiles."""
@@ -295,9 +329,21 @@ def added_rows(shape: Any, config: Any) -> int | None:
     """The first row of C from which the kernel adds partial tiles into C rather than
     writing them, so those rows must be zeroed before each launch: every row under
     split-K, the stream-K tiles' rows under stream-K; None where every tile is written
-    once."""
+    once (stream-K with ``fixup`` sums its shared tiles before it writes them)."""
     if config.split_k > 1:
         return 0
-    if config.stream_k:
+    if config.stream_k and not config.fixup:
         return StreamK.plan(shape, config).zero_from_row(config.block_m)
     return None
+
+
+def fixup_buffers(shape: Any, config: Any) -> tuple[int, int, int, int] | None:
+    """The extra buffers of stream-K with ``fixup``: (workspace slots, their rows, their
+    columns, flags): an fp32 tile for every block (each hands over at most one share, in
+    its slot) and a flag for each stream-K tile of every cluster rank; None without
+    ``fixup``. Zeroed once: each launch leaves its flags at zero."""
+    if not config.fixup:
+        return None
+    plan = StreamK.plan(shape, config)
+    per_unit = Units.of(shape, config).per_unit
+    return config.stream_k, config.block_m, config.block_n, max(plan.sk_tiles, 1) * per_unit

@@ -5,6 +5,7 @@ RUN_TILELANG_SMOKE=1 pytest tests/test_gemm.py -m tilelang  # the training-stage
 """
 
 import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -68,6 +69,13 @@ def test_shape_rejects(kwargs, field, rule):
         ({"stream_k": 132, "split_k": 2}, "split_k=2", "must be 1 with stream_k=132"),
         ({"stream_k": 132, "persistent": 132}, "persistent=132", "must be 0 with stream_k"),
         ({"stream_k": 132, "async_mma": True}, "stream_k=132", "needs smem_epilogue=True"),
+        ({"fixup": 1}, "fixup=1", "bool"),
+        ({"fixup": True}, "fixup=True", "needs stream_k > 0 and async_mma=True (got 0, False)"),
+        (
+            {"fixup": True, "stream_k": 132, "smem_epilogue": True},
+            "fixup=True",
+            "needs stream_k > 0 and async_mma=True (got 132, False)",
+        ),
         (
             {"stream_k": 131, "async_mma": True, "smem_epilogue": True, "multicast": "b"},
             "multicast='b'",
@@ -212,6 +220,8 @@ def test_ids_are_readable_and_distinct():
     assert GemmShape(4096, 4096, 4096).id == "m4096_n4096_k4096_f16"
     stream_k = GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, stream_k=132)
     assert stream_k.id == "b128x256x64_t256_s3_w8_e_sk132"
+    summing = replace(stream_k, async_mma=True, fixup=True)
+    assert summing.id == "b128x256x64_t256_s3_w8_e_sk132f_a"
     assert GemmShape(1024, 512, 128, "bfloat16", "NT").id == "m1024_n512_k128_bf16_nt"
     assert GemmConfig().id == "b128x128x32_t128_s3"
     assert GemmConfig(128, 256, 64, 256, 3, swizzle=10).id == "b128x256x64_t256_s3_w10"
@@ -230,6 +240,19 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True, async_mma=True),
         GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, stream_k=132),
         GemmConfig(256, 128, 64, 256, 4, policy="col", stream_k=7),
+        GemmConfig(
+            128,
+            256,
+            64,
+            256,
+            4,
+            swizzle=16,
+            smem_epilogue=True,
+            stream_k=132,
+            async_mma=True,
+            multicast="b",
+            fixup=True,
+        ),
         GemmConfig(128, 256, 64, 256, 4, swizzle=16, async_mma=True, multicast="b"),
         GemmConfig(256, 128, 64, 256, 4, smem_epilogue=True, async_mma=True, multicast="a"),
         GemmConfig(192, 192, 64, 384, 4, policy="row", async_mma=True, multicast="ab"),
@@ -574,6 +597,37 @@ def test_sm90a_codegen_of_stream_k(shape, config):
     else:
         assert "AtomicAddx2" in src and "tma_store" not in src
     assert kernel.blocks == config.stream_k
+
+
+# Stream-K with its shared tiles summed in the kernel (``GemmConfig.fixup``): in pairs
+# sharing B with a wave joined to the remainder (3896x2392x1184), under a wave in pairs
+# (1432x1888x2568), and 192x192 over three warpgroups on a large shape.
+FIXUP_CODEGEN = [
+    (GemmShape(3896, 2392, 1184, "bfloat16"), "b128x256x64_t256_s4_w16_e_sk132f_a_mb"),
+    (GemmShape(1432, 1888, 2568, "bfloat16"), "b128x192x64_t256_s4_w8_pr_e_sk132f_a_mb"),
+    (GemmShape(8296, 7520, 2264, "bfloat16", "NT"), "b192x192x64_t384_s3_w8_pr_e_sk132f_a"),
+]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("shape, config_id", FIXUP_CODEGEN)
+def test_sm90a_codegen_of_stream_k_summed_in_the_kernel(shape, config_id):
+    """Nothing added into C (no TMA reduce-add, no zeroing before the launch): a share
+    goes to the workspace and counts in on its tile's flag by a release; the tile's last
+    K steps wait on the flag by acquire and set it back to zero; no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id(config_id)
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    assert "tma_store_add" not in src and kernel.added_from is None
+    release, acquire, relaxed = 3, 2, 0  # cuda::memory_order
+    assert re.search(rf"AtomicAdd\(\(&\(F\[.*\]\)\), 1, {release}\)", src)
+    assert re.search(rf"AtomicLoad\(\(&\(F\[.*\]\)\), {acquire}\)", src)
+    assert re.search(rf"AtomicStore\(\(&\(F\[.*\]\)\), 0, {relaxed}\)", src)
+    assert src.count("__sync_thread_partial(15, ") == 2  # around the flag, both sides
+    resources = sm90a_resources(kernel)
+    assert resources.spill_bytes == 0 and kernel.blocks == config.stream_k
 
 
 PINGPONG_CODEGEN = [
@@ -1502,6 +1556,33 @@ def test_large_tiles_over_two_warpgroups_match_float64_tile_by_tile(shape, confi
     """A fragment that spilled or a write-back at the wrong register count would show as
     wrong tiles (or a hang)."""
     check_tile_by_tile(shape, config, seeds=(35, 36))
+
+
+# Stream-K summing its shared tiles in the kernel (``GemmConfig.fixup``), partial edge
+# tiles along M, N and K throughout: in pairs sharing B with a wave joined to the
+# remainder, each tile shared by two blocks at most (3896x2392x1184: 31 x 10 tiles,
+# 2392 = 9 x 256 + 88); under a wave in pairs, tiles shared by two or three
+# (1432x1888x2568); unpaired under a wave in 128x256, three or four sharers to a tile
+# (1056x1280x3384); 192x192 over three warpgroups, a wave and a quarter all shared out
+# (2096x2728x1304); and seven blocks after eight whole waves (1000^3 in 128x128, K = 15
+# x 64 + 40).
+FIXUP_CASES = cases_of(
+    {
+        "b128x256x64_t256_s4_w16_e_sk132f_a_mb": [(3896, 2392, 1184)],
+        "b128x192x64_t256_s4_w8_pr_e_sk132f_a_mb": [(1432, 1888, 2568)],
+        "b128x256x64_t256_s4_w16_e_sk132f_a": [(1056, 1280, 3384)],
+        "b192x192x64_t384_s3_w8_pr_e_sk132f_a": [(2096, 2728, 1304)],
+        "b128x128x64_t128_s4_e_sk7f_a": [(1000, 1000, 1000)],
+    }
+)
+
+
+@gpu_cases(FIXUP_CASES)
+def test_stream_k_summed_in_the_kernel_matches_float64_tile_by_tile(shape, config):
+    """A share summed twice or never, or read before its writer counted in, spoils its
+    tile; a flag not set back to zero spoils the next launch's (three launches, fresh
+    inputs each); a wait on a share never counted in hangs."""
+    check_tile_by_tile(shape, config, seeds=(37, 38, 39))
 
 
 # The hand-written pipeline with the operands exchanged (``swap_ab``: C^T = op(B)^T A^T,

@@ -220,3 +220,120 @@ def test_stream_k_in_clusters_shares_pairs_over_half_the_blocks():
     assert len(count) == plan.tiles * plan.k_steps and set(count.values()) == {1}
     rows = {tile_coords(t, plan.tiles_m, plan.tiles_n, plan.panel)[0] for t in added}
     assert added_rows(shape, config) == min(rows) * 2 * 192
+
+
+def _fixup_run(plan: StreamK) -> tuple[dict, int]:
+    """Every block's stream-K trips in the ``fixup`` order (``StreamK.fixup_unit``), timed
+    in K steps: a trip that ends short of its tile's last K step writes its sums to the
+    block's slot and counts in on the tile's flag; one that holds the last step of a tile
+    it did not start waits until every block ``sharers`` names before it has written,
+    then sums their slots. Returns, per stream-K tile, how often each of its K steps was
+    summed, and the most K steps any block spent waiting."""
+    k = plan.k_steps
+    trips = {b: [plan.fixup_unit(b, j) for j in range(plan.segments)] for b in range(plan.blocks)}
+    handed: dict = {}  # block -> (tile, its K steps, the trip that writes them)
+    for b, ts in trips.items():
+        for j, (t, first, steps, _) in enumerate(ts):
+            if steps > 0 and first + steps < k:
+                assert b not in handed, "a block hands over two shares"
+                handed[b] = (t, range(first, first + steps), j)
+    ends: dict = {}
+
+    def end(b: int, j: int) -> int:
+        """When trip ``j`` of block ``b`` is done (after its waits)."""
+        if (b, j) not in ends:
+            ends[b, j] = None  # being worked out: met again, the blocks wait in a circle
+            at = plan.dp_waves * k if j == 0 else end(b, j - 1)
+            t, first, steps, _ = trips[b][j]
+            at += max(steps, 0)
+            if steps > 0 and 0 < first and first + steps == k:
+                lo, hi = plan.sharers(t)
+                at = max([at] + [end(w, handed[w][2]) for w in range(lo, hi)])
+            ends[b, j] = at
+        assert ends[b, j] is not None, f"blocks wait in a circle at block {b}"
+        return ends[b, j]
+
+    summed: dict = {}
+    waited = 0
+    for b, ts in trips.items():
+        done = plan.dp_waves * k
+        for t, first, steps, before in ts:
+            if steps <= 0:
+                continue
+            assert before == done  # the pipeline's stages count on across trips
+            done += steps
+            lo, hi = plan.sharers(t)
+            own = list(range(first, first + steps))
+            if first + steps < k:
+                continue  # handed over: summed where the tile ends
+            if first > 0:
+                assert hi == b and lo < b
+                for w in range(lo, hi):
+                    assert handed[w][0] == t
+                    own += handed[w][1]
+            else:
+                assert lo == hi == b and steps == k  # a whole tile
+            for step in own:
+                summed.setdefault(t, {}).setdefault(step, 0)
+                summed[t][step] += 1
+        if plan.segments:
+            waited = max(waited, end(b, plan.segments - 1) - done)
+    return summed, waited
+
+
+FIXUP_SPLITS = [
+    # 3896x2392 in 128x256 tiles in pairs sharing B: 160 pairs on 66 clusters, 28 left
+    # over, under MIN_SHARE of a wave: a wave joins them.
+    ((3896, 2392, 1184), (128, 256, 64), 132, 16, "b"),
+    # Under a wave: 60 pairs on 66 clusters, every tile shared by two or three.
+    ((1432, 1888, 2568), (128, 192, 64), 132, 8, "b"),
+    ((1056, 1280, 3384), (128, 256, 64), 132, 16, ""),
+    # Large, one wave and a third: 1760 tiles on 132 blocks.
+    ((8296, 7520, 2264), (192, 192, 64), 132, 8, ""),
+    ((4096, 4096, 4096), (128, 256, 64), 132, 0, ""),
+    # Few K steps a tile, many blocks: some ranges inside one tile.
+    ((512, 512, 4096), (128, 128, 64), 132, 0, ""),
+    ((300, 700, 200), (128, 128, 64), 7, 4, ""),
+]
+
+
+@pytest.mark.parametrize("size, tile, blocks, panel, pair", FIXUP_SPLITS)
+def test_fixup_sums_every_k_step_of_every_stream_k_tile_once(size, tile, blocks, panel, pair):
+    config = GemmConfig(
+        *tile, 256, 3, swizzle=panel, policy="row", smem_epilogue=True, stream_k=blocks,
+        async_mma=True, multicast=pair, fixup=True,
+    )  # fmt: skip
+    plan = StreamK.plan(GemmShape(*size), config)
+    summed, waited = _fixup_run(plan)
+    assert sorted(summed) == list(range(plan.dp_tiles, plan.tiles))
+    # A block waits at most the one K step by which an earlier block's range is longer.
+    assert waited <= 1
+    for t, steps in summed.items():
+        assert steps == dict.fromkeys(range(plan.k_steps), 1), f"tile {t}"
+    # Nothing is added into C, so nothing is zeroed before the launch.
+    assert added_rows(GemmShape(*size), config) is None
+
+
+def test_fixup_takes_a_wave_into_stream_k_where_the_remainder_is_small():
+    """Shared out alone, the 28 pairs left over give each of 66 clusters 8 of a tile's 19
+    K steps: a tile summed from up to three blocks' shares. With a wave joined, each range
+    holds a whole tile's steps or more, so no tile has more than two sharers."""
+    shape = GemmShape(3896, 2392, 1184, "bfloat16")
+    reduce_add = GemmConfig(
+        128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, stream_k=132, async_mma=True,
+        multicast="b",
+    )  # fmt: skip
+    summing = replace(reduce_add, fixup=True)
+    assert StreamK.plan(shape, reduce_add).sk_tiles == 28
+    plan = StreamK.plan(shape, summing)
+    assert (plan.sk_tiles, plan.dp_waves) == (28 + 66, 1)
+    widths = {t: plan.sharers(t) for t in range(plan.dp_tiles, plan.tiles)}
+    assert max(hi - lo for lo, hi in widths.values()) == 1
+
+
+def test_worker_of_inverts_the_ranges():
+    for sk_tiles, k_steps, blocks in ((116, 64, 132), (3, 5, 132), (14, 19, 66), (9, 7, 9)):
+        plan = StreamK(blocks, 1, sk_tiles, k_steps, 0, sk_tiles)
+        for b in range(blocks):
+            start, end = plan.sk_range(b)
+            assert all(plan.worker_of(s) == b for s in range(start, end))
