@@ -160,6 +160,28 @@ IN_FLIGHT_MIN_STAGES = 4
 # The named barrier (of 16; TileLang numbers its own from 3 up) on which the consumers meet
 # around a stream-K share's flag (``GemmConfig.fixup``).
 FIXUP_BARRIER = 15
+# A stream-K share's flag (``GemmConfig.fixup``), one thread on each side, in the PTX of
+# CUTLASS's stream-K barriers: the sharer adds 1 with a release at GPU scope once its
+# consumers have met (so their workspace writes come before it); the summing block
+# reads with acquire until the count is in, then sets it back to zero for the next launch
+# (no one else touches it in this one). A count that never comes in traps the kernel
+# after ``FIXUP_TRAP_CYCLES`` (about 8 s): an error, not a hung GPU.
+FIXUP_SIGNAL, FIXUP_WAIT = "tl_fixup_signal", "tl_fixup_wait"
+FIXUP_TRAP_CYCLES = 1 << 34
+FIXUP_SOURCE = f"""
+__device__ __forceinline__ void {FIXUP_SIGNAL}(int* flag) {{
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" :: "l"(flag) : "memory");
+}}
+__device__ __forceinline__ void {FIXUP_WAIT}(int* flag, int count) {{
+  long long start = clock64();
+  int seen;
+  do {{
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+    if (clock64() - start > {FIXUP_TRAP_CYCLES}LL) {{ __trap(); }}
+  }} while (seen < count);
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" :: "l"(flag), "r"(0) : "memory");
+}}
+"""
 
 
 def consumer_registers(consumers: int) -> int:
@@ -555,8 +577,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     def hand_over(W, F, C_local, C_bottom, block_id, flag, tx):
         """Under ``fixup``, a share of a tile short of its last K step: the fp32 sums into
         the block's workspace slot, then, once every consumer has written (their barrier),
-        one release that counts them in on the tile's flag, as CUTLASS's stream-K
-        barriers signal."""
+        one release that counts them in on the tile's flag (``FIXUP_SIGNAL``)."""
         for i, j in T.Parallel(part_m, block_N):
             W[block_id, i, j] = C_local[i, j]
         if parts > 1:
@@ -564,18 +585,18 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 W[block_id, part_m + i, j] = C_bottom[i, j]
         T.sync_threads(FIXUP_BARRIER, consumers)
         if tx == 0:
-            T.atomic_add(F[flag], 1, memory_order="release")
+            T.import_source(FIXUP_SOURCE)
+            T.call_extern("handle", FIXUP_SIGNAL, T.address_of(F[flag]))
 
     @T.macro
     def gather(W, F, C_local, C_bottom, first, last, rank_of, flag, tx):
-        """Under ``fixup``, the tile's last K steps: one thread waits (acquire) until the
-        blocks ``first`` to ``last - 1`` have counted in on the flag and sets it back to
-        zero for the next launch (nothing else touches it in this one); past the barrier
-        every consumer adds their slots into its fragment."""
+        """Under ``fixup``, the tile's last K steps: one thread waits (``FIXUP_WAIT``:
+        acquire) until the blocks ``first`` to ``last - 1`` have counted in on the flag,
+        and sets it back to zero; past the barrier every consumer adds their slots into
+        its fragment."""
         if tx == 0:
-            while T.atomic_load(F[flag], memory_order="acquire") < last - first:
-                T.evaluate(0)
-            T.atomic_store(F[flag], 0, memory_order="relaxed")
+            T.import_source(FIXUP_SOURCE)
+            T.call_extern("handle", FIXUP_WAIT, T.address_of(F[flag]), last - first)
         T.sync_threads(FIXUP_BARRIER, consumers)
         for w in T.serial(first, last):
             slot = w * units.per_unit + rank_of
