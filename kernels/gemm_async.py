@@ -161,7 +161,7 @@ IN_FLIGHT_MIN_STAGES = 4
 # around a stream-K share's flag (``GemmConfig.fixup``).
 FIXUP_BARRIER = 15
 # A stream-K share's flag (``GemmConfig.fixup``), one thread on each side, in the PTX of
-# CUTLASS's stream-K barriers: the sharer adds 1 with a release at GPU scope once its
+# CUTLASS's stream-K barriers: the sharer adds 1 after a GPU-scope fence once its
 # consumers have met (so their workspace writes come before it); the summing block
 # reads with acquire until the count is in, then sets it back to zero for the next launch
 # (no one else touches it in this one). A count that never comes in traps the kernel
@@ -170,7 +170,8 @@ FIXUP_SIGNAL, FIXUP_WAIT = "tl_fixup_signal", "tl_fixup_wait"
 FIXUP_TRAP_CYCLES = 1 << 34
 FIXUP_SOURCE = f"""
 __device__ __forceinline__ void {FIXUP_SIGNAL}(int* flag) {{
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" :: "l"(flag) : "memory");
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;" :: "l"(flag) : "memory");
 }}
 __device__ __forceinline__ void {FIXUP_WAIT}(int* flag, int count) {{
   long long start = clock64();

@@ -623,7 +623,7 @@ def test_sm90a_codegen_of_stream_k_summed_in_the_kernel(shape, config_id):
     assert "tma_store_add" not in src and kernel.added_from is None
     assert re.search(r"tl_fixup_signal\(\(&\(F\[.*\]\)\)\);", src)
     assert re.search(r"tl_fixup_wait\(\(&\(F\[.*\]\)\), ", src)
-    for ptx in ("red.release.gpu.global.add", "ld.acquire.gpu.global", "st.relaxed.gpu"):
+    for ptx in ("fence.acq_rel.gpu", "ld.acquire.gpu.global", "st.relaxed.gpu"):
         assert ptx in src
     assert src.count("__sync_thread_partial(15, ") == 2  # around the flag, both sides
     resources = sm90a_resources(kernel)
