@@ -67,8 +67,8 @@ the block holding the tile's last K steps waits (acquire) until the blocks befor
 (``StreamK.sharers``) have counted in, sets the flag back to zero, adds their slots into
 its fragment and writes the tile once, by TMA. The wrapper keeps the workspace and flags
 (``kernels.gemm.GemmKernel``), and C is not zeroed. Over the H200's records the
-reduce-add form ran a median 9.35 us slower than its even share of the persistent
-form's time (193 pairs, reports/offtable_fixup_shapes.json says how they were read):
+reduce-add form ran a median 9.34 us slower than its even share of the persistent
+form's time (188 pairs, reports/offtable_fixup_shapes.json says how they were read):
 this is its alternative, not yet timed.
 
 With ``config.pingpong`` the persistent form has two consumer warpgroups of a whole tile
