@@ -1564,14 +1564,15 @@ def test_large_tiles_over_two_warpgroups_match_float64_tile_by_tile(shape, confi
 # 2392 = 9 x 256 + 88); under a wave in pairs, tiles shared by two or three
 # (1432x1888x2568); unpaired under a wave in 128x256, three or four sharers to a tile
 # (1056x1280x3384); 192x192 over three warpgroups, a wave and a quarter all shared out
-# (2096x2728x1304); and seven blocks after eight whole waves (1000^3 in 128x128, K = 15
-# x 64 + 40).
+# (2096x2728x1304), alone and in pairs sharing B; and seven blocks after eight whole
+# waves (1000^3 in 128x128, K = 15 x 64 + 40).
 FIXUP_CASES = cases_of(
     {
         "b128x256x64_t256_s4_w16_e_sk132f_a_mb": [(3896, 2392, 1184)],
         "b128x192x64_t256_s4_w8_pr_e_sk132f_a_mb": [(1432, 1888, 2568)],
         "b128x256x64_t256_s4_w16_e_sk132f_a": [(1056, 1280, 3384)],
         "b192x192x64_t384_s3_w8_pr_e_sk132f_a": [(2096, 2728, 1304)],
+        "b192x192x64_t384_s3_w8_pr_e_sk132f_a_mb": [(2096, 2728, 1304)],
         "b128x128x64_t128_s4_e_sk7f_a": [(1000, 1000, 1000)],
     }
 )
