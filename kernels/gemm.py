@@ -249,8 +249,9 @@ class GemmConfig:
     # padded, and a large tile steps along M by 16 rows. The tile is block_m columns of C
     # (along N) by block_n rows of C (along M). On TileLang's pipeline (plain grid) each
     # block writes its tile of C transposed, element by element (added in, under
-    # split-K); on the hand-written one (async_mma; plain or persistent grid) through
-    # shared memory, transposed there and stored by TMA, or element by element.
+    # split-K); on the hand-written one (async_mma; plain or persistent grid, or the plain
+    # grid in pairs of N tiles sharing A's tile, multicast "a") through shared memory,
+    # transposed there and stored by TMA, or element by element.
     swap_ab: bool = False
     # Ping-pong (the hand-written pipeline's persistent form, two consumer warpgroups):
     # each consumer warpgroup takes every other tile of its block and accumulates the
@@ -371,12 +372,19 @@ class GemmConfig:
             )
         if not isinstance(self.swap_ab, bool):
             raise ValueError(f"GemmConfig.swap_ab={self.swap_ab!r}: must be a bool")
-        if self.swap_ab and self.async_mma and (self.stream_k or self.multicast or self.pingpong):
+        paired_swap = self.multicast == "a" and not self.persistent
+        if (
+            self.swap_ab
+            and self.async_mma
+            and (self.stream_k or (self.multicast and not paired_swap) or self.pingpong)
+        ):
             raise ValueError(
                 "GemmConfig.swap_ab=True: with async_mma=True needs stream_k=0, multicast='' "
-                f"and pingpong=False (got {self.stream_k}, {self.multicast!r}, "
-                f"{self.pingpong}): the hand-written pipeline exchanges the operands on its "
-                "plain and persistent grids, one block a tile"
+                "(or 'a' with persistent=0) and pingpong=False (got "
+                f"{self.stream_k}, {self.multicast!r}, {self.persistent}, {self.pingpong}): "
+                "the hand-written pipeline exchanges the operands on its plain and "
+                "persistent grids, one block a tile, and on the plain grid in pairs of N "
+                "tiles sharing A's tile"
             )
         if (
             self.swap_ab

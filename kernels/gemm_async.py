@@ -115,7 +115,11 @@ shared memory under NN) and its second A's (block_N rows of C, K-major), so the 
 rows of C step by 16 rather than 64. Each tile (or half, ``c_parts``) is written into
 the staging buffer transposed, element by element from the fragment, and stored by TMA;
 without the staging buffer, into C element by element. On the plain and persistent
-grids, without clusters. On the H200 (bench_gemm, CUPTI, reports/exchanged_forms_h200.
+grids, and on the plain grid in two-block clusters of two N tiles (``multicast`` "a",
+x over N's tiles): the pair's first block multicasts A's tile, which for a skinny M is
+all of M, where every block otherwise reads it from the L2 on its own (cuBLAS runs
+88x7928x4136 in 64x88 tiles, 2x1 clusters: reports/profile_random4_h200.md; not timed
+here yet). On the H200 (bench_gemm, CUPTI, reports/exchanged_forms_h200.
 jsonl) 256 columns by 144-192 rows, persistent in 3 stages, ran 1.02-1.30x faster than
 the picks it replaces where its tiles make whole or nearly whole waves
 (``kernels.tuned.exchanged``: 2096x2728x1304 NT fp16 26.2 us against 34.0); 128 columns
@@ -336,7 +340,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         """The A and B tiles of one K step into ``stage``, each multicast to the blocks
         of its mask (None: a load of the block's own); with the operands exchanged B's
         tile into ``A_shared`` and A's into ``B_shared`` (``bm`` then counts N's tiles,
-        ``bn`` M's)."""
+        ``bn`` M's), A's multicast to a pair of N tiles (``multicast`` "a")."""
         if swap:
             if trans_B:
                 T.tma_copy(
@@ -354,6 +358,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 A[bn * block_N : (bn + 1) * block_N, k0 : k0 + block_K],
                 B_shared[stage, :, :],
                 barrier=full[stage],
+                cluster_mask=a_mask,
             )
         else:
             load_own(A, B, A_shared, B_shared, full, stage, bm, bn, k0, a_mask, b_mask)
@@ -465,8 +470,8 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     @T.macro
     def launch(A, B, C, delay):
         with T.Kernel(*grid, threads=consumers + PRODUCER_THREADS, **cluster) as (gx, gy):
-            if pair in ("b", "ab"):
-                bm, bn = gx, gy
+            if pair in ("b", "ab") or (swap and paired):
+                bm, bn = gx, gy  # x runs over the pair's axis (``pair_grid``)
             else:
                 bm, bn = gy, gx
             A_shared = T.alloc_shared((stages, *a_tile), dtype)

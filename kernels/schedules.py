@@ -304,8 +304,12 @@ def pair_grid(shape: Any, config: Any) -> tuple[int, int]:
     ``swap_ab``, x over M's block_n rows and y over N's block_m columns)."""
     tiles_m, tiles_n = -(-shape.m // config.block_m), -(-shape.n // config.block_n)
     if getattr(config, "swap_ab", False):
-        # Operands exchanged: block_m runs along N and block_n along M.
-        return -(-shape.m // config.block_n), -(-shape.n // config.block_m)
+        # Operands exchanged: block_m runs along N and block_n along M; a pair sharing A's
+        # tile is two N tiles of one M row, so x runs over N's tiles, rounded up.
+        tiles_m, tiles_n = -(-shape.m // config.block_n), -(-shape.n // config.block_m)
+        if config.multicast == "a":
+            return tiles_n + tiles_n % 2, tiles_m
+        return tiles_m, tiles_n
     if config.multicast == "b":
         return tiles_m + tiles_m % 2, tiles_n
     if config.multicast == "a":

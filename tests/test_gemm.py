@@ -95,6 +95,11 @@ def test_shape_rejects(kwargs, field, rule):
             "swap_ab=True",
             "stream_k=0",
         ),
+        (
+            {"swap_ab": True, "async_mma": True, "multicast": "a", "persistent": 132},
+            "swap_ab=True",
+            "(or 'a' with persistent=0)",
+        ),
         ({"swap_ab": True, "stream_k": 132}, "swap_ab=True", "stream_k=0"),
         ({"swap_ab": True, "persistent": 132}, "swap_ab=True", "persistent=0"),
         ({"swap_ab": True, "smem_epilogue": True}, "swap_ab=True", "smem_epilogue=False"),
@@ -257,6 +262,7 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(256, 128, 64, 256, 4, smem_epilogue=True, async_mma=True, multicast="a"),
         GemmConfig(192, 192, 64, 384, 4, policy="row", async_mma=True, multicast="ab"),
         GemmConfig(64, 16, 128, 128, 6, swap_ab=True),
+        GemmConfig(64, 96, 64, 128, 8, async_mma=True, multicast="a", swap_ab=True),
         GemmConfig(128, 16, 128, 128, 6, split_k=2, swap_ab=True),
         GemmConfig(128, 192, 64, 256, 4, 8, policy="row", smem_epilogue=True, cp_async=True),
     ],
@@ -851,6 +857,25 @@ def test_sm90a_codegen_of_the_async_pipeline_with_the_operands_exchanged(layout)
     assert sm90a_resources(kernel).spill_bytes == 0
     # The halves go to C's columns: the second one 128 columns on.
     assert ") + 128), (" in src
+
+
+@requires_nvcc
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+def test_sm90a_codegen_of_exchanged_operands_in_pairs_sharing_a(layout):
+    """A skinny M with the operands exchanged, in two-block clusters of two N tiles: the
+    pair's first block multicasts A's tile (all 88 rows of M, the wgmma's second operand)
+    into both blocks' stage, each loads its own B tile; the grid runs x over N's 124
+    tiles of 64, one pair per cluster; no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id("b64x96x64_t128_s8_a_ma_x")
+    shape = GemmShape(88, 7928, 4136, "bfloat16", layout)
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    assert re.search(r"tma_load_multicast\(A_desc, [^;]*B_shared[^;]*\(uint16_t\)\(3\)", src)
+    assert "tma_load_multicast(B_desc" not in src and "tl::tma_load(B_desc" in src
+    assert "cluster_sync" in src and "blockIdx.y" not in src  # one M tile: a 1-D grid
+    assert kernel.blocks == 124 and sm90a_resources(kernel).spill_bytes == 0
 
 
 @requires_nvcc
@@ -1600,6 +1625,12 @@ SWAPPED_ASYNC_CASES = cases_of(
         "b128x208x64_t256_s4_pr_e_p132_a_x": [(2400, 4072, 1304)],
         "b128x160x64_t256_s4_pr_e_a_x": [(1000, 1000, 1304)],
         "b128x160x64_t256_s4_pr_a_x": [(1000, 1000, 1304)],
+        # In pairs of N tiles sharing A's tile (multicast): a skinny M whole in one tile
+        # (88 rows in 96), and 15 N tiles of 64 (904 = 14 x 64 + 8), the last pair's
+        # second block past C, over one M tile and over four (300 = 3 x 80 + 60).
+        "b64x96x64_t128_s8_a_ma_x": [(88, 7928, 4136)],
+        "b64x80x64_t128_s8_a_ma_x": [(72, 904, 1304)],
+        "b64x80x64_t128_s8_e_a_ma_x": [(72, 904, 1304), (300, 904, 1304)],
     }
 )
 
@@ -1607,7 +1638,8 @@ SWAPPED_ASYNC_CASES = cases_of(
 @gpu_cases(SWAPPED_ASYNC_CASES)
 def test_exchanged_operands_on_the_async_pipeline_match_float64_tile_by_tile(shape, config):
     """A tile stored untransposed, at the wrong origin, or a half written over the other
-    shows as wrong tiles of C (or NaN where nothing was written)."""
+    shows as wrong tiles of C (or NaN where nothing was written); in pairs, A's tile
+    multicast to the wrong block, or a release missed, as wrong tiles (or a hang)."""
     check_tile_by_tile(shape, config, seeds=(37, 38))
 
 

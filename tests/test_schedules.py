@@ -8,7 +8,15 @@ from dataclasses import replace
 import pytest
 
 from kernels import GemmConfig, GemmShape
-from kernels.schedules import MIN_SHARE, StreamK, Units, added_rows, grid_blocks, tile_coords
+from kernels.schedules import (
+    MIN_SHARE,
+    StreamK,
+    Units,
+    added_rows,
+    grid_blocks,
+    pair_grid,
+    tile_coords,
+)
 
 
 def rasterization_2d_row(block_idx: int, grid_x: int, grid_y: int, panel_width: int):
@@ -337,3 +345,14 @@ def test_worker_of_inverts_the_ranges():
         for b in range(blocks):
             start, end = plan.sk_range(b)
             assert all(plan.worker_of(s) == b for s in range(start, end))
+
+
+def test_exchanged_pairs_run_x_over_n_tiles():
+    """With the operands exchanged, a pair sharing A's tile is two N tiles (block_m wide)
+    of one M row (block_n tall): x runs over N's tiles, rounded up to whole pairs, y over
+    M's; unpaired, x runs over M's tiles."""
+    pair = GemmConfig(64, 80, 64, 128, 8, async_mma=True, multicast="a", swap_ab=True)
+    assert pair_grid(GemmShape(300, 904, 1304), pair) == (16, 4)  # 15 N tiles, 4 M tiles
+    assert grid_blocks(GemmShape(300, 904, 1304), pair) == 64
+    alone = replace(pair, multicast="")
+    assert pair_grid(GemmShape(300, 904, 1304), alone) == (4, 15)
