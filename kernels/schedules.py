@@ -42,7 +42,9 @@ from typing import Any
 # CUPTI, against torch.matmul): 2500x1800x4000 (18 tiles left over) ran 0.825x with the
 # remainder alone against 0.749x two-tile, and 3000x2000x4096 (60 left over) 0.840x
 # against 0.771x; with register atomics the remainder alone ran 0.148x and 0.312x,
-# against 0.675x and 0.700x two-tile.
+# against 0.675x and 0.700x two-tile. Where the shares are summed in the kernel
+# (``GemmConfig.fixup``) the wave joins too: each block's range is then a whole tile's
+# K steps or more, so no tile has more than two sharers to wait for and add up.
 MIN_SHARE = 0.5
 
 
@@ -301,7 +303,8 @@ def pair_grid(shape: Any, config: Any) -> tuple[int, int]:
     along x: x runs over the axis the pair's blocks differ on (M tiles where they share
     B's tile, N tiles where they share A's), rounded up to whole pairs, y over the other;
     without clusters x runs over N tiles and y over M tiles (with the operands exchanged,
-    ``swap_ab``, x over M's block_n rows and y over N's block_m columns)."""
+    ``swap_ab``, x over M's block_n rows and y over N's block_m columns; in pairs sharing
+    A's tile, x over N's block_m columns, rounded up, and y over M's rows)."""
     tiles_m, tiles_n = -(-shape.m // config.block_m), -(-shape.n // config.block_n)
     if getattr(config, "swap_ab", False):
         # Operands exchanged: block_m runs along N and block_n along M; a pair sharing A's
