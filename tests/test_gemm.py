@@ -245,15 +245,8 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True, async_mma=True),
         GemmConfig(128, 256, 64, 256, 3, swizzle=8, smem_epilogue=True, stream_k=132),
         GemmConfig(256, 128, 64, 256, 4, policy="col", stream_k=7),
-        GemmConfig(
-            128,
-            256,
-            64,
-            256,
-            4,
-            swizzle=16,
-            smem_epilogue=True,
-            stream_k=132,
+        replace(
+            GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True, stream_k=132),
             async_mma=True,
             multicast="b",
             fixup=True,

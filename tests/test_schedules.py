@@ -296,7 +296,7 @@ FIXUP_SPLITS = [
     # Under a wave: 60 pairs on 66 clusters, every tile shared by two or three.
     ((1432, 1888, 2568), (128, 192, 64), 132, 8, "b"),
     ((1056, 1280, 3384), (128, 256, 64), 132, 16, ""),
-    # Large, one wave and a third: 1760 tiles on 132 blocks.
+    # Large: 1760 tiles on 132 blocks, 13 waves and 44 tiles, which a wave joins.
     ((8296, 7520, 2264), (192, 192, 64), 132, 8, ""),
     ((4096, 4096, 4096), (128, 256, 64), 132, 0, ""),
     # Few K steps a tile, many blocks: some ranges inside one tile.
