@@ -1600,7 +1600,7 @@ FIXUP_CASES = cases_of(
 def test_stream_k_summed_in_the_kernel_matches_float64_tile_by_tile(shape, config):
     """A share summed twice or never, or read before its writer counted in, spoils its
     tile; a flag not set back to zero spoils the next launch's (three launches, fresh
-    inputs each); a wait on a share never counted in hangs."""
+    inputs each); a wait on a share never counted in traps the kernel after about 8 s."""
     check_tile_by_tile(shape, config, seeds=(37, 38, 39))
 
 
