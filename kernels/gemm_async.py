@@ -580,6 +580,14 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             store_direct(C, acc, row, col)
 
     @T.macro
+    def write_tile(C, C_local, C_bottom, C_shared, bm, bn, added):
+        """``write_back`` of the whole tile: its top half, then (``parts`` 2) its bottom
+        half, which reuses the staging buffer once TMA has read the first."""
+        write_back(C, C_local, C_shared, *origin(bm, bn, 0), added)
+        if parts > 1:
+            write_back(C, C_bottom, C_shared, *origin(bm, bn, 1), added)
+
+    @T.macro
     def hand_over(W, F, C_local, C_bottom, block_id, flag, tx):
         """Under ``fixup``, a share of a tile short of its last K step: the fp32 sums into
         the block's workspace slot, then, once every consumer has written (their barrier),
@@ -668,11 +676,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
             T.wait_wgmma(0)
             release(empty, (before + k_count - 1) % stages, tx)
         if share is None:
-            added = segments and k_count < k_steps
-            write_back(C, C_local, C_shared, *origin(bm, bn, 0), added)
-            if parts > 1:
-                # The second half reuses the staging buffer once TMA has read the first.
-                write_back(C, C_bottom, C_shared, *origin(bm, bn, 1), added)
+            write_tile(C, C_local, C_bottom, C_shared, bm, bn, segments and k_count < k_steps)
         else:
             k_first, W, F, block_id = share
             rank_of = block_id % units.per_unit
@@ -683,9 +687,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 if k_first > 0:
                     first, last = plan.sharers(t, ops)
                     gather(W, F, C_local, C_bottom, first, last, rank_of, flag, tx)
-                write_back(C, C_local, C_shared, *origin(bm, bn, 0), False)
-                if parts > 1:
-                    write_back(C, C_bottom, C_shared, *origin(bm, bn, 1), False)
+                write_tile(C, C_local, C_bottom, C_shared, bm, bn, False)
 
     @T.macro
     def launch_persistent(A, B, C, delay, W=None, F=None):
