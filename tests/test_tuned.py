@@ -762,14 +762,33 @@ def test_the_hand_written_forms_are_the_records():
         GemmShape(8, 14336, 4096, "bfloat16", "NT"),
         GemmShape(1536, 1536, 1536, "bfloat16", "NT"),
         GemmShape(10000, 8000, 6000, "bfloat16"),
+        # Drawn at random (seed 20261299), one shape per form the heuristic takes there:
+        # the persistent pairs of each wide tile, the exchanged 256-row tile's persistent
+        # grid, short K's 192x192, long K's small tile, B's rows off TMA's alignment
+        # (cp.async) and both operands' rows off it (odd K in NT, 255 registers).
+        GemmShape(3464, 3384, 2152, "bfloat16"),
+        GemmShape(3192, 2736, 2040, "bfloat16", "NT"),
+        GemmShape(1552, 2936, 1632, "bfloat16"),
+        GemmShape(7376, 3672, 384, "bfloat16", "NT"),
+        GemmShape(109, 325, 24052, "bfloat16", "NT"),
+        GemmShape(5898, 12222, 4848, "bfloat16"),
+        GemmShape(2580, 3056, 3471, "float16", "NT"),
     ],
     ids=lambda s: s.id,
 )
 @requires_nvcc
 def test_sm90a_codegen_of_the_heuristics_picks(shape):
+    """Every pick builds for sm_90a with wgmma, loading by TMA where an operand's rows
+    allow it (the cp.async form loads both by cp.async), without spilling a register."""
+    from harness.measure.resources import sm90a_resources
+
     config = heuristic(shape, SMS)
-    src = compile_gemm(shape, config, arch="sm_90a").source
-    assert "tma_load" in src and ("GmmaDescriptor" in src or "wgmma" in src)
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    assert "GmmaDescriptor" in src or "wgmma" in src
+    tma_rows = any(r % tuned.TMA_ALIGN == 0 for r in tuned.row_bytes(shape).values())
+    assert ("tma_load" in src) == (tma_rows and not config.cp_async)
+    assert sm90a_resources(kernel).spill_bytes == 0, config.id
     # C's tiles are added in by a TMA reduce-add under split-K and stream-K's shares.
     assert ("tma_store_add" in src) == (config.split_k > 1 or bool(config.stream_k))
 
