@@ -669,11 +669,13 @@ def check_split_loads(rows: dict[str, int], config: GemmConfig) -> None:
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:
     """The rules that tie a config to a shape (each valid alone): the copies that only TMA
     makes need 16-byte aligned rows. Raises ValueError naming the config field."""
-    if config.split_k > 1 and not config.swap_ab and (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
-        # The partial tiles are reduce-added by TMA, which needs 16-byte aligned rows of C.
+    if config.split_k > 1 and config.smem_epilogue and (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
+        # Through shared memory the partial tiles are reduce-added by TMA, which needs
+        # 16-byte aligned rows of C.
         raise ValueError(
-            f"GemmConfig.split_k={config.split_k}: needs N * 2 bytes to be a multiple of 16 "
-            f"(N a multiple of 8), got N={shape.n}"
+            f"GemmConfig.split_k={config.split_k}: with smem_epilogue=True needs N * 2 bytes "
+            f"to be a multiple of 16 (N a multiple of 8), got N={shape.n}; smem_epilogue=False "
+            "adds the partial tiles from registers where C's rows are not"
         )
     if config.stream_k and config.smem_epilogue and (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
         # Through shared memory, stream-K's partial tiles are reduce-added by TMA too.
@@ -745,6 +747,10 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # K steps per block: all of them, or one split's share (the last split may run past K;
     # TMA fills out-of-range tiles with zeros, which add nothing).
     k_steps = T.ceildiv(K, block_K * config.split_k)
+    # A split's partial tile is reduce-added into C by TMA from shared memory where C's
+    # rows are 16-byte aligned (TMA's rule), else atomically from registers, element by
+    # element, as stream-K's are.
+    split_by_tma = config.split_k > 1 and (N * ELEMENT_BYTES) % TMA_ALIGN == 0
 
     @T.macro
     def tile(A, B, C, A_shared, B_shared, C_local, C_shared, tm, tn, k_first, k_count, partial):
@@ -762,9 +768,11 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
             else:
                 copy(B[kk * block_K, tn * block_N], B_shared)
             T.gemm(A_shared, B_shared, C_local, transpose_B=trans_B, policy=policy)
-        if config.split_k > 1:
+        if split_by_tma:
             T.copy(C_local, C_shared)
             TC.atomic_add(C[tm * block_M, tn * block_N], C_shared, use_tma=True)
+        elif config.split_k > 1:
+            T.atomic_add(C[tm * block_M, tn * block_N], C_local)
         elif config.stream_k and config.smem_epilogue:
             T.copy(C_local, C_shared)
             if partial:
@@ -813,7 +821,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     blocks = config.persistent or config.stream_k  # a persistent grid's size, else 0
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
     # The epilogue buffer is only allocated when used; a 1-element stand-in otherwise.
-    staged_c = (config.smem_epilogue or config.split_k > 1) and not swap
+    staged_c = (config.smem_epilogue or split_by_tma) and not swap
     # One block per output tile (and K split): x over N's tiles and y over M's, or the
     # other way round with the operands exchanged.
     grid_x, grid_y = (T.ceildiv(M, block_N), T.ceildiv(N, block_M)) if swap else (tiles_n, tiles_m)

@@ -380,10 +380,8 @@ def split_k_candidates(shape: GemmShape, sms: int) -> list[GemmConfig]:
     3 stages) tiles where their output tiles fill less than one wave of ``sms`` SMs: mid
     shapes (1.5k^2: 72 tiles of 128x256) and long K over small M and N, which the thin
     space does not reach (M > 64 and N > 128). Splits that keep the blocks within two
-    waves and ``WIDE_MIN_SPLIT_K`` of K each; none where C's rows are not 16-byte aligned
-    (the reduce-add is a TMA store)."""
-    if (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
-        return []
+    waves and ``WIDE_MIN_SPLIT_K`` of K each (added into C by TMA, or from registers
+    where C's rows are not 16-byte aligned)."""
     out = []
     for bm, bn, th, st in ((128, 128, 128, 4), (128, 256, 256, 3)):
         tiles = output_tiles(shape, bm, bn)
@@ -549,7 +547,9 @@ def split_for(shape: GemmShape, tiles: int, sms: int) -> int:
     """How many ways to split K when ``tiles`` output tiles fill the ``sms`` SMs: 1 unless
     they fill fewer than ``SPLIT_BELOW`` of them; then the largest of ``SPLITS`` that keeps
     the blocks within one wave and ``MIN_SPLIT_K`` of K per split. Never where C's rows
-    are not 16-byte aligned (the reduce-add is a TMA store)."""
+    are not 16-byte aligned: there the partial tiles are added from registers, atomically
+    element by element, a form the search space has but no H200 record has timed yet
+    (``reports/offtable_odd_c_shapes.json``)."""
     if tiles >= SPLIT_BELOW * sms or (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
         return 1
     fits = [s for s in SPLITS if tiles * s <= sms and -(-shape.k // s) >= MIN_SPLIT_K]

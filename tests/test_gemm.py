@@ -1095,9 +1095,34 @@ def test_stream_k_kernel_zeroes_the_rows_it_adds_into(monkeypatch):
     assert kernel.blocks == 132
 
 
-def test_split_k_needs_aligned_rows_of_c():
-    with pytest.raises(ValueError, match=r"split_k=4: needs N \* 2 bytes.*N=1031"):
-        make_gemm(GemmShape(4097, 1031, 515), GemmConfig(64, 128, 64, 128, 4, split_k=4))
+def test_split_k_through_shared_memory_needs_aligned_rows_of_c():
+    config = GemmConfig(64, 128, 64, 128, 4, split_k=4, smem_epilogue=True)
+    want = r"split_k=4: with smem_epilogue=True needs N \* 2.*N=1031"
+    with pytest.raises(ValueError, match=want):
+        make_gemm(GemmShape(4097, 1031, 515), config)
+
+
+@requires_nvcc
+@pytest.mark.parametrize(
+    "shape, config_id",
+    [
+        (GemmShape(300, 245, 20000), "b128x128x64_t128_s4_k4"),  # B's rows by TMA
+        (GemmShape(140, 196, 28169, "bfloat16", "NT"), "b64x64x64_t128_s4_k8"),  # neither
+    ],
+    ids=lambda v: getattr(v, "id", v),
+)
+def test_sm90a_codegen_of_split_k_added_from_registers(shape, config_id):
+    """Where C's rows are off TMA's 16-byte alignment, a split's partial tile is added
+    into C atomically from registers (two elements at a time where N is even): no
+    reduce-add by TMA, no C tile in shared memory, no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    kernel = compile_gemm(shape, GemmConfig.from_id(config_id), arch="sm_90a")
+    src = kernel.source
+    atomic = "AtomicAddx2(" if shape.n % 2 == 0 else "AtomicAdd("
+    assert atomic in src and "tma_store_add" not in src and "C_shared" not in src
+    assert "blockIdx.z" in src
+    assert sm90a_resources(kernel).spill_bytes == 0
 
 
 @requires_nvcc
@@ -1220,10 +1245,11 @@ OPTION_SIZES = [(4097, 1031, 515), (16, 1024, 2048), (2048, 2304, 256)]
 
 
 def _supported(shape: GemmShape, config: GemmConfig) -> bool:
-    """Split-K reduces, and the async pipeline loads, through TMA, which needs 16-byte
-    aligned rows: of C for split-K (and stream-K through shared memory); of A and B for
-    the async pipeline, of A or B for stream-K."""
-    if config.split_k > 1 and shape.n % 8 and not config.swap_ab:
+    """Split-K and stream-K reduce through shared memory, and the async pipeline loads,
+    through TMA, which needs 16-byte aligned rows: of C for a reduce through shared
+    memory; of A and B for the async pipeline, of A or B for stream-K. (From registers
+    split-K and stream-K add into any C.)"""
+    if config.split_k > 1 and config.smem_epilogue and shape.n % 8:
         return False
     b_row = shape.k if shape.layout == "NT" else shape.n
     if config.stream_k and shape.k % 8 and b_row % 8:
@@ -1233,6 +1259,15 @@ def _supported(shape: GemmShape, config: GemmConfig) -> bool:
     return not (config.async_mma and (shape.k % 8 or b_row % 8))
 
 
+# Split K over small outputs with a long K where C's rows are off TMA's alignment (N not
+# a multiple of 8): the partial tiles added from registers, B's rows by TMA (NN) or
+# neither operand's (K odd in NT), M and N partial tiles, the last split past K.
+SPLIT_FROM_REGISTERS = [
+    (GemmShape(300, 245, 20000, dtype, layout), GemmConfig.from_id(config))
+    for dtype in ("float16", "bfloat16")
+    for layout, config in (("NN", "b128x128x64_t128_s4_k4"), ("NT", "b64x64x64_t128_s4_k8"))
+] + [(GemmShape(140, 196, 28169, "bfloat16", "NT"), GemmConfig.from_id("b64x64x64_t128_s4_k8"))]
+
 GPU_CASES = [
     (GemmShape(*size, dtype, layout), config)
     for sizes, configs in ((SIZES, CONFIGS), (OPTION_SIZES, OPTION_CONFIGS))
@@ -1241,7 +1276,7 @@ GPU_CASES = [
     for layout in ("NN", "NT")
     for config in configs
     if _supported(GemmShape(*size, dtype, layout), config)
-]
+] + SPLIT_FROM_REGISTERS
 
 
 @pytest.mark.gpu
