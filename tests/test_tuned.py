@@ -258,6 +258,18 @@ def test_no_split_where_the_tiles_fill_the_sms_or_k_is_short(size):
     assert heuristic(GemmShape(*size), SMS).split_k == 1
 
 
+def test_the_space_and_first_use_tuning_split_k_where_c_rows_are_unaligned_too():
+    """Split-K adds from registers where C's rows are off TMA's 16 bytes, so the search
+    space and first-use tuning try it there (475x183x10976: 24 output tiles of 64x64)."""
+    from harness.measure.first_use import plan
+
+    shape = GemmShape(475, 183, 10976)
+    for configs in (candidates(shape, SMS), plan(shape, SMS, 32)):
+        splits = [c for c in configs if c.split_k > 1]
+        assert splits and all(tuned.builds(shape, c) for c in splits)
+        assert not any(c.smem_epilogue for c in splits)
+
+
 def test_the_heuristic_splits_k_only_where_c_rows_are_aligned():
     # N = 4100 is not a multiple of 8: the partial tiles would be added from registers,
     # which the search space tries and no rule takes before the H200 has timed it.
