@@ -669,9 +669,14 @@ def check_split_loads(rows: dict[str, int], config: GemmConfig) -> None:
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:
     """The rules that tie a config to a shape (each valid alone): the copies that only TMA
     makes need 16-byte aligned rows. Raises ValueError naming the config field."""
-    if config.split_k > 1 and config.smem_epilogue and (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
+    if (
+        config.split_k > 1
+        and config.smem_epilogue
+        and not config.swap_ab
+        and (shape.n * ELEMENT_BYTES) % TMA_ALIGN
+    ):
         # Through shared memory the partial tiles are reduce-added by TMA, which needs
-        # 16-byte aligned rows of C.
+        # 16-byte aligned rows of C (exchanged tiles are added from registers).
         raise ValueError(
             f"GemmConfig.split_k={config.split_k}: with smem_epilogue=True needs N * 2 bytes "
             f"to be a multiple of 16 (N a multiple of 8), got N={shape.n}; smem_epilogue=False "
@@ -748,8 +753,8 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # TMA fills out-of-range tiles with zeros, which add nothing).
     k_steps = T.ceildiv(K, block_K * config.split_k)
     # A split's partial tile is reduce-added into C by TMA from shared memory where C's
-    # rows are 16-byte aligned (TMA's rule), else atomically from registers, element by
-    # element, as stream-K's are.
+    # rows are 16-byte aligned (TMA's rule), else atomically from registers (an element
+    # at a time, two where N is even), as stream-K's are.
     split_by_tma = config.split_k > 1 and (N * ELEMENT_BYTES) % TMA_ALIGN == 0
 
     @T.macro
