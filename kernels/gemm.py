@@ -260,15 +260,16 @@ class GemmConfig:
     # registers. Measured slower than the persistent form on the H200 (kernels/
     # gemm_async.py): in no search space.
     pingpong: bool = False
-    # Loads by cp.async from every thread, TileLang's pipeline without warp
-    # specialisation, instead of TMA copies from a producer warpgroup (TileLang's per-copy
-    # disable_tma and TL_DISABLE_WARP_SPECIALIZED; the wgmma stays). The plain
-    # or panelled grid only. Tried for operand rows that start off a 32-byte sector,
-    # where the TMA-fed kernels run slow (reports/sectors_h200.jsonl), it ran slower
-    # still on the H200, on and off a sector alike (reports/cp_async_h200.jsonl: on 9
-    # mid shapes 0.31-0.59x torch at best, where the best TMA-fed config ran
-    # 0.75-0.93x; 2096x2728x1304 NT 50.2 us against 37.4 us for the same tile by TMA):
-    # in no search space.
+    # Loads by cp.async from every thread, TileLang's pipeline without warp specialisation,
+    # instead of TMA copies from a producer warpgroup (TileLang's per-copy disable_tma and
+    # TL_DISABLE_WARP_SPECIALIZED; the wgmma stays). The plain, panelled or split grid only
+    # (a split's partial tiles are added from registers, or reduce-added by TMA where C's
+    # rows are aligned). Tried for operand rows that start off a 32-byte sector, where the
+    # TMA-fed kernels run slow (reports/sectors_h200.jsonl), it ran slower still on the
+    # H200, on and off a sector alike (reports/cp_async_h200.jsonl: on 9 mid shapes
+    # 0.31-0.59x torch at best, where the best TMA-fed config ran 0.75-0.93x; 2096x2728x1304
+    # NT 50.2 us against 37.4 us for the same tile by TMA): not for aligned rows. Where TMA
+    # cannot take the rows it is the pick (kernels.tuned.thread_loads).
     cp_async: bool = False
     # Stream-K's partial tiles summed in the kernel (the hand-written pipeline's stream-K
     # form only; id ``_sk<blocks>f``), not added into C: a block whose range holds a
@@ -277,7 +278,11 @@ class GemmConfig:
     # K steps waits for that count, adds the slots into its fragment and writes the tile
     # once. Each block takes its segments last first, so the shares it hands on are
     # written before the one it sums (kernels.schedules.StreamK.fixup_unit). C is not
-    # zeroed before the launch and nothing is added into it by TMA reduce-add.
+    # zeroed before the launch and nothing is added into it by TMA reduce-add. On the H200
+    # (bench_gemm, CUPTI; reports/fixup_h200.jsonl, 12 mid shapes, three tile forms) it
+    # ran slower than stream-K adding into C in 35 of 36 pairs (2824x3368x3744 fp16
+    # 192x192: 113.2 us against 108.7; 3464x2488x2056 bf16 192x192: 78.2 against 67.0):
+    # in no search space.
     fixup: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
@@ -444,14 +449,12 @@ class GemmConfig:
             )
         if not isinstance(self.cp_async, bool):
             raise ValueError(f"GemmConfig.cp_async={self.cp_async!r}: must be a bool")
-        if self.cp_async and (
-            self.async_mma or self.persistent or self.stream_k or self.split_k > 1 or self.swap_ab
-        ):
+        if self.cp_async and (self.async_mma or self.persistent or self.stream_k or self.swap_ab):
             raise ValueError(
-                "GemmConfig.cp_async=True: needs async_mma=False, persistent=0, stream_k=0, "
-                f"split_k=1 and swap_ab=False (got {self.async_mma}, {self.persistent}, "
-                f"{self.stream_k}, {self.split_k}, {self.swap_ab}): the plain or panelled "
-                "grid of TileLang's pipeline, whose copies alone it turns from TMA"
+                "GemmConfig.cp_async=True: needs async_mma=False, persistent=0, stream_k=0 "
+                f"and swap_ab=False (got {self.async_mma}, {self.persistent}, "
+                f"{self.stream_k}, {self.swap_ab}): the plain, panelled or split grid of "
+                "TileLang's pipeline, whose copies alone it turns from TMA"
             )
         if self.accum_dtype not in ACCUM_DTYPES:
             raise ValueError(

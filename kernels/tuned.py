@@ -547,9 +547,12 @@ def split_for(shape: GemmShape, tiles: int, sms: int) -> int:
     """How many ways to split K when ``tiles`` output tiles fill the ``sms`` SMs: 1 unless
     they fill fewer than ``SPLIT_BELOW`` of them; then the largest of ``SPLITS`` that keeps
     the blocks within one wave and ``MIN_SPLIT_K`` of K per split. Never where C's rows
-    are not 16-byte aligned: there the partial tiles are added from registers, atomically
-    element by element, a form the search space has but no H200 record has timed yet
-    (``reports/offtable_odd_c_shapes.json``)."""
+    are not 16-byte aligned: there the partial tiles are added from registers, which the
+    H200 timed in 64x64 and 128x128 tiles only (bench_gemm, CUPTI;
+    reports/odd_c_split_h200.jsonl: faster than unsplit on six of eight long-K shapes,
+    304x404x20632 NT fp16 65.6 us against 28.6 in 128x128 split eight ways, slower on
+    339x735x21490 NT fp16, 129.0 against 149.2 at best), not in the tiles the scores
+    would split here."""
     if tiles >= SPLIT_BELOW * sms or (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
         return 1
     fits = [s for s in SPLITS if tiles * s <= sms and -(-shape.k // s) >= MIN_SPLIT_K]
@@ -1080,7 +1083,11 @@ def clustered_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig
 # sweep (reports/random4_forms_h200.jsonl) added one more of each side: 2344x3384x2672
 # fp16 in 128x256 pairs, 0.71 full, 1.18x in stream-K; and the first shape 0.80 full or
 # more where stream-K won, 3792x2728x2256 fp16 in 128x256 pairs, 0.83 full: 75.0 us
-# against 81.5 (two others there, 0.81 and 0.83 full, ran 0.98x and 0.96x).
+# against 81.5 (two others there, 0.81 and 0.83 full, ran 0.98x and 0.96x). Stream-K's
+# own panel (reports/fixup_h200.jsonl, 12 mid shapes) added eight more at 0.76-0.89 full,
+# five of them faster in stream-K (2824x3368x3744 fp16 in 128x192 pairs, 0.82 full:
+# 1.12x): between 0.75 and 0.90 full the two forms run level at the median (18 pairs,
+# 0.95-1.16x); at 0.90 full or more the clusters won all ten.
 PAIR_TRIP_FILL = 0.75
 
 

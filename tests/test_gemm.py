@@ -519,7 +519,7 @@ def test_sm90a_cp_async_tile_loads_odd_k_rows_in_its_own_k_loop(k, copy_bytes):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("async_mma", True), ("persistent", 132), ("stream_k", 132), ("split_k", 2)],
+    [("async_mma", True), ("persistent", 132), ("stream_k", 132), ("swap_ab", True)],
 )
 def test_cp_async_is_the_plain_grids_of_tilelangs_pipeline(field, value):
     with pytest.raises(ValueError, match=r"GemmConfig\.cp_async=True: needs async_mma=False"):
@@ -1715,6 +1715,11 @@ CP_ASYNC_CASES = cases_of(
         "b128x256x64_t256_s3_w8_e_c": [(1776, 1472, 4088), (4000, 3002, 3000), (1707, 1507, 2783)],
         "b192x192x64_t384_s3_pr_e_c": [(1000, 1000, 1000)],
         "b128x128x64_t128_s4_c": [(1536, 1200, 1736)],
+        # Split K: the partial tiles added from registers, rows of 4-byte (N = 550) and
+        # 2-byte steps (N = 183, K = 8085), a last split running past K; reduce-added by
+        # TMA where C's rows are aligned (N = 88).
+        "b64x64x64_t128_s4_k16_c": [(107, 550, 14088), (475, 183, 10976), (392, 88, 15996)],
+        "b64x64x64_t128_s3_k32_c": [(16, 127, 8085)],
     }
 )
 
