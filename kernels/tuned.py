@@ -786,6 +786,13 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
       against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
 
+    - First of all, where A's or B's rows are not 16-byte aligned and the output tiles
+      are few: 64x64 tiles split K eight ways (``thread_split``), sixteen by cp.async
+      where only B's rows are off and come in 4-byte steps, fewer where the blocks pass
+      three an SM (475x183x10976 fp16: 60.6 us against 116.2 unsplit on the H200;
+      107x550x14088 bf16 by cp.async: 20.1 us against 42.5 split eight ways on an
+      H100); where cp.async copies every such row, only where eight ways fit.
+
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
     with only one operand's rows 16-byte aligned, that leaves out the two-warpgroup tiles
@@ -794,6 +801,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     the tiles left (reports/split_loads_h200.jsonl).
     """
     check_sms(sms)
+    split_threads = thread_split(shape, sms)
+    if split_threads is not None:
+        return split_threads
     swapped = swap_for(shape, sms)
     if swapped is not None:
         return swapped
@@ -1372,6 +1382,72 @@ def scalar_a(shape: GemmShape, sms: int) -> GemmConfig | None:
     if thread_loads(shape, sms) is None:
         return None
     return SCALAR_A_TILE if builds(shape, SCALAR_A_TILE) else None
+
+
+# --- few output tiles, rows TMA cannot take: 64x64 tiles split eight or sixteen ways --
+#
+# Where A's or B's rows are not 16-byte aligned (K not a multiple of 8, or N in NN) and
+# the output tiles are few (small M and N, long K), the heuristic's unsplit grid ran
+# 0.10-0.36x torch on five of eight such shapes on the H200 (bench_gemm, CUPTI;
+# reports/odd_c_split_h200.jsonl: 107x550x14088 bf16 151.6 us against 21.6 for torch):
+# TileLang loads such an operand by threads, and the few blocks keep little of it in
+# flight. More blocks, each a share of K, keep more: on the four shapes with rows in
+# 2-byte steps (N or K odd) 64x64 tiles (``THREAD_SPLIT_TILE``) split eight ways ran
+# 1.9-2.2x faster than unsplit, the best of that panel on two (312x463x13760 bf16 74.2
+# us against 108.4 split four ways in 64x64x128) and within 8% of it on the other two
+# (25x537x12576 fp16 62.0 against 58.0 in 64x64x128). Where B's rows come in
+# 4-byte steps and A's are aligned (NN, N even), cp.async copies B, so the blocks' loads
+# stay in flight across stages: split sixteen ways there (``THREAD_SPLIT_COPIES``), three
+# blocks an SM, 107x550x14088 bf16 ran 20.1 us against 42.5 split eight ways without it on
+# an H100 (reports/h100/odd_c_loads_h100.jsonl, the same panel; the H200 has not run it).
+# The 2-byte shapes gained nothing from it or from sixteen ways (25x537x12576: 68.6 us
+# against 62.6 on the H100). Where cp.async copies every thread-loaded operand (rows in
+# 4- or 8-byte steps) and eight ways would take over ``THREAD_SPLIT_MAX_BLOCKS`` blocks
+# an SM, the heuristic's unsplit grid ran faster than the splits that fit (240x899x19132
+# NT bf16, 60 tiles: 92.0 us against 100.2 split four ways on the H200; 339x735x21490 NT
+# fp16: 129.0 against 169.1): the rule leaves those. Where rows come in 2-byte steps the
+# split paid with fewer ways too, as many as fit (an H100, reports/h100/
+# miss_panel_h100.jsonl: 11x3494x8143 NT bf16, 55 tiles, four ways 56.9 us against 118.7
+# unsplit and 68.2 for torch; 8212x23x10687 NT fp16, 129 tiles, two ways 127.7 against
+# 159.7 and 140.4), though not for 42x1085x7498 fp16 (B's rows in 2-byte steps, A's
+# aligned: 61.3 us split eight ways against 24.0 for torch, no split or tile of that
+# panel under 60).
+THREAD_SPLIT_TILE = GemmConfig(64, 64, 64, 128, 4)
+THREAD_SPLIT_COPIES = replace(THREAD_SPLIT_TILE, cp_async=True)
+# (splits, for the thread-loaded tile and its cp.async form)
+THREAD_SPLITS = {False: 8, True: 16}
+# Blocks of 64x64 (64 KiB of shared memory in four stages, 128 threads) that share an
+# SM: a split grid takes at most this many per SM over the GPU.
+THREAD_SPLIT_MAX_BLOCKS = 3
+# K each split keeps at least (16x127x8085 NT bf16 split eight ways: 1011).
+THREAD_SPLIT_MIN_K = 512
+
+
+def thread_split(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """64x64 tiles split K ways where A's or B's rows are not 16-byte aligned: by cp.async
+    in ``THREAD_SPLITS[True]`` ways where A's rows are aligned and B's come in 4-byte
+    steps (NN, N even), else ``THREAD_SPLITS[False]``; fewer where the blocks would take
+    over ``THREAD_SPLIT_MAX_BLOCKS`` per SM or a split under ``THREAD_SPLIT_MIN_K`` of K.
+    None where no split fits; where every unaligned row comes in steps cp.async copies
+    (4 or 8 bytes), also where eight ways would not fit; or where it does not build."""
+    rows = row_bytes(shape)
+    if all(r % TMA_ALIGN == 0 for r in rows.values()):
+        return None
+    copies = rows["A"] % TMA_ALIGN == 0 and rows["B"] % CP_ASYNC_MIN_BYTES == 0
+    config = THREAD_SPLIT_COPIES if copies else THREAD_SPLIT_TILE
+    tiles = output_tiles(shape, config.block_m, config.block_n)
+    two_byte = any(r % CP_ASYNC_MIN_BYTES for r in rows.values())
+    if not two_byte and tiles * THREAD_SPLITS[False] > THREAD_SPLIT_MAX_BLOCKS * sms:
+        return None
+    split = THREAD_SPLITS[copies]
+    while split > 1 and (
+        tiles * split > THREAD_SPLIT_MAX_BLOCKS * sms or -(-shape.k // split) < THREAD_SPLIT_MIN_K
+    ):
+        split //= 2
+    if split == 1:
+        return None
+    config = replace(config, split_k=split)
+    return config if builds(shape, config) else None
 
 
 # --- six waves or more of 192x192 tiles: their stream-K form -------------------------

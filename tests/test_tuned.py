@@ -1532,6 +1532,61 @@ def test_thread_loads_ran_faster_than_the_rules_without_it(monkeypatch):
     assert statistics.median(ratios) > 1.05
 
 
+def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
+    """64x64 tiles split where A's or B's rows are off 16 bytes, within three blocks an
+    SM: by cp.async sixteen ways where B's rows come in 4-byte steps and A's are aligned,
+    else eight; fewer where the blocks or K run short. Where cp.async copies every such
+    row, only where eight ways fit. Nowhere else."""
+    rng = random.Random(20261238)
+    seen = set()
+    for _ in range(400):
+        m, n = rng.randrange(8, 600), rng.randrange(8, 1200)
+        k = rng.randrange(2000, 30000)
+        shape = GemmShape(m, n, k, rng.choice(["float16", "bfloat16"]), rng.choice(["NN", "NT"]))
+        rows = tuned.row_bytes(shape)
+        pick = tuned.thread_split(shape, SMS)
+        tiles = tuned.output_tiles(shape, 64, 64)
+        two_byte = any(r % 4 for r in rows.values())
+        if (
+            all(r % 16 == 0 for r in rows.values())
+            or tiles * (2 if two_byte else 8) > 3 * SMS
+            or -(-k // 2) < 512
+        ):
+            assert pick is None, shape
+            seen.add("none")
+            continue
+        copies = rows["A"] % 16 == 0 and rows["B"] % 4 == 0
+        assert pick is not None and tuned.builds(shape, pick), shape
+        assert (pick.block_m, pick.block_n, pick.block_k, pick.threads) == (64, 64, 64, 128)
+        assert pick.cp_async == copies and not pick.smem_epilogue
+        assert pick.split_k in ((2, 4, 8, 16) if copies else (2, 4, 8))
+        assert tiles * pick.split_k <= 3 * SMS and -(-k // pick.split_k) >= 512
+        wider = pick.split_k * 2
+        assert wider > (16 if copies else 8) or tiles * wider > 3 * SMS or -(-k // wider) < 512
+        assert heuristic(shape, SMS) == pick
+        seen.add("copies" if copies else "2-byte" if two_byte else "threads")
+        if pick.split_k < 8 and not copies:
+            seen.add("fewer")
+    assert seen == {"none", "copies", "threads", "2-byte", "fewer"}
+    # 107x550x14088 NN: 18 tiles sixteen ways by cp.async; 240x899x19132 NT: 60 tiles,
+    # eight ways would take 480 blocks, over three an SM.
+    assert tuned.thread_split(GemmShape(107, 550, 14088, "bfloat16"), SMS).id == (
+        "b64x64x64_t128_s4_k16_c"
+    )
+    assert tuned.thread_split(GemmShape(240, 899, 19132, "bfloat16", "NT"), SMS) is None
+    # K odd, 55 and 129 tiles: four and two ways.
+    assert tuned.thread_split(GemmShape(11, 3494, 8143, "bfloat16", "NT"), SMS).split_k == 4
+    assert tuned.thread_split(GemmShape(8212, 23, 10687, "float16", "NT"), SMS).split_k == 2
+
+
+def test_thread_split_ran_faster_than_the_rules_without_it(monkeypatch):
+    """The recorded shapes whose pick it changes, both picks timed in one record
+    (reports/odd_c_split_h200.jsonl): 475x183x10976, 25x537x12576, 16x127x8085 NT and
+    312x463x13760, 1.9-2.2x faster split eight ways than unsplit."""
+    ratios = ratios_without(monkeypatch, "thread_split", lambda shape, sms: None)
+    assert len(ratios) >= 4 and min(ratios) > 1.5
+
+
 def test_scalar_a_takes_odd_k_where_b_is_aligned_and_nothing_else():
     """K odd, N a multiple of 8, NN, half a wave of 128x256 tiles or more: 128x192 with B
     by TMA. Not where K is even (off 16 bytes or not), N is not a multiple of 8, the
