@@ -16,7 +16,7 @@ TileLang's own disk cache ($TILELANG_CACHE_DIR) spares a new process the recompi
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernels.schedules import Ops, StreamK, added_rows, fixup_buffers, grid_blocks, tile_coords
@@ -86,7 +86,7 @@ POLICIES = {"square": "", "row": "_pr", "col": "_pc"}
 # GemmConfig.multicast: the operand a two-block cluster shares ("" for none).
 MULTICASTS = ("", "a", "b", "ab")
 _CONFIG_ID = re.compile(
-    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+)(f)?)?(_a)?(_pp)?(?:_m(ab|a|b))?(_x)?(_c)?"
+    r"b(\d+)x(\d+)x(\d+)_t(\d+)_s(\d+)(?:_w(\d+))?(_pr|_pc)?(_e)?(?:_p(\d+))?(?:_k(\d+))?(?:_sk(\d+)(f)?)?(_a)?(_pp)?(?:_m(ab|a|b))?(_x)?(_c)?(_pad)?"
 )
 
 
@@ -284,6 +284,15 @@ class GemmConfig:
     # 192x192: 113.2 us against 108.7; 3464x2488x2056 bf16 192x192: 78.2 against 67.0):
     # in no search space.
     fixup: bool = False
+    # Rows padded (``_pad``): where A's or B's rows are not 16-byte aligned, the launch
+    # first copies each such operand into a zero-filled buffer whose rows are (K, or N of
+    # an NN B, rounded up to a multiple of 8), and the kernel is the one built for that
+    # padded shape (``padded``), with TMA loads; where N is padded C is written to a
+    # padded buffer and copied out. The copies are launches of their own, timed with the
+    # kernel. For shapes where threads load an operand in 2-byte steps (N or K odd) and
+    # the padded operand is small beside the GEMM's traffic. No measurement yet: in no
+    # search space.
+    pad: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
 
@@ -340,6 +349,8 @@ class GemmConfig:
             )
         if not isinstance(self.fixup, bool):
             raise ValueError(f"GemmConfig.fixup={self.fixup!r}: must be a bool")
+        if not isinstance(self.pad, bool):
+            raise ValueError(f"GemmConfig.pad={self.pad!r}: must be a bool")
         if self.fixup and not (self.stream_k and self.async_mma):
             raise ValueError(
                 f"GemmConfig.fixup={self.fixup}: needs stream_k > 0 and async_mma=True (got "
@@ -519,8 +530,8 @@ class GemmConfig:
         ``fixup``), ``_a`` the hand-written asynchronous
         pipeline, ``_mb``/``_ma`` two-block clusters sharing B's/A's tile by multicast
         (``_mab`` four-block clusters sharing both),
-        ``_x`` the operands exchanged (``swap_ab``), ``_c`` loads by cp.async; ``_pp``
-        after ``_a``: ping-pong."""
+        ``_x`` the operands exchanged (``swap_ab``), ``_c`` loads by cp.async, ``_pad``
+        rows padded to 16 bytes (``pad``); ``_pp`` after ``_a``: ping-pong."""
         tail = f"_w{self.swizzle}" if self.swizzle else ""
         tail += POLICIES[self.policy]
         tail += "_e" if self.smem_epilogue else ""
@@ -532,6 +543,7 @@ class GemmConfig:
         tail += f"_m{self.multicast}" if self.multicast else ""
         tail += "_x" if self.swap_ab else ""
         tail += "_c" if self.cp_async else ""
+        tail += "_pad" if self.pad else ""
         return (
             f"b{self.block_m}x{self.block_n}x{self.block_k}_t{self.threads}_s{self.num_stages}"
             f"{tail}"
@@ -545,9 +557,9 @@ class GemmConfig:
             raise ValueError(
                 f"GemmConfig id {text!r}: must look like b128x256x64_t256_s3, optionally "
                 "followed by _w<panel>, _pr or _pc, _e, _p<blocks>, _k<splits>, _sk<blocks> "
-                "(or _sk<blocks>f), _a, _pp, _ma, _mb or _mab, _x, _c in that order"
+                "(or _sk<blocks>f), _a, _pp, _ma, _mb or _mab, _x, _c, _pad in that order"
             )
-        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, fix, asy, pp, mc, swap, cp = (
+        bm, bn, bk, th, st, sw, pol, ep, pers, split, sk, fix, asy, pp, mc, swap, cp, pad = (
             found.groups()
         )
         policy = {v: k for k, v in POLICIES.items()}[pol or ""]
@@ -569,6 +581,7 @@ class GemmConfig:
             swap_ab=bool(swap),
             pingpong=bool(pp),
             cp_async=bool(cp),
+            pad=bool(pad),
         )
 
     @property
@@ -669,9 +682,32 @@ def check_split_loads(rows: dict[str, int], config: GemmConfig) -> None:
         )
 
 
+def padded(shape: GemmShape) -> GemmShape:
+    """``shape`` with A's and B's rows 16-byte aligned: K, and N where B is [K, N] (NN),
+    rounded up to a multiple of 8 elements (``GemmConfig.pad``'s kernel shape)."""
+    step = TMA_ALIGN // ELEMENT_BYTES
+    k = -(-shape.k // step) * step
+    n = -(-shape.n // step) * step if shape.layout == "NN" else shape.n
+    return GemmShape(shape.m, n, k, shape.dtype, shape.layout)
+
+
+def kernel_shape(shape: GemmShape, config: GemmConfig) -> GemmShape:
+    """The shape the kernel of ``config`` is built for: ``padded(shape)`` under
+    ``GemmConfig.pad``, else ``shape``."""
+    return padded(shape) if config.pad else shape
+
+
 def check_combination(shape: GemmShape, config: GemmConfig) -> None:
     """The rules that tie a config to a shape (each valid alone): the copies that only TMA
     makes need 16-byte aligned rows. Raises ValueError naming the config field."""
+    if config.pad:
+        if padded(shape) == shape:
+            raise ValueError(
+                f"GemmConfig.pad=True: the rows of A and B of {shape.id} are 16-byte aligned "
+                "already (K, and N in NN, multiples of 8); pad=False"
+            )
+        check_combination(padded(shape), replace(config, pad=False))
+        return
     if (
         config.split_k > 1
         and config.smem_epilogue
@@ -732,6 +768,8 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     cycles once the block's barriers are set up, before its pipeline starts. The gate's
     self-test slows a kernel this way, with no second launch."""
     check_combination(shape, config)
+    if config.pad:
+        return make_gemm(padded(shape), replace(config, pad=False), delay)
     if config.async_mma:
         from kernels.gemm_async import make_gemm_async
 
@@ -1012,7 +1050,8 @@ class GemmKernel:
     """
 
     __slots__ = (
-        "shape", "config", "jit_kernel", "delay", "delay_cycles", "added_from", "buffers"
+        "shape", "config", "jit_kernel", "delay", "delay_cycles", "added_from", "buffers",
+        "padded",
     )  # fmt: skip
 
     def __init__(
@@ -1023,15 +1062,39 @@ class GemmKernel:
         self.jit_kernel = jit_kernel
         self.delay = delay
         self.delay_cycles = 0
-        self.added_from = added_rows(shape, config)
+        self.added_from = added_rows(kernel_shape(shape, config), config)
         self.buffers: dict = {}  # device -> (workspace, flags), under GemmConfig.fixup
+        self.padded: dict = {}  # device -> (A, B, C) padded or None, under GemmConfig.pad
+
+    def padded_buffers(self, device) -> tuple:
+        """Under ``GemmConfig.pad``, the zero-filled operands of the kernel's shape on
+        ``device`` (None for an operand whose rows need no padding), allocated at the
+        first launch there: only their leading rows and columns are ever written, so
+        the padding stays zero."""
+        if device not in self.padded:
+            import torch
+
+            dtype = getattr(torch, self.shape.dtype)
+            big = kernel_shape(self.shape, self.config)
+            pairs = [
+                (self.shape.a_shape, big.a_shape),
+                (self.shape.b_shape, big.b_shape),
+                (self.shape.c_shape, big.c_shape),
+            ]
+            self.padded[device] = tuple(
+                None if small == want else torch.zeros(want, dtype=dtype, device=device)
+                for small, want in pairs
+            )
+        return self.padded[device]
 
     def fixup_buffers(self, device) -> tuple:
         """The workspace and flags of ``fixup_buffers`` on ``device``, zeroed at first."""
         if device not in self.buffers:
             import torch
 
-            slots, rows, cols, flags = fixup_buffers(self.shape, self.config)
+            slots, rows, cols, flags = fixup_buffers(
+                kernel_shape(self.shape, self.config), self.config
+            )
             self.buffers[device] = (
                 torch.empty((slots, rows, cols), dtype=torch.float32, device=device),
                 torch.zeros((flags,), dtype=torch.int32, device=device),
@@ -1041,7 +1104,7 @@ class GemmKernel:
     @property
     def blocks(self) -> int:
         """Blocks in one launch's grid."""
-        return grid_blocks(self.shape, self.config)
+        return grid_blocks(kernel_shape(self.shape, self.config), self.config)
 
     @property
     def source(self) -> str:
@@ -1105,12 +1168,31 @@ class GemmKernel:
                 raise TypeError(f"a: expected a torch.Tensor, got {type(a).__name__}")
             out = torch.empty(self.shape.c_shape, dtype=a.dtype, device=a.device)
         self.check_args(a, b, out)
+        c = out
+        if self.config.pad:
+            a, b, c = self.pad_operands(a, b, out)
         if self.added_from is not None:
-            out[self.added_from :].zero_()  # partial tiles are added into these rows
+            c[self.added_from :].zero_()  # partial tiles are added into these rows
         if self.delay:
-            self.jit_kernel(a, b, out, self.delay_cycles)
+            self.jit_kernel(a, b, c, self.delay_cycles)
         elif self.config.fixup:
-            self.jit_kernel(a, b, out, *self.fixup_buffers(a.device))
+            self.jit_kernel(a, b, c, *self.fixup_buffers(a.device))
         else:
-            self.jit_kernel(a, b, out)
+            self.jit_kernel(a, b, c)
+        if c is not out:
+            out.copy_(c[:, : self.shape.n])  # C's padded buffer (``GemmConfig.pad``)
         return out
+
+    def pad_operands(self, a, b, out) -> tuple:
+        """``GemmConfig.pad``: A and B copied into their padded buffers where their rows
+        need it; the buffer C is written to (``out``, or its padded buffer where N is)."""
+        a_pad, b_pad, c_pad = self.padded_buffers(a.device)
+        if a_pad is not None:
+            a_pad[:, : a.shape[1]].copy_(a)
+        if b_pad is not None:
+            b_pad[: b.shape[0], : b.shape[1]].copy_(b)
+        return (
+            a if a_pad is None else a_pad,
+            b if b_pad is None else b_pad,
+            out if c_pad is None else c_pad,
+        )

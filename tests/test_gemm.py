@@ -258,6 +258,8 @@ def test_ids_are_readable_and_distinct():
         GemmConfig(64, 96, 64, 128, 8, async_mma=True, multicast="a", swap_ab=True),
         GemmConfig(128, 16, 128, 128, 6, split_k=2, swap_ab=True),
         GemmConfig(128, 192, 64, 256, 4, 8, policy="row", smem_epilogue=True, cp_async=True),
+        GemmConfig(64, 64, 64, 128, 4, split_k=8, pad=True),
+        GemmConfig(64, 64, 64, 128, 4, split_k=16, cp_async=True, pad=True),
     ],
     ids=lambda c: c.id,
 )
@@ -275,6 +277,7 @@ def test_config_id_round_trips(config):
         "b128x256x64_t256_s3_sk132_e",  # options out of order
         "b128x256x64_t256_s3_sk",
         "b64x16x128_t128_s6_x_k2",  # the exchange comes last
+        "b64x64x64_t128_s4_pad_k8",  # the padding comes last
     ],
 )
 def test_config_id_rejects_malformed(text):
@@ -437,6 +440,39 @@ def test_sm90a_codegen_of_cp_async_loads():
     assert "cp_async" in src and "wgmma" in src and "CUtensorMap" not in src
     assert "__launch_bounds__(256" in src  # the consumers alone
     assert "cp_async" not in tma and "CUtensorMap" in tma and "__launch_bounds__(384" in tma
+
+
+def test_padded_shape_rounds_up_the_rows_tma_cannot_take():
+    from kernels.gemm import check_combination, kernel_shape, padded
+
+    assert padded(GemmShape(42, 1085, 7498)) == GemmShape(42, 1088, 7504)
+    # NT: B's rows are K's; N (C's rows) stays.
+    assert padded(GemmShape(16, 127, 8085, "bfloat16", "NT")) == GemmShape(
+        16, 127, 8088, "bfloat16", "NT"
+    )
+    config = GemmConfig(64, 64, 64, 128, 4, split_k=8, pad=True)
+    assert kernel_shape(GemmShape(42, 1085, 7498), config) == GemmShape(42, 1088, 7504)
+    assert kernel_shape(GemmShape(42, 1085, 7498), replace(config, pad=False)).k == 7498
+    with pytest.raises(ValueError, match=r"GemmConfig\.pad=True: the rows of A and B"):
+        check_combination(GemmShape(128, 128, 128), config)
+    with pytest.raises(ValueError, match=r"GemmConfig\.pad='yes': must be a bool"):
+        GemmConfig(pad="yes")
+
+
+@requires_nvcc
+def test_sm90a_codegen_of_padded_rows():
+    """``pad``: the kernel of the padded shape, both operands by TMA where neither's rows
+    could be, and the grid, K steps and zeroed rows of that shape."""
+    from harness.measure.resources import sm90a_resources
+
+    shape = GemmShape(16, 127, 8085, "bfloat16", "NT")
+    config = GemmConfig(64, 64, 64, 128, 4, split_k=8, pad=True)
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    unpadded = compile_gemm(shape, replace(config, pad=False), arch="sm_90a").source
+    assert "tma_load(A_desc" in kernel.source and "tma_load(B_desc" in kernel.source
+    assert "tma_load" not in unpadded
+    assert kernel.added_from == 0 and kernel.blocks == 2 * 8
+    assert sm90a_resources(kernel).spill_bytes == 0
 
 
 # Only one operand's rows on 16 bytes (NN): B's rows of 3002 fp16 are 6004 bytes, A's of
@@ -1722,6 +1758,21 @@ CP_ASYNC_CASES = cases_of(
         "b64x64x64_t128_s3_k32_c": [(16, 127, 8085)],
     }
 )
+
+
+# Rows padded (``GemmConfig.pad``): K and N odd (both operands and C padded in NN), K odd
+# (NT: C's rows stay), split K, the two-warpgroup tile; the padding must add nothing.
+PAD_CASES = cases_of(
+    {
+        "b64x64x64_t128_s4_k8_pad": [(42, 1085, 7498), (16, 127, 8085)],
+        "b128x192x64_t256_s4_pr_e_pad": [(1707, 1507, 2783)],
+    }
+)
+
+
+@gpu_cases(PAD_CASES)
+def test_padded_rows_match_float64_tile_by_tile(shape, config):
+    check_tile_by_tile(shape, config, seeds=(43, 44))
 
 
 @gpu_cases(CP_ASYNC_CASES)
