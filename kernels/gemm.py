@@ -289,9 +289,9 @@ class GemmConfig:
     # an NN B, rounded up to a multiple of 8), and the kernel is the one built for that
     # padded shape (``padded``), with TMA loads; where N is padded C is written to a
     # padded buffer and copied out. The copies are launches of their own, timed with the
-    # kernel. For shapes where threads load an operand in 2-byte steps (N or K odd) and
-    # the padded operand is small beside the GEMM's traffic. No measurement yet: in no
-    # search space.
+    # kernel. Meant for shapes whose rows threads would load in 2-byte steps (N or K odd)
+    # where the padded operand is small beside the GEMM's traffic. Not measured yet
+    # (reports/offtable_pad_shapes.json holds its panel): in no search space.
     pad: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)
@@ -1046,12 +1046,13 @@ class GemmKernel:
     built with the test-only delay spins ``delay_cycles`` per block (0: no spin). Under
     ``GemmConfig.fixup`` it holds a workspace and flags per device, allocated (zeroed) at
     its first launch there, which every launch leaves at zero again: one launch of it
-    at a time per device (its launches on one stream run one after another).
+    at a time per device (its launches on one stream run one after another). Under
+    ``GemmConfig.pad`` it holds the padded operands per device the same way.
     """
 
     __slots__ = (
         "shape", "config", "jit_kernel", "delay", "delay_cycles", "added_from", "buffers",
-        "padded",
+        "pads",
     )  # fmt: skip
 
     def __init__(
@@ -1064,14 +1065,14 @@ class GemmKernel:
         self.delay_cycles = 0
         self.added_from = added_rows(kernel_shape(shape, config), config)
         self.buffers: dict = {}  # device -> (workspace, flags), under GemmConfig.fixup
-        self.padded: dict = {}  # device -> (A, B, C) padded or None, under GemmConfig.pad
+        self.pads: dict = {}  # device -> (A, B, C) padded or None, under GemmConfig.pad
 
     def padded_buffers(self, device) -> tuple:
         """Under ``GemmConfig.pad``, the zero-filled operands of the kernel's shape on
         ``device`` (None for an operand whose rows need no padding), allocated at the
         first launch there: only their leading rows and columns are ever written, so
         the padding stays zero."""
-        if device not in self.padded:
+        if device not in self.pads:
             import torch
 
             dtype = getattr(torch, self.shape.dtype)
@@ -1081,11 +1082,11 @@ class GemmKernel:
                 (self.shape.b_shape, big.b_shape),
                 (self.shape.c_shape, big.c_shape),
             ]
-            self.padded[device] = tuple(
+            self.pads[device] = tuple(
                 None if small == want else torch.zeros(want, dtype=dtype, device=device)
                 for small, want in pairs
             )
-        return self.padded[device]
+        return self.pads[device]
 
     def fixup_buffers(self, device) -> tuple:
         """The workspace and flags of ``fixup_buffers`` on ``device``, zeroed at first."""

@@ -693,6 +693,12 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     """A config for a shape nobody tuned, on a GPU of ``sms`` SMs. The rule, and the
     tuning log's evidence for it (reports/tune_h200.jsonl, the H200, fp16 quick timings):
 
+    - First, where A's or B's rows are not 16-byte aligned and the output tiles
+      are few: 64x64 tiles split K eight ways (``thread_split``), sixteen by cp.async
+      where only B's rows are off and come in 4-byte steps, fewer where the blocks pass
+      three an SM (475x183x10976 fp16: 60.6 us against 116.2 unsplit on the H200;
+      107x550x14088 bf16 by cp.async: 20.1 us against 42.5 split eight ways on an
+      H100); where cp.async copies every such row, only where eight ways fit.
     - A skinny M that is not a multiple of 64 (up to ``SWAP_MAX_M``): the operands
       exchanged (``swap_for``), M on the wgmma's N side in steps of 16, unsplit, where the
       swapped tiles fill ``SWAP_MIN_FILL`` of the SMs (96x7168x2048 NT: 1.01x torch on the H200
@@ -785,13 +791,6 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
       against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
-
-    - First of all, where A's or B's rows are not 16-byte aligned and the output tiles
-      are few: 64x64 tiles split K eight ways (``thread_split``), sixteen by cp.async
-      where only B's rows are off and come in 4-byte steps, fewer where the blocks pass
-      three an SM (475x183x10976 fp16: 60.6 us against 116.2 unsplit on the H200;
-      107x550x14088 bf16 by cp.async: 20.1 us against 42.5 split eight ways on an
-      H100); where cp.async copies every such row, only where eight ways fit.
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
@@ -1409,8 +1408,8 @@ def scalar_a(shape: GemmShape, sms: int) -> GemmConfig | None:
 # split paid with fewer ways too, as many as fit (an H100, reports/h100/
 # miss_panel_h100.jsonl: 11x3494x8143 NT bf16, 55 tiles, four ways 56.9 us against 118.7
 # unsplit and 68.2 for torch; 8212x23x10687 NT fp16, 129 tiles, two ways 127.7 against
-# 159.7 and 140.4), though not for 42x1085x7498 fp16 (B's rows in 2-byte steps, A's
-# aligned: 61.3 us split eight ways against 24.0 for torch, no split or tile of that
+# 159.7 and 140.4), though not for 42x1085x7498 fp16 (B's rows in 2-byte steps, A's in
+# 4-byte ones: 61.3 us split eight ways against 24.0 for torch, no split or tile of that
 # panel under 60).
 THREAD_SPLIT_TILE = GemmConfig(64, 64, 64, 128, 4)
 THREAD_SPLIT_COPIES = replace(THREAD_SPLIT_TILE, cp_async=True)

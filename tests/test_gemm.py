@@ -459,6 +459,33 @@ def test_padded_shape_rounds_up_the_rows_tma_cannot_take():
         GemmConfig(pad="yes")
 
 
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+def test_padded_operands_hold_the_inputs_and_zeros_around_them(layout):
+    """The wrapper's side of ``pad`` (no kernel launched): fresh random operands land in
+    the leading rows and columns of the padded buffers, zeros fill the rest, and a
+    second launch's operands replace the first's; C goes to its padded buffer where N
+    is padded (NN), to ``out`` itself where it is not (NT)."""
+    from kernels.gemm import GemmKernel, kernel_shape
+
+    shape = GemmShape(42, 1085, 7498, "float16", layout)
+    config = GemmConfig(64, 64, 64, 128, 4, split_k=8, pad=True)
+    big = kernel_shape(shape, config)
+    kernel = GemmKernel(shape, config, jit_kernel=None)
+    out = torch.full(shape.c_shape, float("nan"), dtype=torch.float16)
+    for seed in (45, 46):
+        gen = torch.Generator().manual_seed(seed)
+        a = torch.randn(shape.a_shape, generator=gen).half()
+        b = torch.randn(shape.b_shape, generator=gen).half()
+        a_pad, b_pad, c = kernel.pad_operands(a, b, out)
+        assert a_pad.shape == big.a_shape and b_pad.shape == big.b_shape
+        assert torch.equal(a_pad[:, : shape.k], a) and not a_pad[:, shape.k :].any()
+        rows, cols = shape.b_shape
+        assert torch.equal(b_pad[:rows, :cols], b)
+        assert not b_pad[rows:].any() and not b_pad[:, cols:].any()
+        assert (c is out) == (layout == "NT")
+        assert c.shape == big.c_shape
+
+
 @requires_nvcc
 def test_sm90a_codegen_of_padded_rows():
     """``pad``: the kernel of the padded shape, both operands by TMA where neither's rows
@@ -1760,8 +1787,9 @@ CP_ASYNC_CASES = cases_of(
 )
 
 
-# Rows padded (``GemmConfig.pad``): K and N odd (both operands and C padded in NN), K odd
-# (NT: C's rows stay), split K, the two-warpgroup tile; the padding must add nothing.
+# Rows padded (``GemmConfig.pad``): K off a multiple of 8 and N odd (both operands and C
+# padded in NN), K odd (NT: C's rows stay), split K, the two-warpgroup tile; the padding
+# must add nothing.
 PAD_CASES = cases_of(
     {
         "b64x64x64_t128_s4_k8_pad": [(42, 1085, 7498), (16, 127, 8085)],
