@@ -698,7 +698,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       where only B's rows are off and come in 4-byte steps, fewer where the blocks pass
       three an SM (475x183x10976 fp16: 60.6 us against 116.2 unsplit on the H200;
       107x550x14088 bf16 by cp.async: 20.1 us against 42.5 split eight ways on an
-      H100); where cp.async copies every such row, only where eight ways fit.
+      H100); only where eight ways fit, but for rows in 2-byte steps under half a
+      wave of tiles or with M or N at most 128.
     - A skinny M that is not a multiple of 64 (up to ``SWAP_MAX_M``): the operands
       exchanged (``swap_for``), M on the wgmma's N side in steps of 16, unsplit, where the
       swapped tiles fill ``SWAP_MIN_FILL`` of the SMs (96x7168x2048 NT: 1.01x torch on the H200
@@ -1404,8 +1405,8 @@ def scalar_a(shape: GemmShape, sms: int) -> GemmConfig | None:
 # 4- or 8-byte steps) and eight ways would take over ``THREAD_SPLIT_MAX_BLOCKS`` blocks
 # an SM, the heuristic's unsplit grid ran faster than the splits that fit (240x899x19132
 # NT bf16, 60 tiles: 92.0 us against 100.2 split four ways on the H200; 339x735x21490 NT
-# fp16: 129.0 against 169.1): the rule leaves those. Where rows come in 2-byte steps the
-# split paid with fewer ways too, as many as fit (an H100, reports/h100/
+# fp16: 129.0 against 169.1): the rule leaves those. Where rows come in 2-byte steps and
+# M or N is small the split paid with fewer ways too, as many as fit (an H100, reports/h100/
 # miss_panel_h100.jsonl: 11x3494x8143 NT bf16, 55 tiles, four ways 56.9 us against 118.7
 # unsplit and 68.2 for torch; 8212x23x10687 NT fp16, 129 tiles, two ways 127.7 against
 # 159.7 and 140.4), though not for 42x1085x7498 fp16 (B's rows in 2-byte steps, A's in
@@ -1420,6 +1421,11 @@ THREAD_SPLITS = {False: 8, True: 16}
 THREAD_SPLIT_MAX_BLOCKS = 3
 # K each split keeps at least (16x127x8085 NT bf16 split eight ways: 1011).
 THREAD_SPLIT_MIN_K = 512
+# Where rows come in 2-byte steps and eight ways do not fit, the split takes as many as
+# fit where the tiles fill under ``SPLIT_BELOW`` of the SMs (11x3494x8143 NT, 55 tiles)
+# or M or N is at most this (8212x23x10687 NT, 129 tiles); wider shapes of more tiles
+# (800x800, K odd: 169) have no record, and keep the rules below.
+THREAD_SPLIT_NARROW = 128
 
 
 def thread_split(shape: GemmShape, sms: int) -> GemmConfig | None:
@@ -1427,8 +1433,9 @@ def thread_split(shape: GemmShape, sms: int) -> GemmConfig | None:
     in ``THREAD_SPLITS[True]`` ways where A's rows are aligned and B's come in 4-byte
     steps (NN, N even), else ``THREAD_SPLITS[False]``; fewer where the blocks would take
     over ``THREAD_SPLIT_MAX_BLOCKS`` per SM or a split under ``THREAD_SPLIT_MIN_K`` of K.
-    None where no split fits; where every unaligned row comes in steps cp.async copies
-    (4 or 8 bytes), also where eight ways would not fit; or where it does not build."""
+    None where no split fits; where eight ways would not fit, unless rows come in 2-byte
+    steps and the tiles fill under ``SPLIT_BELOW`` of the SMs or M or N is at most
+    ``THREAD_SPLIT_NARROW``; or where it does not build."""
     rows = row_bytes(shape)
     if all(r % TMA_ALIGN == 0 for r in rows.values()):
         return None
@@ -1436,7 +1443,8 @@ def thread_split(shape: GemmShape, sms: int) -> GemmConfig | None:
     config = THREAD_SPLIT_COPIES if copies else THREAD_SPLIT_TILE
     tiles = output_tiles(shape, config.block_m, config.block_n)
     two_byte = any(r % CP_ASYNC_MIN_BYTES for r in rows.values())
-    if not two_byte and tiles * THREAD_SPLITS[False] > THREAD_SPLIT_MAX_BLOCKS * sms:
+    few = tiles < SPLIT_BELOW * sms or min(shape.m, shape.n) <= THREAD_SPLIT_NARROW
+    if not (two_byte and few) and tiles * THREAD_SPLITS[False] > THREAD_SPLIT_MAX_BLOCKS * sms:
         return None
     split = THREAD_SPLITS[copies]
     while split > 1 and (

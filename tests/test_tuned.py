@@ -1535,8 +1535,9 @@ def test_thread_loads_ran_faster_than_the_rules_without_it(monkeypatch):
 def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
     """64x64 tiles split where A's or B's rows are off 16 bytes, within three blocks an
     SM: by cp.async sixteen ways where B's rows come in 4-byte steps and A's are aligned,
-    else eight; fewer where the blocks or K run short. Where cp.async copies every such
-    row, only where eight ways fit. Nowhere else."""
+    else eight; fewer where the blocks or K run short. Only where eight ways fit, unless
+    rows come in 2-byte steps and the tiles fill under half the SMs or M or N is at most
+    128. Nowhere else."""
     rng = random.Random(20261238)
     seen = set()
     for _ in range(400):
@@ -1546,10 +1547,11 @@ def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
         rows = tuned.row_bytes(shape)
         pick = tuned.thread_split(shape, SMS)
         tiles = tuned.output_tiles(shape, 64, 64)
-        two_byte = any(r % 4 for r in rows.values())
+        few = tiles < 0.5 * SMS or min(m, n) <= 128
+        spread = any(r % 4 for r in rows.values()) and few
         if (
             all(r % 16 == 0 for r in rows.values())
-            or tiles * (2 if two_byte else 8) > 3 * SMS
+            or tiles * (2 if spread else 8) > 3 * SMS
             or -(-k // 2) < 512
         ):
             assert pick is None, shape
@@ -1564,19 +1566,20 @@ def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
         wider = pick.split_k * 2
         assert wider > (16 if copies else 8) or tiles * wider > 3 * SMS or -(-k // wider) < 512
         assert heuristic(shape, SMS) == pick
-        seen.add("copies" if copies else "2-byte" if two_byte else "threads")
+        seen.add("copies" if copies else "few 2-byte" if spread else "threads")
         if pick.split_k < 8 and not copies:
             seen.add("fewer")
-    assert seen == {"none", "copies", "threads", "2-byte", "fewer"}
+    assert seen == {"none", "copies", "threads", "few 2-byte", "fewer"}
     # 107x550x14088 NN: 18 tiles sixteen ways by cp.async; 240x899x19132 NT: 60 tiles,
     # eight ways would take 480 blocks, over three an SM.
     assert tuned.thread_split(GemmShape(107, 550, 14088, "bfloat16"), SMS).id == (
         "b64x64x64_t128_s4_k16_c"
     )
     assert tuned.thread_split(GemmShape(240, 899, 19132, "bfloat16", "NT"), SMS) is None
-    # K odd, 55 and 129 tiles: four and two ways.
+    # K odd, 55 and 129 tiles (N = 23): four and two ways; 169 tiles of 800x800: none.
     assert tuned.thread_split(GemmShape(11, 3494, 8143, "bfloat16", "NT"), SMS).split_k == 4
     assert tuned.thread_split(GemmShape(8212, 23, 10687, "float16", "NT"), SMS).split_k == 2
+    assert tuned.thread_split(GemmShape(800, 800, 5001), SMS) is None
 
 
 def test_thread_split_ran_faster_than_the_rules_without_it(monkeypatch):
