@@ -1052,7 +1052,7 @@ class GemmKernel:
 
     __slots__ = (
         "shape", "config", "jit_kernel", "delay", "delay_cycles", "added_from", "buffers",
-        "pads",
+        "pads", "built",
     )  # fmt: skip
 
     def __init__(
@@ -1063,7 +1063,8 @@ class GemmKernel:
         self.jit_kernel = jit_kernel
         self.delay = delay
         self.delay_cycles = 0
-        self.added_from = added_rows(kernel_shape(shape, config), config)
+        self.built = kernel_shape(shape, config)  # the shape the kernel was built for
+        self.added_from = added_rows(self.built, config)
         self.buffers: dict = {}  # device -> (workspace, flags), under GemmConfig.fixup
         self.pads: dict = {}  # device -> (A, B, C) padded or None, under GemmConfig.pad
 
@@ -1076,11 +1077,10 @@ class GemmKernel:
             import torch
 
             dtype = getattr(torch, self.shape.dtype)
-            big = kernel_shape(self.shape, self.config)
             pairs = [
-                (self.shape.a_shape, big.a_shape),
-                (self.shape.b_shape, big.b_shape),
-                (self.shape.c_shape, big.c_shape),
+                (self.shape.a_shape, self.built.a_shape),
+                (self.shape.b_shape, self.built.b_shape),
+                (self.shape.c_shape, self.built.c_shape),
             ]
             self.pads[device] = tuple(
                 None if small == want else torch.zeros(want, dtype=dtype, device=device)
@@ -1093,9 +1093,7 @@ class GemmKernel:
         if device not in self.buffers:
             import torch
 
-            slots, rows, cols, flags = fixup_buffers(
-                kernel_shape(self.shape, self.config), self.config
-            )
+            slots, rows, cols, flags = fixup_buffers(self.built, self.config)
             self.buffers[device] = (
                 torch.empty((slots, rows, cols), dtype=torch.float32, device=device),
                 torch.zeros((flags,), dtype=torch.int32, device=device),
@@ -1105,7 +1103,7 @@ class GemmKernel:
     @property
     def blocks(self) -> int:
         """Blocks in one launch's grid."""
-        return grid_blocks(kernel_shape(self.shape, self.config), self.config)
+        return grid_blocks(self.built, self.config)
 
     @property
     def source(self) -> str:

@@ -322,13 +322,16 @@ def row_bytes(shape: GemmShape) -> dict[str, int]:
     return {"A": shape.k * ELEMENT_BYTES, "B": b_row * ELEMENT_BYTES}
 
 
+def rows_aligned(shape: GemmShape) -> bool:
+    """Whether TMA can take both A's and B's rows: 16-byte multiples (``row_bytes``)."""
+    return all(r % TMA_ALIGN == 0 for r in row_bytes(shape).values())
+
+
 def pair_fits(shape: GemmShape) -> bool:
     """Whether the heuristic scores 128x256 as its two-block twin (``PAIRED_TILE``) on
     ``shape``: B's rows start off a sector boundary, and the twin can load both operands
     (TMA: 16-byte aligned rows)."""
-    rows = row_bytes(shape)
-    aligned = all(r % TMA_ALIGN == 0 for r in rows.values())
-    return aligned and rows["B"] % SECTOR_BYTES != 0
+    return rows_aligned(shape) and row_bytes(shape)["B"] % SECTOR_BYTES != 0
 
 
 def covers_better(shape: GemmShape, sms: int, tile: tuple, than: tuple) -> bool:
@@ -1363,7 +1366,7 @@ def thread_loads(shape: GemmShape, sms: int) -> GemmConfig | None:
     """``THREAD_LOADS_TILE`` in NN where A's or B's rows are not 16-byte aligned (TMA
     takes neither, or one and a second set of threads the other), its output tiles fill
     ``SPLIT_BELOW`` of the SMs or more and it builds for ``shape``; None elsewhere."""
-    if shape.layout != "NN" or all(r % TMA_ALIGN == 0 for r in row_bytes(shape).values()):
+    if shape.layout != "NN" or rows_aligned(shape):
         return None
     if output_tiles(shape, THREAD_LOADS_TILE.block_m, THREAD_LOADS_TILE.block_n) < (
         SPLIT_BELOW * sms
@@ -1436,9 +1439,9 @@ def thread_split(shape: GemmShape, sms: int) -> GemmConfig | None:
     None where no split fits; where eight ways would not fit, unless rows come in 2-byte
     steps and the tiles fill under ``SPLIT_BELOW`` of the SMs or M or N is at most
     ``THREAD_SPLIT_NARROW``; or where it does not build."""
-    rows = row_bytes(shape)
-    if all(r % TMA_ALIGN == 0 for r in rows.values()):
+    if rows_aligned(shape):
         return None
+    rows = row_bytes(shape)
     copies = rows["A"] % TMA_ALIGN == 0 and rows["B"] % CP_ASYNC_MIN_BYTES == 0
     config = THREAD_SPLIT_COPIES if copies else THREAD_SPLIT_TILE
     tiles = output_tiles(shape, config.block_m, config.block_n)
