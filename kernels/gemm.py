@@ -289,9 +289,9 @@ class GemmConfig:
     # an NN B, rounded up to a multiple of 8), and the kernel is the one built for that
     # padded shape (``padded``), with TMA loads; where N is padded C is written to a
     # padded buffer and copied out. The copies are launches of their own, timed with the
-    # kernel. Meant for shapes whose rows threads would load in 2-byte steps (N or K odd)
-    # where the padded operand is small beside the GEMM's traffic. Not measured yet
-    # (reports/offtable_pad_shapes.json holds its panel): in no search space.
+    # kernel. For shapes whose rows threads would load in 2-byte steps (N or K odd):
+    # ``kernels.tuned.thread_split`` picks it where it ran faster than the thread-loaded
+    # split on the H200 (reports/two_byte_h200.jsonl); in no search space.
     pad: bool = False
     accum_dtype: str = "float32"
     smem_limit: int = field(default=SM90_SMEM_LIMIT, compare=False, repr=False)

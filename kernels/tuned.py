@@ -28,6 +28,7 @@ from kernels.gemm import (
     GemmConfig,
     GemmShape,
     check_combination,
+    padded,
 )
 from kernels.schedules import Units, grid_blocks
 
@@ -546,17 +547,30 @@ def output_tiles(shape: GemmShape, block_m: int, block_n: int) -> int:
     return -(-shape.m // block_m) * -(-shape.n // block_n)
 
 
-def split_for(shape: GemmShape, tiles: int, sms: int) -> int:
+# Where C's rows are not 16-byte aligned a split's partial tiles are added from
+# registers. Where both operands' rows are aligned (NT, K a multiple of 8), 64x64 tiles
+# split so ran faster than unsplit on four of the five long-K shapes it splits on the
+# H200 (bench_gemm, CUPTI; reports/c_rows_h200.jsonl, six drawn before measuring):
+# 76x50x15512 NT bf16 9.2 us split eight ways against 45.2, 171x420x22000 NT bf16 20.2
+# split four ways against 46.8, 304x404x20632 NT fp16 38.2 split four ways against 65.3
+# (two ways, its pick, ran 1.09x torch on an H100: reports/h100/pad_rules); 25x75x5944
+# NT fp16 (two tiles) ran slower split four ways, 30.2 us against 16.9. 128x128 split
+# there lost to 64x64 unsplit where the scores would take it (437x837x12200: 138.4 us
+# split four ways against 53.1), so it stays whole; other tiles are unmeasured, and rows
+# TMA cannot take have their own rule (``thread_split``).
+SPLIT_C_TILES = ((64, 64),)
+
+
+def split_for(shape: GemmShape, tiles: int, sms: int, tile: tuple | None = None) -> int:
     """How many ways to split K when ``tiles`` output tiles fill the ``sms`` SMs: 1 unless
     they fill fewer than ``SPLIT_BELOW`` of them; then the largest of ``SPLITS`` that keeps
-    the blocks within one wave and ``MIN_SPLIT_K`` of K per split. Never where C's rows
-    are not 16-byte aligned: there the partial tiles are added from registers, which the
-    H200 timed in 64x64 and 128x128 tiles only (bench_gemm, CUPTI;
-    reports/odd_c_split_h200.jsonl: faster than unsplit on six of eight long-K shapes,
-    304x404x20632 NT fp16 65.6 us against 28.6 in 128x128 split eight ways, slower on
-    339x735x21490 NT fp16, 129.0 against 149.2 at best), not in the tiles the scores
-    would split here."""
-    if tiles >= SPLIT_BELOW * sms or (shape.n * ELEMENT_BYTES) % TMA_ALIGN:
+    the blocks within one wave and ``MIN_SPLIT_K`` of K per split. Where C's rows are not
+    16-byte aligned, only for a ``tile`` (block_m, block_n) of ``SPLIT_C_TILES`` on
+    operands whose rows are (``rows_aligned``)."""
+    c_aligned = (shape.n * ELEMENT_BYTES) % TMA_ALIGN == 0
+    if tiles >= SPLIT_BELOW * sms or not (
+        c_aligned or (tile in SPLIT_C_TILES and rows_aligned(shape))
+    ):
         return 1
     fits = [s for s in SPLITS if tiles * s <= sms and -(-shape.k // s) >= MIN_SPLIT_K]
     return max(fits, default=1)
@@ -662,8 +676,8 @@ def fill(blocks: int, sms: int) -> float:
 def waste(shape: GemmShape, block_m: int, block_n: int) -> float:
     """Padded output area over the real one: what a tile that does not divide M or N
     computes for nothing (1.0 where it divides both)."""
-    padded = -(-shape.m // block_m) * block_m * -(-shape.n // block_n) * block_n
-    return padded / (shape.m * shape.n)
+    area = -(-shape.m // block_m) * block_m * -(-shape.n // block_n) * block_n
+    return area / (shape.m * shape.n)
 
 
 def with_split(config: GemmConfig, split: int) -> GemmConfig:
@@ -683,7 +697,7 @@ def score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmConfig]:
     0 where the config does not build for ``shape`` (``builds``)."""
     c = tile.config
     tiles = output_tiles(shape, c.block_m, c.block_n)
-    split = split_for(shape, tiles, sms)
+    split = split_for(shape, tiles, sms, (c.block_m, c.block_n))
     if not builds(shape, with_split(c, split)):
         return 0.0, with_split(c, split)
     value = tile.efficiency * fill(tiles * split, sms) / waste(shape, c.block_m, c.block_n)
@@ -701,8 +715,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       where only B's rows are off and come in 4-byte steps, fewer where the blocks pass
       three an SM (475x183x10976 fp16: 60.6 us against 116.2 unsplit on the H200;
       107x550x14088 bf16 by cp.async: 20.1 us against 42.5 split eight ways on an
-      H100); only where eight ways fit, but for rows in 2-byte steps under half a
-      wave of tiles or with M or N at most 128.
+      H100, 17.7 us on the H200); only where eight ways fit, but for rows in 2-byte
+      steps under half a wave of tiles or with M or N at most 128. Rows in 2-byte steps
+      go padded instead (``padding_pays``: in NN where they are half the copy or more,
+      in NT under a wave of blocks; 475x183x10976 fp16 22.0 us against 61.2).
     - A skinny M that is not a multiple of 64 (up to ``SWAP_MAX_M``): the operands
       exchanged (``swap_for``), M on the wgmma's N side in steps of 16, unsplit, where the
       swapped tiles fill ``SWAP_MIN_FILL`` of the SMs (96x7168x2048 NT: 1.01x torch on the H200
@@ -750,7 +766,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       fill fewer than half the SMs (small M and N, long K), K is split 2-16 ways, the
       most that keeps the blocks within one wave and 1024 of K per split (decode16: 32
       tiles of 64x256 took 0.0614 ms, split in two 0.0469, eight ways 0.0478; decode64's
-      128 tiles of 64x64 lost 7% split in two, so a grid that half-fills is left whole).
+      128 tiles of 64x64 lost 7% split in two, so a grid that half-fills is left whole);
+      where C's rows are off 16 bytes, only 64x64 tiles on aligned operands
+      (``SPLIT_C_TILES``: 76x50x15512 NT bf16 9.2 us split eight ways against 45.2).
     - Where B's rows start off a sector (NN, and NT under a wave of 128x192 tiles),
       128x192 in pairs sharing B (``NARROW_PAIR_TILE``, 0.93 of the 128x256 pair's pace
       per slot) is scored too: it wins where it covers the SMs over 7% better
@@ -1402,7 +1420,8 @@ def scalar_a(shape: GemmShape, sms: int) -> GemmConfig | None:
 # 4-byte steps and A's are aligned (NN, N even), cp.async copies B, so the blocks' loads
 # stay in flight across stages: split sixteen ways there (``THREAD_SPLIT_COPIES``), three
 # blocks an SM, 107x550x14088 bf16 ran 20.1 us against 42.5 split eight ways without it on
-# an H100 (reports/h100/odd_c_loads_h100.jsonl, the same panel; the H200 has not run it).
+# an H100 (reports/h100/odd_c_loads_h100.jsonl, the same panel); on the H200 its pick ran
+# 17.7 us, 1.23x torch (benchmarks.offtable, reports/offtable_odd_c_h200.json).
 # The 2-byte shapes gained nothing from it or from sixteen ways (25x537x12576: 68.6 us
 # against 62.6 on the H100). Where cp.async copies every thread-loaded operand (rows in
 # 4- or 8-byte steps) and eight ways would take over ``THREAD_SPLIT_MAX_BLOCKS`` blocks
@@ -1412,9 +1431,10 @@ def scalar_a(shape: GemmShape, sms: int) -> GemmConfig | None:
 # M or N is small the split paid with fewer ways too, as many as fit (an H100, reports/h100/
 # miss_panel_h100.jsonl: 11x3494x8143 NT bf16, 55 tiles, four ways 56.9 us against 118.7
 # unsplit and 68.2 for torch; 8212x23x10687 NT fp16, 129 tiles, two ways 127.7 against
-# 159.7 and 140.4), though not for 42x1085x7498 fp16 (B's rows in 2-byte steps, A's in
-# 4-byte ones: 61.3 us split eight ways against 24.0 for torch, no split or tile of that
-# panel under 60).
+# 159.7 and 140.4; the H200 agreed, reports/two_byte_h200.jsonl: 55.7 us four ways against
+# 67.1 for torch, 122.8 two ways against 141.0), though not for 42x1085x7498 fp16 (B's
+# rows in 2-byte steps: 61.3 us split eight ways against 24.0 for torch), which the
+# padded rows take (``padding_pays``, below).
 THREAD_SPLIT_TILE = GemmConfig(64, 64, 64, 128, 4)
 THREAD_SPLIT_COPIES = replace(THREAD_SPLIT_TILE, cp_async=True)
 # (splits, for the thread-loaded tile and its cp.async form)
@@ -1431,7 +1451,7 @@ THREAD_SPLIT_MIN_K = 512
 THREAD_SPLIT_NARROW = 128
 
 
-def thread_split(shape: GemmShape, sms: int) -> GemmConfig | None:
+def thread_grid(shape: GemmShape, sms: int) -> GemmConfig | None:
     """64x64 tiles split K ways where A's or B's rows are not 16-byte aligned: by cp.async
     in ``THREAD_SPLITS[True]`` ways where A's rows are aligned and B's come in 4-byte
     steps (NN, N even), else ``THREAD_SPLITS[False]``; fewer where the blocks would take
@@ -1457,6 +1477,67 @@ def thread_split(shape: GemmShape, sms: int) -> GemmConfig | None:
     if split == 1:
         return None
     config = replace(config, split_k=split)
+    return config if builds(shape, config) else None
+
+
+def thread_split(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """``thread_grid``'s split, or ``padded_split`` in its place where ``padding_pays``."""
+    config = thread_grid(shape, sms)
+    if config is None or not padding_pays(shape, config, sms):
+        return config
+    return padded_split(shape, sms) or config
+
+
+# Where rows come in 2-byte steps the threads load them two bytes at a time. Copying the
+# operands whose rows TMA cannot take into zero-padded rows first (``GemmConfig.pad``)
+# and running the padded shape's TMA kernel split K (``PAD_TILE``) reads and writes them
+# once more, and ran faster on the H200 (bench_gemm, CUPTI, the copies' kernels summed
+# with the GEMM's; reports/two_byte_h200.jsonl, fifteen shapes of the committed lists
+# where ``thread_grid`` splits rows in 2-byte steps):
+# - in NN on all seven where the operands in 2-byte steps hold half the elements copied
+#   or more (``PAD_TWO_BYTE_SHARE``): 475x183x10976 fp16 22.0 us against 61.2,
+#   312x463x13760 bf16 38.6 against 74.4, 42x1085x7498 fp16 35.6 against 60.7; not on
+#   163x1022x7801 bf16 (A's 2-byte rows 14% of the copy, B's 4-byte ones the rest: 30.6
+#   us on threads against 40.9 at best padded);
+# - in NT (K odd, both operands) where the thread-loaded split holds under a wave of
+#   blocks (``PAD_NT_WAVES``): 317x190x20041 fp16 41.0 us against 59.6, 56x498x18471
+#   fp16 39.6 against 51.3, but 48x672x11501 bf16 (88 blocks: 32.8 against 31.1); over
+#   a wave the threads kept ahead (11x3494x8143 bf16, 220 blocks: 55.7 us against 99.6;
+#   90x1140x16327 bf16 68.7 against 76.7 at best padded; 8212x23x10687 fp16 122.8 against 288.2).
+# An H100 agreed on the eight shapes of reports/offtable_pad_shapes.json
+# (reports/h100/pad_h100.jsonl).
+PAD_TILE = GemmConfig(64, 64, 128, 128, 6, pad=True)
+PAD_TWO_BYTE_SHARE = 0.5
+PAD_NT_WAVES = 1
+
+
+def padding_pays(shape: GemmShape, grid: GemmConfig, sms: int) -> bool:
+    """Whether ``shape``'s rows in 2-byte steps go padded rather than on ``grid``, the
+    thread-loaded split: in NN where they hold ``PAD_TWO_BYTE_SHARE`` or more of the
+    elements of the operands padding copies, in NT where ``grid`` holds under
+    ``PAD_NT_WAVES`` waves of blocks on ``sms`` SMs."""
+    rows = row_bytes(shape)
+    if all(r % CP_ASYNC_MIN_BYTES == 0 for r in rows.values()):
+        return False
+    if shape.layout == "NT":
+        blocks = output_tiles(shape, grid.block_m, grid.block_n) * grid.split_k
+        return blocks < PAD_NT_WAVES * sms
+    size = {"A": shape.m * shape.k, "B": shape.k * shape.n}
+    copied = [op for op in size if rows[op] % TMA_ALIGN]
+    two_byte = [op for op in copied if rows[op] % CP_ASYNC_MIN_BYTES]
+    return sum(size[op] for op in two_byte) >= PAD_TWO_BYTE_SHARE * sum(size[op] for op in copied)
+
+
+def padded_split(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """``PAD_TILE`` split K the most of ``SPLITS`` ways that keeps its blocks within one
+    wave and ``THREAD_SPLIT_MIN_K`` of the padded K per split; None where no split fits
+    or it does not build."""
+    tiles = output_tiles(shape, PAD_TILE.block_m, PAD_TILE.block_n)
+    k = padded(shape).k
+    fits = [s for s in SPLITS if tiles * s <= sms and -(-k // s) >= THREAD_SPLIT_MIN_K]
+    if not fits:
+        return None
+    config = replace(PAD_TILE, split_k=max(fits))
     return config if builds(shape, config) else None
 
 

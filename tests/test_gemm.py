@@ -1311,7 +1311,7 @@ def _supported(shape: GemmShape, config: GemmConfig) -> bool:
     """Split-K and stream-K reduce through shared memory, and the async pipeline loads,
     through TMA, which needs 16-byte aligned rows: of C for a reduce through shared
     memory; of A and B for the async pipeline, of A or B for stream-K. (From registers
-    split-K and stream-K add into any C.)"""
+    split-K and stream-K add into any C.) Padded rows only where some need padding."""
     if config.split_k > 1 and config.smem_epilogue and shape.n % 8:
         return False
     b_row = shape.k if shape.layout == "NT" else shape.n
@@ -1319,6 +1319,8 @@ def _supported(shape: GemmShape, config: GemmConfig) -> bool:
         return False  # stream-K: one of them at least
     if config.stream_k and config.smem_epilogue and shape.n % 8:
         return False  # stream-K's reduce-add through shared memory
+    if config.pad and shape.k % 8 == 0 and (shape.layout == "NT" or shape.n % 8 == 0):
+        return False  # rows aligned already: nothing to pad
     return not (config.async_mma and (shape.k % 8 or b_row % 8))
 
 
@@ -1794,8 +1796,27 @@ PAD_CASES = cases_of(
     {
         "b64x64x64_t128_s4_k8_pad": [(42, 1085, 7498), (16, 127, 8085)],
         "b128x192x64_t256_s4_pr_e_pad": [(1707, 1507, 2783)],
+        # kernels.tuned.PAD_TILE split as padded_split picks it: B's rows in 2-byte
+        # steps (N = 183), A's (K odd) with B's in 4-byte ones (N = 38).
+        "b64x64x128_t128_s6_k4_pad": [(475, 183, 10976)],
+        "b64x64x128_t128_s6_k16_pad": [(264, 38, 18071)],
     }
 )
+
+# Split K where only C's rows are off 16 bytes (K a multiple of 8, N not; in NT both
+# operands by TMA), as kernels.tuned.split_for takes it in 64x64 tiles: N = 50 in 4-byte
+# steps, N = 101 in 2-byte ones, partial tiles along M and N.
+SPLIT_C_ROWS_CASES = cases_of(
+    {
+        "b64x64x128_t128_s6_k8": [(76, 50, 15512), (435, 101, 19048)],
+        "b64x64x128_t128_s6_k4": [(171, 420, 22000)],
+    }
+)
+
+
+@gpu_cases(SPLIT_C_ROWS_CASES)
+def test_split_k_onto_unaligned_c_rows_matches_float64_tile_by_tile(shape, config):
+    check_tile_by_tile(shape, config, seeds=(45, 46))
 
 
 @gpu_cases(PAD_CASES)
