@@ -1559,8 +1559,9 @@ def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
     SM: by cp.async sixteen ways where B's rows come in 4-byte steps and A's are aligned,
     else eight; fewer where the blocks or K run short. Only where eight ways fit, unless
     rows come in 2-byte steps and the tiles fill under half the SMs or M or N is at most
-    128. Where rows come in 2-byte steps and that split holds under two blocks an SM, the
-    rows padded instead, split the most ways that stay within a wave. Nowhere else."""
+    128. Where rows come in 2-byte steps, the rows padded instead, split the most ways
+    that stay within a wave: in NN where those rows are half the copy or more, in NT
+    where the thread-loaded split holds under a wave of blocks. Nowhere else."""
     rng = random.Random(20261238)
     seen = set()
     for _ in range(400):
@@ -1584,7 +1585,7 @@ def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
         assert pick is not None and tuned.builds(shape, pick), shape
         assert heuristic(shape, SMS) == pick
         if pick.pad:
-            # The thread-loaded split it replaced: under two blocks an SM.
+            # The thread-loaded split it replaced, and why it gave way.
             threads = tuned.thread_grid(shape, SMS)
             assert any(r % 4 for r in rows.values()), shape
             if shape.layout == "NT":
@@ -1652,7 +1653,7 @@ def test_thread_split_ran_faster_than_the_rules_without_it(monkeypatch):
 
 def test_padded_rows_ran_faster_than_threads_where_they_take_the_pick(monkeypatch):
     """The fifteen shapes of reports/two_byte_h200.jsonl, rows in 2-byte steps: where the
-    padded split takes the pick (ten), it ran faster than the thread-loaded split on all
+    padded split takes the pick (eleven), it ran faster than the thread-loaded split on all
     but 48x672x11501 NT bf16 (0.95x), median over 1.3x."""
     ratios = ratios_without(monkeypatch, "padding_pays", lambda shape, grid, sms: False)
     assert len(ratios) >= 10
