@@ -126,18 +126,32 @@ def build_parser() -> argparse.ArgumentParser:
         default=["NN"],
         help="NN: B is [K, N]; NT: B is [N, K] and C = A @ B.T (attention's QK^T)",
     )
-    c = p.add_argument_group("kernel config (each takes one or more values)")
-    c.add_argument("--block-m", type=positive_int, nargs="+", default=[d.block_m])
-    c.add_argument("--block-n", type=positive_int, nargs="+", default=[d.block_n])
-    c.add_argument("--block-k", type=positive_int, nargs="+", default=[d.block_k])
-    c.add_argument("--threads", type=positive_int, nargs="+", default=[d.threads])
-    c.add_argument("--num-stages", type=positive_int, nargs="+", default=[d.num_stages])
+    c = p.add_argument_group(
+        "kernel config (each takes one or more values)",
+        "The sweep is the product of the six knobs, each defaulting to the training-stage "
+        "baseline's value, plus every --config. With --config and no knob, only the "
+        "configs named are timed.",
+    )
+    for field, help_text in (
+        ("block_m", "rows of C a block computes"),
+        ("block_n", "columns of C a block computes"),
+        ("block_k", "K a pipeline stage holds"),
+        ("threads", "threads of a block"),
+        ("num_stages", "pipeline stages"),
+    ):
+        c.add_argument(
+            f"--{field.replace('_', '-')}",
+            type=positive_int,
+            nargs="+",
+            default=argparse.SUPPRESS,  # absent unless given: --config alone sweeps no product
+            help=f"{help_text} (default: {DEFAULTS[field]})",
+        )
     c.add_argument(
         "--swizzle",
         type=count,
         nargs="+",
-        default=[d.swizzle],
-        help="block rasterisation panel (T.use_swizzle); 0 is off",
+        default=argparse.SUPPRESS,
+        help=f"block rasterisation panel (T.use_swizzle); 0 is off (default: {d.swizzle})",
     )
     c.add_argument(
         "--config",
@@ -145,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=[],
         metavar="ID",
-        help="extra configs by id, e.g. b128x256x64_t256_s3 (swept alongside the product)",
+        help="configs by id, e.g. b128x256x64_t256_s3: alone, the sweep is these; with "
+        "knobs, these join the knobs' product",
     )
     add_timing_options(p)
     add_first_use_options(p, "--tune-first-use")
@@ -317,9 +332,13 @@ def plan(args) -> tuple[list[GemmShape], list[GemmConfig | Rejected]]:
             for (m, n, k), dtype, layout in itertools.product(sizes, args.dtype, args.layout)
         ]
     entries: list[GemmConfig | Rejected] = []
-    for values in itertools.product(
-        args.block_m, args.block_n, args.block_k, args.threads, args.num_stages, args.swizzle
-    ):
+    knobs = [getattr(args, f, None) for f in SWEPT]
+    product = (
+        itertools.product(*(v or [DEFAULTS[f]] for f, v in zip(SWEPT, knobs, strict=True)))
+        if any(knobs) or not args.config
+        else ()
+    )
+    for values in product:
         fields = dict(zip(SWEPT, values, strict=True))
         try:
             config = GemmConfig(**fields)
@@ -688,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     if args.tune_first_use:
-        swept = [f"--{f.replace('_', '-')}" for f in SWEPT if getattr(args, f) != [DEFAULTS[f]]]
+        swept = [f"--{f.replace('_', '-')}" for f in SWEPT if hasattr(args, f)]
         swept += ["--config"] if args.config else []
         if swept:
             parser.error(

@@ -76,6 +76,26 @@ def test_sweep_plan_keeps_rejected_combinations_with_reason():
     assert rejected[0].label == "b128x128x8_t128_s2"
 
 
+def test_config_alone_sweeps_only_the_configs_named_and_knobs_add_their_product():
+    named = ["b64x64x128_t128_s6_k4", "b128x192x64_t256_s4_pr_e"]
+    args = bench_gemm.build_parser().parse_args(["--config", *named])
+    _, entries = bench_gemm.plan(args)
+    assert [e.id for e in entries] == named
+
+    args = bench_gemm.build_parser().parse_args(["--threads", "256", "--config", named[0]])
+    _, entries = bench_gemm.plan(args)
+    baseline = bench_gemm.GemmConfig()
+    assert [e.id for e in entries] == [
+        bench_gemm.GemmConfig(
+            baseline.block_m, baseline.block_n, baseline.block_k, 256, baseline.num_stages
+        ).id,
+        named[0],
+    ]
+
+    _, entries = bench_gemm.plan(bench_gemm.build_parser().parse_args([]))
+    assert entries == [baseline]
+
+
 def test_explicit_shapes_replace_the_product():
     args = bench_gemm.build_parser().parse_args(["--shape", "128x128x128", "4096x4096x4096"])
     shapes, _ = bench_gemm.plan(args)
