@@ -673,6 +673,30 @@ def fill(blocks: int, sms: int) -> float:
     return blocks / (-(-blocks // sms) * sms)
 
 
+# A grid of two-block clusters rounds its tiles along the pair's axis up to whole pairs
+# (``kernels.schedules.pair_grid``): the block past an odd count loads zeros and computes
+# a tile nobody reads. Where a wave holds the output tiles and not the rounded grid, the
+# last blocks run in a second wave of their own. On the H200 (bench_gemm, CUPTI; every
+# record with both grids of one tile) such pair grids took 1.30-1.92x the plain grid's
+# time, median 1.52x over nine (1616x1888x3352 fp16 in 128x192: 57.2 us against 36.0,
+# 130 tiles in 140 blocks, rules_check_h200.jsonl; 1280x3432x3440 bf16 in 192x192: 84.4
+# against 43.8, mid_train_h200.jsonl; 1728x1536x1240 NT bf16 in 192x112: 26.4 against
+# 16.9, one_wave_forms_h200.jsonl). The scores counted the output tiles alone, and took
+# 128x192's pair for 1632x1816x3520 fp16 (58.4 us, 0.627x torch, rules_check_h200.jsonl);
+# they now count the rounded grid's waves (``pair_fill``) and take the plain grid. Over a wave the
+# pair runs as persistent clusters (``clustered_pair``), whose trips round the same way,
+# unmeasured there, so the scores keep the output tiles.
+def pair_fill(shape: GemmShape, pair: GemmConfig, sms: int) -> float:
+    """``fill`` of a grid of two-block clusters (``pair``) whose output tiles make a
+    wave or less on ``sms`` SMs (so it stays a plain grid, ``clustered_pair``): its output
+    tiles over the slots of the waves its grid takes, the tiles rounded up to whole pairs;
+    over a wave, ``fill`` of its output tiles."""
+    tiles = output_tiles(shape, *tile_of_c(pair))
+    if tiles > PAIR_CLUSTERS_WAVES * sms:
+        return fill(tiles, sms)
+    return tiles / (-(-grid_blocks(shape, pair) // sms) * sms)
+
+
 def waste(shape: GemmShape, block_m: int, block_n: int) -> float:
     """Padded output area over the real one: what a tile that does not divide M or N
     computes for nothing (1.0 where it divides both)."""
@@ -702,6 +726,7 @@ def score(shape: GemmShape, tile: Tile, sms: int) -> tuple[float, GemmConfig]:
         return 0.0, with_split(c, split)
     value = tile.efficiency * fill(tiles * split, sms) / waste(shape, c.block_m, c.block_n)
     if split == 1 and (c.block_m, c.block_n) == (128, 256) and pair_fits(shape):
+        value *= pair_fill(shape, PAIRED_TILE, sms) / fill(tiles, sms)
         return value * PAIR_GAIN, PAIRED_TILE
     return value, with_split(c, split)
 
@@ -774,6 +799,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       per slot) is scored too: it wins where it covers the SMs over 7% better
       (2000x3000x3000: 0.92x torch against 0.77x for stream-K; 1456x1544x1704 NT bf16:
       18.4 us against 21.9 for 128x256's pair).
+    - A pair's grid (either tile) whose output tiles make a wave counts the waves of its
+      grid rounded up to whole pairs (``pair_fill``): where the rounding tips it over,
+      the plain grid ran faster on all nine recorded (1616x1888x3352 fp16 in 128x192:
+      36.0 us against 57.2 in pairs).
     - Two or three waves of 128x192 tiles, the last 70% full or more, both operands'
       rows on a sector: 128x192's persistent form on the hand-written pipeline
       (``narrow_persistent``), ahead of the scores above (3072x1968x3232: 0.998x torch
@@ -1287,7 +1316,8 @@ def narrow_pair_score(shape: GemmShape, sms: int) -> float:
         or not builds(shape, NARROW_PAIR_TILE)
     ):
         return 0.0
-    return PAIR_GAIN * NARROW_PAIR_EFFICIENCY * fill(tiles, sms) / waste(shape, 128, 192)
+    value = pair_fill(shape, NARROW_PAIR_TILE, sms) / waste(shape, 128, 192)
+    return PAIR_GAIN * NARROW_PAIR_EFFICIENCY * value
 
 
 # --- two or three waves of 128x192 tiles: its persistent form ------------------------

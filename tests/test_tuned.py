@@ -586,6 +586,63 @@ def _shape_of(shape_id: str) -> GemmShape:
     return GemmShape(int(m[1:]), int(n[1:]), int(k[1:]), dtype, "NT" if nt else "NN")
 
 
+def _plain_grid_of(config: GemmConfig) -> bool:
+    return not (config.persistent or config.stream_k or config.split_k > 1)
+
+
+def test_pair_grids_rounded_past_a_wave_ran_slower_than_their_plain_grid():
+    """Every record holding a plain grid of two-block clusters whose output tiles fit a
+    wave and whose rounding to whole pairs does not, beside a plain grid of the same tile
+    without clusters: the pairs ran slower on all nine, 1.30-1.92x the time (1616x1888x3352
+    fp16 in 128x192: 57.2 us against 36.0). Why ``pair_fill`` counts the rounded grid."""
+    ratios = []
+    for key, by_config in recorded_times().items():
+        shape = GemmShape(*key[1:])
+        for config_id, times in by_config.items():
+            pair = GemmConfig.from_id(config_id)
+            tiles = tuned.output_tiles(shape, *tuned.tile_of_c(pair))
+            if not (pair.multicast and _plain_grid_of(pair)):
+                continue
+            if not tiles <= SMS < grid_blocks(shape, pair):
+                continue
+            plain = [
+                statistics.median(by_config[c.id])
+                for c in (replace(pair, multicast=""), replace(pair, multicast="", async_mma=False))
+                if c.id in by_config
+            ]
+            if plain:
+                ratios.append(statistics.median(times) / min(plain))
+    assert len(ratios) >= 9
+    assert min(ratios) > 1.25
+    assert statistics.median(ratios) > 1.4
+
+
+def test_a_pair_grid_whose_rounding_spills_past_a_wave_is_not_picked():
+    # 1632x1816x3520 fp16: B's rows off a sector, 13 x 10 tiles of 128x192 (130 on 132
+    # SMs), 14 x 10 blocks in pairs sharing B. The pair was the pick (0.627x torch).
+    shape = GemmShape(1632, 1816, 3520)
+    config = heuristic(shape, SMS)
+    assert not config.multicast
+    assert (config.block_m, config.block_n) == (128, 192)
+    assert tuned.pair_fill(shape, tuned.NARROW_PAIR_TILE, SMS) == pytest.approx(130 / 264)
+    # Without the rounding's second wave the pair keeps its score (2000x3000x3000: 16 x
+    # 16 tiles, an even count) and over a wave the output tiles count, as before.
+    even = GemmShape(2000, 3000, 3000)
+    assert tuned.pair_fill(even, tuned.NARROW_PAIR_TILE, SMS) == tuned.fill(256, SMS)
+    # Over random sizes no plain pair grid whose tiles fit a wave spills past it.
+    rng = random.Random(20261205)
+    seen = 0
+    for _ in range(400):
+        m, n = rng.randrange(512, 4096, 8), rng.randrange(512, 4096, 8)
+        shape = GemmShape(m, n, rng.randrange(512, 8192, 8), rng.choice(["float16", "bfloat16"]))
+        config = heuristic(shape, SMS)
+        if config.multicast and _plain_grid_of(config):
+            seen += 1
+            tiles = tuned.output_tiles(shape, *tuned.tile_of_c(config))
+            assert grid_blocks(shape, config) <= SMS or tiles > SMS, (shape, config.id)
+    assert seen >= 10
+
+
 def test_the_pair_twin_is_taken_where_b_rows_are_off_a_sector(monkeypatch):
     # The scores beneath the pairs' clusters rule (``clustered_pair``).
     monkeypatch.setattr(tuned, "PAIR_CLUSTERS_WAVES", 10**9)  # pairs as plain grids
