@@ -743,7 +743,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       H100, 17.7 us on the H200); only where eight ways fit, but for rows in 2-byte
       steps under half a wave of tiles or with M or N at most 128. Rows in 2-byte steps
       go padded instead (``padding_pays``: in NN where they are half the copy or more,
-      in NT under a wave of blocks; 475x183x10976 fp16 22.0 us against 61.2).
+      in NT under a wave of blocks; 475x183x10976 fp16 22.0 us against 61.2), in
+      128x128 tiles where 64x64's leave two splits (``PAD_WIDE_TILE``: 312x463x13760
+      bf16 35.4 us split eight ways against 38.6).
     - A skinny M that is not a multiple of 64 (up to ``SWAP_MAX_M``): the operands
       exchanged (``swap_for``), M on the wgmma's N side in steps of 16, unsplit, where the
       swapped tiles fill ``SWAP_MIN_FILL`` of the SMs (96x7168x2048 NT: 1.01x torch on the H200
@@ -1558,17 +1560,43 @@ def padding_pays(shape: GemmShape, grid: GemmConfig, sms: int) -> bool:
     return sum(size[op] for op in two_byte) >= PAD_TWO_BYTE_SHARE * sum(size[op] for op in copied)
 
 
+# Where PAD_TILE's output tiles leave room for only two splits in a wave (over a
+# quarter of the SMs), 128x128 tiles split more ways (``PAD_WIDE_TILE``) ran faster on
+# the H200 on both such shapes timed (reports/two_byte_h200.jsonl): 312x463x13760 bf16,
+# 40 tiles of 64x64, 35.4 us split eight ways in 128x128 against 38.6 in 64x64 split
+# in two; 321x541x5554 fp16, 54 tiles, 27.9 against 32.2 (an H100 agreed: 30.1 against
+# 34.4, reports/h100/pad_h100.jsonl). Where 64x64 splits four ways or more it ran faster
+# than 128x128 on all nine timed (264x38x18071 fp16 28.0 us in sixteen splits against
+# 37.3). Checked on no shape drawn after the rule yet
+# (reports/offtable_pad_wide_shapes.json is that draw).
+PAD_WIDE_TILE = GemmConfig(128, 128, 64, 128, 4, pad=True)
+PAD_WIDE_BELOW = 4
+
+
 def padded_split(shape: GemmShape, sms: int) -> GemmConfig | None:
     """``PAD_TILE`` split K the most of ``SPLITS`` ways that keeps its blocks within one
-    wave and ``THREAD_SPLIT_MIN_K`` of the padded K per split; None where no split fits
-    or it does not build."""
-    tiles = output_tiles(shape, PAD_TILE.block_m, PAD_TILE.block_n)
+    wave and ``THREAD_SPLIT_MIN_K`` of the padded K per split; ``PAD_WIDE_TILE`` so split
+    where that leaves ``PAD_TILE`` two splits and it more; None where no split fits or
+    it does not build."""
+    split = _padded_ways(shape, PAD_TILE, sms)
+    if 1 < split < PAD_WIDE_BELOW and _padded_ways(shape, PAD_WIDE_TILE, sms) > split:
+        wide = replace(PAD_WIDE_TILE, split_k=_padded_ways(shape, PAD_WIDE_TILE, sms))
+        if builds(shape, wide):
+            return wide
+    if split == 1:
+        return None
+    config = replace(PAD_TILE, split_k=split)
+    return config if builds(shape, config) else None
+
+
+def _padded_ways(shape: GemmShape, tile: GemmConfig, sms: int) -> int:
+    """The most of ``SPLITS`` ways ``tile``'s grid on ``shape`` padded splits K within one
+    wave of ``sms`` SMs and ``THREAD_SPLIT_MIN_K`` of the padded K per split; 1 where none
+    fits."""
+    tiles = output_tiles(shape, tile.block_m, tile.block_n)
     k = padded(shape).k
     fits = [s for s in SPLITS if tiles * s <= sms and -(-k // s) >= THREAD_SPLIT_MIN_K]
-    if not fits:
-        return None
-    config = replace(PAD_TILE, split_k=max(fits))
-    return config if builds(shape, config) else None
+    return max(fits, default=1)
 
 
 # --- six waves or more of 192x192 tiles: their stream-K form -------------------------

@@ -1800,6 +1800,9 @@ PAD_CASES = cases_of(
         # steps (N = 183), A's (K odd) with B's in 4-byte ones (N = 38).
         "b64x64x128_t128_s6_k4_pad": [(475, 183, 10976)],
         "b64x64x128_t128_s6_k16_pad": [(264, 38, 18071)],
+        # kernels.tuned.PAD_WIDE_TILE, where 64x64 would leave two splits: A's and B's
+        # rows in 2-byte steps, partial tiles along M and N.
+        "b128x128x64_t128_s4_k8_pad": [(312, 463, 13760)],
     }
 )
 

@@ -1618,7 +1618,8 @@ def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
     rows come in 2-byte steps and the tiles fill under half the SMs or M or N is at most
     128. Where rows come in 2-byte steps, the rows padded instead, split the most ways
     that stay within a wave: in NN where those rows are half the copy or more, in NT
-    where the thread-loaded split holds under a wave of blocks. Nowhere else."""
+    where the thread-loaded split holds under a wave of blocks; in 128x128 tiles where
+    64x64's leave two splits and 128x128's more. Nowhere else."""
     rng = random.Random(20261238)
     seen = set()
     for _ in range(400):
@@ -1652,12 +1653,21 @@ def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
                 copied = [op for op in size if rows[op] % 16]
                 two_byte = sum(size[op] for op in copied if rows[op] % 4)
                 assert two_byte >= 0.5 * sum(size[op] for op in copied), shape
-            assert (pick.block_m, pick.block_n, pick.block_k, pick.num_stages) == (64, 64, 128, 6)
             padded_k = tuned.padded(shape).k
+            if (pick.block_m, pick.block_n) == (128, 128):
+                # 64x64 would split two ways, and 128x128 splits more.
+                assert tiles * 2 <= SMS < tiles * 4 or -(-padded_k // 4) < 512, shape
+                assert pick.split_k > 2 and (pick.block_k, pick.num_stages) == (64, 4)
+                tiles = tuned.output_tiles(shape, 128, 128)
+                seen.add("padded 128x128")
+            else:
+                assert (pick.block_m, pick.block_n, pick.block_k, pick.num_stages) == (
+                    64, 64, 128, 6,
+                )  # fmt: skip
+                seen.add("padded")
             assert tiles * pick.split_k <= SMS and -(-padded_k // pick.split_k) >= 512
             wider = pick.split_k * 2
             assert wider > 16 or tiles * wider > SMS or -(-padded_k // wider) < 512
-            seen.add("padded")
             continue
         assert (pick.block_m, pick.block_n, pick.block_k, pick.threads) == (64, 64, 64, 128)
         assert pick.cp_async == copies and not pick.smem_epilogue
@@ -1682,7 +1692,10 @@ def test_thread_split_takes_few_tiles_whose_rows_tma_cannot_take():
         seen.add("copies" if copies else "few 2-byte" if spread else "threads")
         if pick.split_k < 8 and not copies:
             seen.add("fewer")
-    assert seen >= {"none", "copies", "threads", "few 2-byte", "fewer", "padded", "kept 2-byte"}
+    assert seen >= {
+        "none", "copies", "threads", "few 2-byte", "fewer", "padded", "padded 128x128",
+        "kept 2-byte",
+    }  # fmt: skip
     # 107x550x14088 NN: 18 tiles sixteen ways by cp.async; 240x899x19132 NT: 60 tiles,
     # eight ways would take 480 blocks, over three an SM.
     assert tuned.thread_split(GemmShape(107, 550, 14088, "bfloat16"), SMS).id == (
@@ -1716,6 +1729,28 @@ def test_padded_rows_ran_faster_than_threads_where_they_take_the_pick(monkeypatc
     assert len(ratios) >= 10
     assert sum(r < 1 for r in ratios) <= 1 and min(ratios) > 0.9
     assert statistics.median(ratios) > 1.3
+
+
+def test_padded_128x128_splits_more_where_64x64_leaves_two_splits():
+    # 312x463x13760 bf16: 40 tiles of 64x64, two splits in a wave; 12 of 128x128, eight.
+    shape = GemmShape(312, 463, 13760, "bfloat16")
+    assert heuristic(shape, SMS).id == "b128x128x64_t128_s4_k8_pad"
+    # 475x183x10976 fp16: 24 tiles of 64x64 split four ways stay.
+    assert heuristic(GemmShape(475, 183, 10976), SMS).id == "b64x64x128_t128_s6_k4_pad"
+    # Where 128x128 would split no more ways than 64x64's two, 64x64 stays: 40 tiles of
+    # 64x64 whose padded K holds two splits of 512 and not four.
+    short = GemmShape(312, 463, 1537, "bfloat16")
+    assert tuned._padded_ways(short, tuned.PAD_TILE, SMS) == 2
+    assert tuned._padded_ways(short, tuned.PAD_WIDE_TILE, SMS) == 2
+    assert tuned.padded_split(short, SMS).id == "b64x64x128_t128_s6_k2_pad"
+
+
+def test_padded_128x128_ran_faster_where_it_takes_the_pick(monkeypatch):
+    """reports/two_byte_h200.jsonl: the two shapes whose pick ``PAD_WIDE_TILE`` takes,
+    312x463x13760 bf16 (1.09x) and 321x541x5554 fp16 (1.15x), both faster."""
+    ratios = ratios_without(monkeypatch, "PAD_WIDE_BELOW", 0)
+    assert len(ratios) >= 2
+    assert min(ratios) > 1.05
 
 
 def test_scalar_a_takes_odd_k_where_b_is_aligned_and_nothing_else():
