@@ -685,7 +685,8 @@ def fill(blocks: int, sms: int) -> float:
 # 128x192's pair for 1632x1816x3520 fp16 (58.4 us, 0.627x torch, rules_check_h200.jsonl);
 # they now count the rounded grid's waves (``pair_fill``) and take the plain grid. Over a wave the
 # pair runs as persistent clusters (``clustered_pair``), whose trips round the same way,
-# unmeasured there, so the scores keep the output tiles.
+# unmeasured there, so the scores keep the output tiles. Checked on no shape drawn after
+# the rule yet (reports/offtable_pair_round_shapes.json is that draw).
 def pair_fill(shape: GemmShape, pair: GemmConfig, sms: int) -> float:
     """``fill`` of a grid of two-block clusters (``pair``) whose output tiles make a
     wave or less on ``sms`` SMs (so it stays a plain grid, ``clustered_pair``): its output
