@@ -683,10 +683,10 @@ def fill(blocks: int, sms: int) -> float:
 # against 43.8, mid_train_h200.jsonl; 1728x1536x1240 NT bf16 in 192x112: 26.4 against
 # 16.9, one_wave_forms_h200.jsonl). The scores counted the output tiles alone, and took
 # 128x192's pair for 1632x1816x3520 fp16 (58.4 us, 0.627x torch, rules_check_h200.jsonl);
-# they now count the rounded grid's waves (``pair_fill``) and take the plain grid. Over a wave the
-# pair runs as persistent clusters (``clustered_pair``), whose trips round the same way,
-# unmeasured there, so the scores keep the output tiles. Checked on no shape drawn after
-# the rule yet (reports/offtable_pair_round_shapes.json is that draw).
+# they now count the rounded grid's waves (``pair_fill``) and take the plain grid. Over
+# a wave the pair runs as persistent clusters (``clustered_pair``), whose trips round the
+# same way, unmeasured there, so the scores keep the output tiles. Checked on no shape
+# drawn after the rule yet (reports/offtable_pair_round_shapes.json is that draw).
 def pair_fill(shape: GemmShape, pair: GemmConfig, sms: int) -> float:
     """``fill`` of a grid of two-block clusters (``pair``) whose output tiles make a
     wave or less on ``sms`` SMs (so it stays a plain grid, ``clustered_pair``): its output
@@ -1562,13 +1562,16 @@ def padding_pays(shape: GemmShape, grid: GemmConfig, sms: int) -> bool:
 
 
 # Where PAD_TILE's output tiles leave room for only two splits in a wave (over a
-# quarter of the SMs), 128x128 tiles split more ways (``PAD_WIDE_TILE``) ran faster on
-# the H200 on both such shapes timed (reports/two_byte_h200.jsonl): 312x463x13760 bf16,
-# 40 tiles of 64x64, 35.4 us split eight ways in 128x128 against 38.6 in 64x64 split
-# in two; 321x541x5554 fp16, 54 tiles, 27.9 against 32.2 (an H100 agreed: 30.1 against
-# 34.4, reports/h100/pad_h100.jsonl). Where 64x64 splits four ways or more it ran faster
-# than 128x128 on all nine timed (264x38x18071 fp16 28.0 us in sixteen splits against
-# 37.3). Checked on no shape drawn after the rule yet
+# quarter of the SMs), 128x128 tiles split more ways (``PAD_WIDE_TILE``). On the H200
+# (reports/two_byte_h200.jsonl), of the four such shapes padded there, 128x128 split
+# eight ways ran faster on three: 312x463x13760 bf16, 40 tiles of 64x64, 35.4 us against
+# 38.6 in 64x64 split in two; 321x541x5554 fp16, 54 tiles, 27.9 against 32.2 (an H100
+# agreed: 30.1 against 34.4, reports/h100/pad_h100.jsonl); 90x1140x16327 NT bf16 76.7
+# against 86.5; not on 11x3494x8143 NT bf16, 106.9 against 99.6, 28 tiles of 128x128,
+# which the rule splits four ways (untimed). Threads take both NT shapes
+# (``padding_pays``), so the rule changes the pick of the first two. Where 64x64 splits
+# four ways or more it ran faster than 128x128 on all nine timed (264x38x18071 fp16
+# 28.0 us in sixteen splits against 37.3). Checked on no shape drawn after the rule yet
 # (reports/offtable_pad_wide_shapes.json is that draw).
 PAD_WIDE_TILE = GemmConfig(128, 128, 64, 128, 4, pad=True)
 PAD_WIDE_BELOW = 4

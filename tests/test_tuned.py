@@ -1747,7 +1747,8 @@ def test_padded_128x128_splits_more_where_64x64_leaves_two_splits():
 
 def test_padded_128x128_ran_faster_where_it_takes_the_pick(monkeypatch):
     """reports/two_byte_h200.jsonl: the two shapes whose pick ``PAD_WIDE_TILE`` takes,
-    312x463x13760 bf16 (1.09x) and 321x541x5554 fp16 (1.15x), both faster."""
+    312x463x13760 bf16 (1.09x) and 321x541x5554 fp16 (1.15x), both faster. (Of the two
+    NT shapes there where 64x64 leaves two splits, threads take the pick.)"""
     ratios = ratios_without(monkeypatch, "PAD_WIDE_BELOW", 0)
     assert len(ratios) >= 2
     assert min(ratios) > 1.05
