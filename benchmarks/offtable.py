@@ -30,7 +30,8 @@ outside ``kernels.tuned.CASES`` in the categories below, both dtypes, NN and NT)
 A line per shape as it finishes, then the summary: the median speedup, the worst, and
 the shapes below 0.90 (the goal: median >= 0.95, none below 0.90).
 
-Categories (each entry names its own; a shape that breaks its category's rule is refused):
+Categories (an entry names its own, and a shape that breaks its category's rule is refused;
+an entry that leaves them out gets those whose rules it meets, none perhaps):
 mid (M, N, K in 1000..4096), non_multiple (M or N not a multiple of 128), skinny_m
 (M <= 128), thin_n (N <= 128), long_k (M <= 512, N <= 1024, K >= 16 max(M, N)), large
 (M N >= 6144^2), short_k (K <= 256, M and N >= 1024: attention's scores).
@@ -89,6 +90,7 @@ CATEGORIES: dict[str, tuple[Callable[[GemmShape], bool], str]] = {
     "short_k": (lambda s: s.k <= 256 and min(s.m, s.n) >= 1024, "K <= 256, M and N >= 1024"),
 }
 ENTRY_KEYS = ("m", "n", "k", "dtype", "layout", "categories")
+OPTIONAL_KEYS = ("categories",)  # left out: the categories whose rules the shape meets
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +115,23 @@ def parse_shapes(data: object, where: str) -> list[OffTableShape]:
     tuned, out = tuned_shapes(), []
     for i, entry in enumerate(data["shapes"]):
         at = f"{where}: shapes[{i}]"
-        if not isinstance(entry, dict) or sorted(entry) != sorted(ENTRY_KEYS):
-            got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-            raise ValueError(f"{at}: must be an object with exactly {list(ENTRY_KEYS)}, got {got}")
+        if not isinstance(entry, dict):
+            raise ValueError(f"{at}: must be an object with keys {list(ENTRY_KEYS)}")
+        missing = [k for k in ENTRY_KEYS if k not in entry and k not in OPTIONAL_KEYS]
+        unknown = sorted(k for k in entry if k not in ENTRY_KEYS)
+        if missing or unknown:
+            raise ValueError(
+                f"{at}: must be an object with keys {list(ENTRY_KEYS)} ('categories' may be "
+                f"left out); missing {missing}, unknown {unknown}"
+            )
         try:
             shape = GemmShape(entry["m"], entry["n"], entry["k"], entry["dtype"], entry["layout"])
         except ValueError as err:
             raise ValueError(f"{at}: {err}") from None
+        if "categories" not in entry:
+            derived = tuple(c for c, (test, _) in CATEGORIES.items() if test(shape))
+            out.append(_checked(at, shape, derived, tuned, out))
+            continue
         cats = entry["categories"]
         if not isinstance(cats, list) or not cats:
             raise ValueError(f"{at}: categories: must be a non-empty list of {list(CATEGORIES)}")
@@ -129,14 +141,19 @@ def parse_shapes(data: object, where: str) -> list[OffTableShape]:
             test, rule = CATEGORIES[cat]
             if not test(shape):
                 raise ValueError(f"{at}: categories: {shape.id} is not {cat} ({rule})")
-        if shape in tuned:
-            raise ValueError(
-                f"{at}: {shape.id} is a tuned case (kernels.tuned.CASES), not off-table"
-            )
-        if any(s.shape == shape for s in out):
-            raise ValueError(f"{at}: {shape.id} is listed twice")
-        out.append(OffTableShape(shape, tuple(cats)))
+        out.append(_checked(at, shape, tuple(cats), tuned, out))
     return out
+
+
+def _checked(
+    at: str, shape: GemmShape, cats: tuple[str, ...], tuned: set, before: list[OffTableShape]
+) -> OffTableShape:
+    """The entry at ``at``, once it is known to be no tuned case and no repeat."""
+    if shape in tuned:
+        raise ValueError(f"{at}: {shape.id} is a tuned case (kernels.tuned.CASES), not off-table")
+    if any(s.shape == shape for s in before):
+        raise ValueError(f"{at}: {shape.id} is listed twice")
+    return OffTableShape(shape, cats)
 
 
 def load_shapes(path: Path) -> list[OffTableShape]:
@@ -217,7 +234,7 @@ def list_lines(
             config, source = pick_config(s.shape, gpu, sms), source_of(s.shape, gpu)
         blocks = grid_blocks(s.shape, config)
         lines.append(
-            f"{s.shape.id:<26} {','.join(s.categories):<22} {config.id:<30} {source:<15} "
+            f"{s.shape.id:<26} {','.join(s.categories) or '-':<22} {config.id:<30} {source:<15} "
             f"{blocks} blocks ({blocks / sms:.2f} waves)"
         )
     return lines

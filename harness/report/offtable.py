@@ -232,7 +232,7 @@ def table_lines(record: Record) -> list[str]:
         cells = [
             f"`{r.shape}`",
             r.layout,
-            ", ".join(r.categories),
+            ", ".join(r.categories) or "-",
             f"`{r.config}`",
             r.source,
             "FAILED" if r.error else _fmt(r.speedup, ".3f"),

@@ -73,7 +73,13 @@ def _entry(**over):
         ([_entry(m=0)], "shapes[0]: GemmShape.m=0: must be >= 1"),
         ([_entry(dtype="float32")], "shapes[0]: GemmShape.dtype='float32'"),
         ([_entry(), _entry()], "shapes[1]: m2048_n2048_k2048_f16 is listed twice"),
-        ([{"m": 1}], "shapes[0]: must be an object with exactly"),
+        (
+            [{"m": 1, "n": 2, "k": 3, "dtye": "float16"}],
+            "shapes[0]: must be an object with keys ['m', 'n', 'k', 'dtype', 'layout', "
+            "'categories'] ('categories' may be left out); missing ['dtype', 'layout'], "
+            "unknown ['dtye']",
+        ),
+        ([7], "shapes[0]: must be an object with keys"),
         ([], "shapes: must not be empty"),
     ],
 )
@@ -85,6 +91,34 @@ def test_a_bad_shapes_file_names_the_entry_and_the_rule(tmp_path, shapes, messag
     assert message in str(err.value) and str(path) in str(err.value)
     out = _run("--shapes", str(path), "--list", "--sms", "132")
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_an_entry_without_categories_gets_those_whose_rules_it_meets(tmp_path):
+    # A list pasted from elsewhere names no categories: each entry gets the ones its
+    # shape meets, none perhaps (8192x4096x1024: no rule holds), and is checked as any.
+    plain = {"dtype": "bfloat16", "layout": "NT"}
+    entries = [
+        {"m": 1536, "n": 1200, "k": 1736, **plain},
+        {"m": 96, "n": 640, "k": 15824, **plain},
+        {"m": 8192, "n": 4096, "k": 1024, **plain},
+    ]
+    path = tmp_path / "pasted.json"
+    path.write_text(json.dumps({"shapes": entries}))
+    got = offtable.load_shapes(path)
+    assert [s.categories for s in got] == [
+        ("mid", "non_multiple"),
+        ("non_multiple", "skinny_m", "long_k"),
+        (),
+    ]
+    out = _run("--shapes", str(path), "--list", "--sms", "132")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()[1:]]
+    assert [r[1] for r in rows] == ["mid,non_multiple", "non_multiple,skinny_m,long_k", "-"]
+    # Left out or not, a tuned case is still refused.
+    square = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16", "layout": "NN"}
+    path.write_text(json.dumps({"shapes": [square]}))
+    with pytest.raises(ValueError, match="is a tuned case"):
+        offtable.load_shapes(path)
 
 
 def test_list_prints_each_shape_with_the_config_pick_config_chooses():
