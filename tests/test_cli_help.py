@@ -45,6 +45,7 @@ COMMANDS = [
     ("-m", "benchmarks.bench_gemm"),
     ("-m", "benchmarks.tune_gemm"),
     ("-m", "benchmarks.offtable"),
+    ("-m", "benchmarks.misses"),
     ("-m", "benchmarks.torch_kernels"),
     ("-m", "benchmarks.profile_gemm"),
     ("-m", "benchmarks.validate_space"),
