@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=fraction,
         default=0.03,
         help="list a shape where another config ran this much faster than the pick "
-        "(0.03: its time 3%% under the pick's)",
+        "(0.03: the pick's time 3%% over its)",
     )
     p.add_argument(
         "--all", action="store_true", help="list every shape whose pick was timed, misses or not"
