@@ -11,8 +11,8 @@ the GPU it ran on (the meta's name and SM count): the config
 and, where the run timed it, its kernel time against the fastest config timed in the same
 run (times from two runs differ by a few percent alone, so a comparison never spans two).
 A line per shape where another config beat the pick by ``--min-gain`` or more, the
-largest gains first; then how many shapes the pick was timed on, and how many runs left
-it out (a panel drawn before a rule changed the pick, or one that timed other configs).
+largest gains first; then on how many shapes the pick was timed, and on how many it was
+not (a panel drawn before a rule changed the pick, or one that timed other configs).
 
 A rule read off these lines is a lead, not a result: the repository's convention is to
 draw fresh shapes where the rule would change the pick, commit them, and time them.
