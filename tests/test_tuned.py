@@ -625,10 +625,13 @@ def test_a_pair_grid_whose_rounding_spills_past_a_wave_is_not_picked():
     assert not config.multicast
     assert (config.block_m, config.block_n) == (128, 192)
     assert tuned.pair_fill(shape, tuned.NARROW_PAIR_TILE, SMS) == pytest.approx(130 / 264)
-    # Without the rounding's second wave the pair keeps its score (2000x3000x3000: 16 x
-    # 16 tiles, an even count) and over a wave the output tiles count, as before.
-    even = GemmShape(2000, 3000, 3000)
-    assert tuned.pair_fill(even, tuned.NARROW_PAIR_TILE, SMS) == tuned.fill(256, SMS)
+    # Where the rounding adds no wave the pair keeps its score (1456x1544x1704: 12 x 9
+    # tiles, an even count of M tiles, 108 blocks), and over a wave the output tiles
+    # count, as before (2000x3000x3000: 256 tiles).
+    even = GemmShape(1456, 1544, 1704)
+    assert tuned.pair_fill(even, tuned.NARROW_PAIR_TILE, SMS) == tuned.fill(108, SMS)
+    odd_over = GemmShape(1632, 3000, 3000)  # 13 x 16 tiles, 208 > 132: the tiles count
+    assert tuned.pair_fill(odd_over, tuned.NARROW_PAIR_TILE, SMS) == tuned.fill(208, SMS)
     # Over random sizes no plain pair grid whose tiles fit a wave spills past it.
     rng = random.Random(20261205)
     seen = 0
