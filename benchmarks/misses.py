@@ -17,14 +17,17 @@ not (a panel drawn before a rule changed the pick, or one that timed other confi
 A rule read off these lines is a lead, not a result: the repository's convention is to
 draw fresh shapes where the rule would change the pick, commit them, and time them.
 
+Records are read as ``bench_gemm --replay`` reads them: a torn line (an interrupted write)
+is skipped with a note; a file that is not a sweep record is refused when named, and
+skipped among the default ``reports/*.jsonl`` (the tuning logs there).
+
 Exit status: 0 whether or not there are misses; 2 bad input (a file that is missing or
-not JSON lines, a bad option).
+not a sweep record, a bad option).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import warnings
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cli import fraction
+from harness.report.records import RecordError, read_runs
 from kernels import GemmShape
 from kernels.tuned import UntunedGpuWarning, pick_config
 
@@ -66,45 +70,28 @@ class Miss:
         return self.pick_ms / self.best_ms - 1
 
 
-def read_sweeps(path: Path) -> list[Sweep]:
-    """The sweeps of one ``--jsonl`` file. Rows of a run with no meta line, or a meta line
-    without the GPU's name or SM count, are left out (older tuning logs). ValueError naming
-    the file and the line where a line is not JSON."""
+def read_sweeps(path: Path) -> tuple[list[Sweep], list[str]]:
+    """The sweeps of one ``--jsonl`` file as the project reads records back
+    (``harness.report.records.read_runs``: torn lines skipped with a note, a row off the
+    schema refused with its line as RecordError), and its notes. A run whose meta line
+    lacks the GPU's name or SM count is left out, and so is a row that failed or gave a
+    wrong result."""
     try:
-        lines = path.read_text().splitlines()
+        runs, notes = read_runs(path)
     except OSError as err:
-        raise ValueError(f"{path}: cannot read ({err.strerror})") from None
-    metas: dict[str, dict] = {}
-    rows: list[dict] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+        raise RecordError(f"{path}: cannot read ({err.strerror})") from None
+    sweeps = []
+    for run in runs:
+        gpu, sms = run.meta.get("gpu"), run.meta.get("sm_count")
+        if not gpu or not sms:
             continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number}: not JSON: {err.msg}") from None
-        if not isinstance(item, dict):
-            raise ValueError(f"{path}:{number}: must be a JSON object")
-        if isinstance(item.get("meta"), dict):
-            meta = item["meta"]
-            if "run" in meta:
-                metas[meta["run"]] = meta
-        elif item.get("tilelang_ms") and item.get("correct", True) and not item.get("error"):
-            rows.append(item)
-    grouped: dict[tuple, dict[str, list[float]]] = {}
-    for row in rows:
-        meta = metas.get(row.get("run"))
-        if meta is None or not meta.get("gpu") or not meta.get("sm_count"):
-            continue
-        try:
-            shape = GemmShape(row["m"], row["n"], row["k"], row["dtype"], row["layout"])
-        except (KeyError, ValueError):
-            continue
-        key = (row["run"], meta["gpu"], meta["sm_count"], shape)
-        grouped.setdefault(key, {}).setdefault(row["config"], []).append(row["tilelang_ms"])
-    return [
-        Sweep(path.name, gpu, sms, shape, times) for (_, gpu, sms, shape), times in grouped.items()
-    ]
+        times: dict[GemmShape, dict[str, list[float]]] = {}
+        for row in run.rows:
+            if row.failed or row.tilelang_ms is None or (row.check and not row.check.ok):
+                continue
+            times.setdefault(row.shape, {}).setdefault(row.config.id, []).append(row.tilelang_ms)
+        sweeps += [Sweep(path.name, gpu, sms, shape, t) for shape, t in times.items()]
+    return sweeps, notes
 
 
 def miss_of(sweep: Sweep) -> Miss | None:
@@ -151,11 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     sweeps: list[Sweep] = []
+    skipped = 0
     for path in args.records:
         try:
-            sweeps += read_sweeps(path)
-        except ValueError as err:
+            found, notes = read_sweeps(path)
+        except RecordError as err:
+            if args.records is DEFAULT_RECORDS:  # reports/ holds tuning logs too
+                skipped += 1
+                continue
             parser.error(f"--records: {err}")
+        sweeps += found
+        for note in notes:
+            print(note, file=sys.stderr)
     if args.gpu:
         sweeps = [s for s in sweeps if s.gpu == args.gpu]
     timed = [m for m in map(miss_of, sweeps) if m is not None]
@@ -169,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     misses = sum(m.gain >= args.min_gain for m in timed)
     print(
-        f"{len(sweeps)} shapes as runs timed them, in {len(args.records)} records: the pick "
-        f"timed on {len(timed)}, another config {args.min_gain:.0%} or "
-        f"more faster on {misses}; the pick not timed on {len(sweeps) - len(timed)}"
+        f"{len(sweeps)} shapes as runs timed them, in {len(args.records) - skipped} records: "
+        f"the pick timed on {len(timed)}, another config {args.min_gain:.0%} or more faster "
+        f"on {misses}; the pick not timed on {len(sweeps) - len(timed)}"
+        + (f"; {skipped} files not bench_gemm sweeps (tuning logs) skipped" if skipped else "")
     )
     return 0
 

@@ -20,11 +20,13 @@ def _run(*args):
     )
 
 
-def _row(run, shape, config, ms, **extra):
+def _row(run, shape, config, ms, correct=True):
     return {
         "run": run, "shape": shape.id, "m": shape.m, "n": shape.n, "k": shape.k,
         "dtype": shape.dtype, "layout": shape.layout, "config": config,
-        "tilelang_ms": ms, "correct": True, "error": None, **extra,
+        "torch_ms": 0.05, "tilelang_ms": ms, "rel_error": 1e-3 if correct else 1.0,
+        "correct": correct, "error": None, "backend": "cupti",
+        "torch_samples_ms": [0.05] * 3, "tilelang_samples_ms": [ms] * 3,
     }  # fmt: skip
 
 
@@ -61,8 +63,8 @@ def record(tmp_path):
 
 def test_a_pick_slower_than_a_config_beside_it_is_listed_with_its_gain(record):
     path, slow, pick = record
-    sweeps = misses.read_sweeps(path)
-    assert len(sweeps) == 3
+    sweeps, notes = misses.read_sweeps(path)
+    assert len(sweeps) == 3 and notes
     found = [m for m in map(misses.miss_of, sweeps) if m is not None]
     assert len(found) == 3
     (miss,) = [m for m in found if m.gain > 0]
@@ -85,7 +87,7 @@ def test_a_pick_slower_than_a_config_beside_it_is_listed_with_its_gain(record):
 @pytest.mark.parametrize(
     "content, args, message",
     [
-        ('{"meta": {}}\nnot json\n', [], "bad.jsonl:2: not JSON"),
+        ('{"meta": {"run": "r"}}\n{"run": "r", "m": 1}\n', [], "bad.jsonl:2: not a sweep row"),
         ("[1, 2]\n", [], "bad.jsonl:1: must be a JSON object"),
         ("", ["--min-gain", "x"], "--min-gain: 'x' is not a number"),
         ("", ["--min-gain", "-1"], "-1.0 must be a fraction between 0 and 1"),
@@ -96,6 +98,16 @@ def test_bad_input_names_the_file_and_line(tmp_path, content, args, message):
     path.write_text(content)
     out = _run("--records", str(path), *args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_torn_line_is_skipped_with_a_note(record):
+    # An interrupted write leaves a line that is not complete JSON: the record's other
+    # lines still count, as bench_gemm --replay reads them.
+    path, slow, _ = record
+    path.write_text(path.read_text() + '{"run": "r1", "shape": "m1')
+    out = _run("--records", str(path))
+    assert out.returncode == 0 and f"{path.name}:12: torn line skipped" in out.stderr
+    assert out.stdout.splitlines()[0].split()[:2] == ["+27.5%", slow.id]
 
 
 def test_a_missing_record_is_named():
