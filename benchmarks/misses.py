@@ -151,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         for note in notes:
             print(note, file=sys.stderr)
     if args.gpu:
+        gpus = sorted({s.gpu for s in sweeps})
         sweeps = [s for s in sweeps if s.gpu == args.gpu]
+        if not sweeps:
+            parser.error(f"--gpu {args.gpu!r}: no run in the records was on it; they hold {gpus}")
     timed = [m for m in map(miss_of, sweeps) if m is not None]
     shown = [m for m in timed if args.all or m.gain >= args.min_gain]
     shown.sort(key=lambda m: -m.gain)

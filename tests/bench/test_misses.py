@@ -110,6 +110,13 @@ def test_a_torn_line_is_skipped_with_a_note(record):
     assert out.stdout.splitlines()[0].split()[:2] == ["+27.5%", slow.id]
 
 
+def test_a_gpu_no_run_was_on_is_named_with_those_that_were(record):
+    path, _, _ = record
+    out = _run("--records", str(path), "--gpu", "H200")
+    assert out.returncode == 2
+    assert "--gpu 'H200': no run in the records was on it; they hold ['NVIDIA H100" in out.stderr
+
+
 def test_a_missing_record_is_named():
     out = _run("--records", "no/such.jsonl")
     assert out.returncode == 2 and "no/such.jsonl: cannot read" in out.stderr
