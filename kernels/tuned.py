@@ -572,7 +572,13 @@ def split_for(shape: GemmShape, tiles: int, sms: int, tile: tuple | None = None)
         c_aligned or (tile in SPLIT_C_TILES and rows_aligned(shape))
     ):
         return 1
-    fits = [s for s in SPLITS if tiles * s <= sms and -(-shape.k // s) >= MIN_SPLIT_K]
+    return most_splits(tiles, shape.k, sms, MIN_SPLIT_K)
+
+
+def most_splits(tiles: int, k: int, sms: int, min_k: int) -> int:
+    """The most of ``SPLITS`` ways to split K that keep ``tiles`` output tiles' blocks
+    within one wave of ``sms`` SMs and ``min_k`` of ``k`` per split; 1 where none does."""
+    fits = [s for s in SPLITS if tiles * s <= sms and -(-k // s) >= min_k]
     return max(fits, default=1)
 
 
@@ -1553,8 +1559,7 @@ def padding_pays(shape: GemmShape, grid: GemmConfig, sms: int) -> bool:
     if all(r % CP_ASYNC_MIN_BYTES == 0 for r in rows.values()):
         return False
     if shape.layout == "NT":
-        blocks = output_tiles(shape, grid.block_m, grid.block_n) * grid.split_k
-        return blocks < PAD_NT_WAVES * sms
+        return grid_blocks(shape, grid) < PAD_NT_WAVES * sms
     size = {"A": shape.m * shape.k, "B": shape.k * shape.n}
     copied = [op for op in size if rows[op] % TMA_ALIGN]
     two_byte = [op for op in copied if rows[op] % CP_ASYNC_MIN_BYTES]
@@ -1583,9 +1588,9 @@ def padded_split(shape: GemmShape, sms: int) -> GemmConfig | None:
     where that leaves ``PAD_TILE`` two splits and it more; None where no split fits or
     it does not build."""
     split = _padded_ways(shape, PAD_TILE, sms)
-    if 1 < split < PAD_WIDE_BELOW and _padded_ways(shape, PAD_WIDE_TILE, sms) > split:
+    if 1 < split < PAD_WIDE_BELOW:
         wide = replace(PAD_WIDE_TILE, split_k=_padded_ways(shape, PAD_WIDE_TILE, sms))
-        if builds(shape, wide):
+        if wide.split_k > split and builds(shape, wide):
             return wide
     if split == 1:
         return None
@@ -1594,13 +1599,10 @@ def padded_split(shape: GemmShape, sms: int) -> GemmConfig | None:
 
 
 def _padded_ways(shape: GemmShape, tile: GemmConfig, sms: int) -> int:
-    """The most of ``SPLITS`` ways ``tile``'s grid on ``shape`` padded splits K within one
-    wave of ``sms`` SMs and ``THREAD_SPLIT_MIN_K`` of the padded K per split; 1 where none
-    fits."""
+    """``most_splits`` of ``tile``'s grid on ``shape`` padded, ``THREAD_SPLIT_MIN_K`` of
+    the padded K per split."""
     tiles = output_tiles(shape, tile.block_m, tile.block_n)
-    k = padded(shape).k
-    fits = [s for s in SPLITS if tiles * s <= sms and -(-k // s) >= THREAD_SPLIT_MIN_K]
-    return max(fits, default=1)
+    return most_splits(tiles, padded(shape).k, sms, THREAD_SPLIT_MIN_K)
 
 
 # --- six waves or more of 192x192 tiles: their stream-K form -------------------------
