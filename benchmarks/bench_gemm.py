@@ -7,7 +7,12 @@
 Every list option sweeps: the run covers the product of all values. Each finished row is
 appended to ``--jsonl`` at once, tagged with the run's id (its meta line says GPU, start
 time and command), so an interrupted sweep keeps what it measured; Ctrl-C prints and
-reports the rows done so far. ``--report`` and ``--jsonl`` are checked for being writable
+reports the rows done so far, and so does SIGTERM (``timeout``, a CI job's time limit).
+``--resume`` with ``--jsonl`` goes on where an interrupted run of the same command
+stopped: a shape that one earlier run in the file timed whole (every config planned for
+it, on the same GPU model, libraries and timing settings) is skipped; a shape cut short
+is timed again, whole, in the new run, since configs are compared within one run
+(``harness.report.resume``). ``--report`` and ``--jsonl`` are checked for being writable
 before anything is measured.
 
 A config that fails to compile or run becomes a failed row that carries its error (in the
@@ -56,6 +61,7 @@ from harness.cli import (
     output_file,
     positive_int,
     progress_bar,
+    sigterm_as_interrupt,
     sweep_status,
 )
 from harness.measure import device, metrics
@@ -190,6 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--jsonl",
         type=output_file,
         help="append one JSON line per finished row here, tagged with the run's id",
+    )
+    o.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --jsonl: skip the shapes an earlier run of the same command in that file "
+        "timed whole (same GPU model, libraries and timing settings); time the rest in a new "
+        "run. Where the file does not exist yet, everything is timed",
     )
     o.add_argument(
         "--tuned",
@@ -413,6 +426,7 @@ def run_meta(args, argv: list[str]) -> dict:
         "warmup": args.warmup,
         "repeat": args.repeat,
         "backend": args.backend,
+        "seed": args.seed,
         **first_use_meta(getattr(args, "budget", None)),
         **spec.record(),
         **device.versions(),
@@ -549,15 +563,43 @@ def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def run(args, console, meta: dict) -> tuple[list, bool]:
-    """Measure the sweep; returns the finished rows and whether it was interrupted. A
-    config that fails to build or run is a failed row, and the sweep goes on."""
+# What a run's figures depend on besides the GPU and the libraries: a run resumes only
+# from runs that match it here (harness.report.resume).
+TIMING_KEYS = ("warmup", "repeat", "backend", "seed", "first_use")
+
+
+def resumed(args, meta: dict):
+    """With ``--resume``: the sweep's shapes that earlier runs in ``--jsonl`` timed whole
+    (``resume.Done``); none where the file does not exist yet. Raises ValueError (a
+    file that is not a sweep record)."""
+    from harness.report import resume
+    from harness.report.records import read_runs
+
+    shapes, entries = plan(args)
+    if not args.jsonl.exists():
+        return resume.Done({})
+    runs, _ = read_runs(args.jsonl)
+    if args.budget is not None:
+        configs = None  # a first-use pick: any config the earlier run picked
+    elif args.run_tilelang:
+        configs = {e.id for e in entries if isinstance(e, GemmConfig)}
+    else:
+        configs = {None}  # torch.matmul's row alone
+    planned = {s.id: configs for s in shapes}
+    return resume.sweep_done(runs, meta, (*resume.DEVICE_KEYS, *TIMING_KEYS), planned)
+
+
+def run(args, console, meta: dict, skip=frozenset()) -> tuple[list, bool]:
+    """Measure the sweep, less the shapes whose ids are in ``skip`` (timed whole before:
+    ``--resume``); returns the finished rows and whether it was interrupted (Ctrl-C or
+    SIGTERM). A config that fails to build or run is a failed row, and the sweep goes on."""
     from rich.markup import escape
 
     from harness.measure.cases import Case, CaseResult
     from harness.measure.correctness import on_hang
 
     shapes, entries = plan(args)
+    shapes = [s for s in shapes if s.id not in skip]
     if args.run_tilelang:
         for e in entries:
             if isinstance(e, Rejected):
@@ -584,7 +626,7 @@ def run(args, console, meta: dict) -> tuple[list, bool]:
 
     progress = progress_bar(console, transient=True)
     try:
-        with progress, on_hang(keep):
+        with sigterm_as_interrupt(), progress, on_hang(keep):
             if args.run_tilelang and args.budget is None:
                 precompile_sweep(shapes, todo, progress, args.workers)
             task = progress.add_task("sweep", total=len(shapes) * len(todo))
@@ -702,6 +744,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--offtable: feeds the Tuned Configs section, so it needs --tuned")
     if args.run and not args.replay:
         parser.error("--run: picks a recorded run, so it needs --replay")
+    if args.resume and (not args.jsonl or args.replay or args.report):
+        parser.error(
+            "--resume: goes on with the runs recorded in --jsonl, so it needs --jsonl, and "
+            "measures, so it takes no --replay; nor --report, which would render the new "
+            "run's rows alone (render a run of the file with --replay --run ID)"
+        )
     try:
         args.budget = first_use_budget(args, "--tune-first-use")
     except ValueError as err:
@@ -744,8 +792,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
             return EXIT_NO_GPU
         meta = run_meta(args, argv)
+        skip: frozenset = frozenset()
+        if args.resume:
+            try:
+                done = resumed(args, meta)
+            except (OSError, ValueError) as err:
+                parser.error(f"--resume: {err}")
+            total = len(plan(args)[0])
+            console.print(done.line(total), highlight=False)
+            if len(done.runs) == total:
+                console.print("nothing left to time")
+                return 0
+            skip = frozenset(done.runs)
+            meta["resumes"] = sorted(set(done.runs.values()))
         console.print(f"run {meta['run']} on {meta['gpu']}")
-        results, interrupted = run(args, console, meta)
+        results, interrupted = run(args, console, meta, skip)
     if results:
         print_table(results, console)
     if args.report and results:

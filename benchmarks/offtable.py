@@ -28,7 +28,13 @@ outside ``kernels.tuned.CASES`` in the categories below, both dtypes, NN and NT)
    the median over trials, with their range.
 
 A line per shape as it finishes, then the summary: the median speedup, the worst, and
-the shapes below 0.90 (the goal: median >= 0.95, none below 0.90).
+the shapes below 0.90 (the goal: median >= 0.95, none below 0.90). ``--json`` and
+``--markdown`` are rewritten after every shape, so a run that is killed keeps what it
+finished; Ctrl-C and SIGTERM (``timeout``, a job's time limit) stop it after writing them.
+``--resume`` goes on with the record in ``--json``: its shapes are kept and the others
+measured into it, where it was measured the same way (the shapes file, rounds, timer,
+warm-up, seed, first-use settings, GPU model and libraries; ``harness.report.resume``),
+so one command run again until it exits 0 measures a list across interruptions.
 
 Categories (an entry names its own, and a shape that breaks its category's rule is refused;
 an entry that leaves them out gets those whose rules it meets, none perhaps):
@@ -47,6 +53,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -64,9 +71,11 @@ from harness.cli import (
     output_file,
     positive_int,
     progress_bar,
+    sigterm_as_interrupt,
     sweep_status,
 )
 from harness.measure import device, first_use
+from harness.report import resume
 from harness.report.offtable import Record, ShapeResult, progress_line, render_markdown, summarise
 from kernels import DTYPES, GemmConfig, GemmShape
 from kernels.schedules import grid_blocks
@@ -196,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=count, default=3, help="untimed launches of each per shape")
     p.add_argument("--seed", type=count, default=0, help="seed of the random inputs")
     p.add_argument("--json", type=output_file, help="write the record (JSON) here")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --json: keep the shapes that record holds and measure the rest into it, "
+        "where it was measured the same way; where the file does not exist yet, measure all",
+    )
     p.add_argument("--markdown", type=output_file, help="write the table and summary here")
     p.add_argument("--workers", type=positive_int, default=None, help="compile processes")
     p.add_argument(
@@ -295,17 +310,50 @@ def run_meta(args, spec, argv: list[str]) -> dict:
         "shapes_file": args.shapes.name,
         "rounds": args.rounds,
         "timer": args.timer,
+        "warmup": args.warmup,
+        "seed": args.seed,
         **first_use_meta(args.budget),
         **spec.record(),
         **device.versions(),
     }
 
 
+# What an off-table record's figures depend on besides the GPU and the libraries: a
+# record is resumed only by a run that matches it here.
+SETTING_KEYS = ("shapes_file", "rounds", "timer", "warmup", "seed", "first_use")
+
+
+def resumed_record(path: Path, meta: dict, shapes: list[OffTableShape]) -> Record | None:
+    """The record at ``path`` to go on with (``--resume``), None where there is none yet.
+    ValueError where it is not an off-table record, was measured another way, or holds a
+    shape the list does not."""
+    if not path.exists():
+        return None
+    try:
+        record = Record.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not an off-table record ({err})") from None
+    keys = (*resume.DEVICE_KEYS, *SETTING_KEYS)
+    resume.refuse(path, resume.differences(record.meta, meta, keys))
+    listed = {s.shape.id for s in shapes}
+    extra = [r.shape for r in record.rows if r.shape not in listed]
+    if extra:
+        raise ValueError(f"{path} holds {', '.join(extra)}, which the shapes file does not list")
+    return record
+
+
+def in_list_order(shapes: list[OffTableShape], rows) -> list[ShapeResult]:
+    """``rows`` in the order the shapes file lists their shapes."""
+    place = {s.shape.id: i for i, s in enumerate(shapes)}
+    return sorted(rows, key=lambda r: place[r.shape])
+
+
 def run(
     shapes: list[OffTableShape], args, spec, console, keep: Callable | None = None
 ) -> tuple[list[ShapeResult], bool]:
-    """Measure ``shapes``: the rows and whether Ctrl-C stopped the run. Where a kernel's
-    launch hangs, ``keep(rows)`` writes the rows so far before the process exits."""
+    """Measure ``shapes``: the rows and whether Ctrl-C or SIGTERM stopped the run.
+    ``keep(rows)`` writes the rows so far after every shape, and where a kernel's launch
+    hangs, before the process exits."""
     from harness.measure.correctness import on_hang
     from harness.suite.precompile import compile_gemms
 
@@ -323,7 +371,7 @@ def run(
     rows: list[ShapeResult] = []
     progress = progress_bar(console, transient=True)
     try:
-        with progress, on_hang(lambda what: keep and keep(rows)):
+        with sigterm_as_interrupt(), progress, on_hang(lambda what: keep and keep(rows)):
             compile_gemms(pairs, progress, args.workers)
             task = progress.add_task("shapes", total=len(picks))
             say = _printer(progress.console)
@@ -337,6 +385,8 @@ def run(
                 progress.update(task, description=f"{entry.shape.id} {config.id}")
                 row = measure_shape(entry, config, source, args, tried)
                 rows.append(row)
+                if keep:
+                    keep(rows)
                 progress.console.print(progress_line(len(rows), len(picks), row), highlight=False)
                 progress.advance(task)
     except KeyboardInterrupt:
@@ -367,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--shapes: {err}")
     if not args.list and (args.sms is not None or args.gpu is not None):
         parser.error("--sms/--gpu: only with --list; a measurement reads the GPU it runs on")
+    if args.resume and (args.list or not args.json):
+        parser.error("--resume: goes on with the record in --json, so it needs --json, not --list")
     try:
         args.budget = first_use_budget(args, "--first-use")
     except ValueError as err:
@@ -389,25 +441,56 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NO_GPU
     spec = device.DeviceSpec.read()
     meta = {**run_meta(args, spec, argv), "planned": len(shapes)}
-    console.print(f"{len(shapes)} off-table shapes on {spec.name} ({spec.sm_count} SMs)")
-    rows, interrupted = run(
-        shapes, args, spec, console, keep=lambda rows: write_record(args, meta, rows, console)
-    )
-    write_record(args, meta, rows, console)
-    return exit_status(rows, interrupted)
+    kept: list[ShapeResult] = []
+    if args.resume:
+        try:
+            earlier = resumed_record(args.json, meta, shapes)
+        except ValueError as err:
+            parser.error(f"--resume: {err}")
+        if earlier is not None:
+            kept = list(earlier.rows)
+            # The record's own meta (its date and command), and when it was resumed.
+            resumed = [*earlier.meta.get("resumed", ()), meta["date"]]
+            meta = {**earlier.meta, "planned": len(shapes), "resumed": resumed}
+        console.print(
+            f"resume: {len(kept)} of {len(shapes)} shapes measured in {args.json}; "
+            f"measuring the other {len(shapes) - len(kept)}",
+            highlight=False,
+        )
+    done = {r.shape for r in kept}
+    todo = [s for s in shapes if s.shape.id not in done]
+    console.print(f"{len(todo)} off-table shapes on {spec.name} ({spec.sm_count} SMs)")
+
+    def keep(rows: list[ShapeResult], loud: bool = False) -> None:
+        write_record(args, meta, in_list_order(shapes, kept + rows), console, loud)
+
+    rows, interrupted = run(todo, args, spec, console, keep=keep) if todo else ([], False)
+    keep(rows, loud=True)
+    return exit_status(kept + rows, interrupted)
 
 
-def write_record(args, meta: dict, rows: list[ShapeResult], console) -> None:
-    """The summary line, then ``--json`` and ``--markdown`` of ``rows`` (pure Python: it
-    also runs when a hung launch ends the process)."""
+def write_record(args, meta: dict, rows: list[ShapeResult], console, loud: bool = True) -> None:
+    """``--json`` and ``--markdown`` of ``rows``, each replaced whole (written beside it,
+    then renamed over it, so a kill mid-write leaves the last whole one); ``loud``: the
+    summary line and where they went first. Pure Python: it also runs when a hung launch
+    ends the process."""
     record = Record(meta, tuple(rows))
-    console.print(summarise(rows).line(), highlight=False)
+    if loud:
+        console.print(summarise(rows).line(), highlight=False)
     if args.json:
-        args.json.write_text(json.dumps(record.to_dict(), indent=1) + "\n")
-        console.print(f"record written to {args.json}")
+        _replace(args.json, json.dumps(record.to_dict(), indent=1) + "\n")
+        if loud:
+            console.print(f"record written to {args.json}")
     if args.markdown:
-        args.markdown.write_text(render_markdown(record))
-        console.print(f"table written to {args.markdown}")
+        _replace(args.markdown, render_markdown(record))
+        if loud:
+            console.print(f"table written to {args.markdown}")
+
+
+def _replace(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # Exit codes of the gate, bisect, backfill and the self-test.
@@ -35,6 +38,27 @@ def progress_bar(console, transient: bool = False):
         console=console,
         transient=transient,
     )
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within it, SIGTERM (``timeout``, a CI job's time limit, a runner cancelling) is taken
+    as Ctrl-C: the measuring commands keep and write what finished and exit 130, where
+    the signal's default would end the process with nothing written. Outside the main
+    thread, where no handler can be set, nothing changes."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        before = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def sweep_status(interrupted: bool, incorrect: bool, failed: bool) -> int:

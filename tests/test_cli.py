@@ -440,3 +440,68 @@ def test_a_run_appended_after_a_torn_line_keeps_its_meta_line(fake_gpu, tmp_path
     capsys.readouterr()
     assert bench_gemm.main(["--replay", str(rows), "--run", run_id]) == 0
     assert f"{rows}:5: torn line skipped" in capsys.readouterr().err
+
+
+def _stopping(monkeypatch, stop_at=None):
+    """A fake case per shape whose ``stop_at``-th kernel timing gets SIGTERM (as from
+    ``timeout``); returns the (shape, config) pairs timed."""
+    import os
+    import signal
+    import time
+
+    from harness.measure import cases
+
+    timed = []
+
+    class Stopping(FakeCase):
+        def time_tilelang(self, config, **timing):
+            timed.append((self.shape.id, config.id))
+            if len(timed) == stop_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)  # the handler interrupts this
+                raise AssertionError("SIGTERM did not stop the sweep")
+            return super().time_tilelang(config, **timing)
+
+    monkeypatch.setattr(cases, "Case", lambda shape, seed=0: Stopping(shape))
+    monkeypatch.setattr(bench_gemm, "precompile_sweep", lambda *args: None)
+    return timed
+
+
+RESUMED = ["--m", "128", "256", *SWEEP[2:], "--threads", "128", "256", "--run-tilelang"]
+
+
+def test_sigterm_keeps_the_rows_and_resume_times_only_shapes_not_timed_whole(
+    fake_gpu, tmp_path, capsys, monkeypatch
+):
+    rows = tmp_path / "rows.jsonl"
+    argv = [*RESUMED, "--jsonl", str(rows), "--resume"]
+    timed = _stopping(monkeypatch, stop_at=4)  # the second shape's second config
+    assert bench_gemm.main(argv) == cli.EXIT_INTERRUPTED
+    shapes = [r.get("shape") for r in _records(rows)[1:]]
+    assert shapes == ["m128_n128_k128_f16"] * 2 + ["m256_n128_k128_f16"]
+    first = _records(rows)[0]["meta"]["run"]
+
+    timed = _stopping(monkeypatch)
+    assert bench_gemm.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "resume: 1 of 2 shapes already timed whole" in out and first in out
+    # The shape cut short is timed again whole, in a run of its own.
+    assert timed == [("m256_n128_k128_f16", f"b128x128x32_t{t}_s3") for t in (128, 256)]
+    second = [r for r in _records(rows) if "meta" in r][-1]["meta"]
+    assert second["resumes"] == [first] and second["seed"] == 0
+
+    timed = _stopping(monkeypatch)
+    lines = len(_records(rows))
+    assert bench_gemm.main(argv) == 0 and timed == []
+    assert "nothing left to time" in capsys.readouterr().out
+    assert len(_records(rows)) == lines  # no empty run appended
+
+    timed = _stopping(monkeypatch)  # timed another way: nothing earlier counts
+    assert bench_gemm.main([*argv, "--repeat", "5"]) == 0 and len(timed) == 4
+
+
+def test_resume_needs_jsonl_and_takes_no_report(tmp_path, capsys):
+    for extra in ([], ["--jsonl", str(tmp_path / "r.jsonl"), "--report", str(tmp_path / "r.md")]):
+        with pytest.raises(SystemExit) as err:
+            bench_gemm.main([*SWEEP, "--run-tilelang", "--resume", *extra])
+        assert err.value.code == 2 and "--resume" in capsys.readouterr().err

@@ -243,6 +243,17 @@ def table_lines(record: Record) -> list[str]:
     return [*lines, "", summarise(record.rows).line()]
 
 
+def resumed(meta: Mapping) -> str:
+    """The sentence on a record measured across interruptions (``--resume``), or ''."""
+    dates = meta.get("resumed")
+    if not dates:
+        return ""
+    return (
+        f" Resumed with `--resume` on {', '.join(map(str, dates))}: the shapes measured "
+        "before each interruption were kept, the others measured then."
+    )
+
+
 def render_markdown(record: Record) -> str:
     """A table of the shapes and the summary, with the run's GPU, timer and command."""
     meta = record.meta
@@ -263,7 +274,7 @@ def render_markdown(record: Record) -> str:
         f"the median over {meta.get('rounds', '?')} rounds and their range.",
         "",
         f"Command: `{meta.get('command', '?')}` ({meta.get('date', '?')}; "
-        f"TileLang {meta.get('tilelang', '?')}, torch {meta.get('torch', '?')}).",
+        f"TileLang {meta.get('tilelang', '?')}, torch {meta.get('torch', '?')}).{resumed(meta)}",
         "",
         *table_lines(record),
         "",

@@ -335,3 +335,137 @@ def test_fewer_rounds_than_input_sets_still_measure(monkeypatch, rounds, placeme
     args = argparse.Namespace(rounds=rounds, seed=0, warmup=3, timer="cupti")
     row = offtable.measure_shape(entry, GemmConfig(), "heuristic", args)
     assert seen == [(rounds, placements)] and row.error is None
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    """A GPU as far as the command can tell, with nothing compiled."""
+    import harness.suite.precompile as precompile
+    from harness.measure import device
+
+    monkeypatch.setattr(device, "no_gpu_reason", lambda: None)
+    spec = device.DeviceSpec("NVIDIA H200", SMS, 232448, 60 * 2**20, (9, 0))
+    monkeypatch.setattr(device.DeviceSpec, "read", classmethod(lambda cls, index=0: spec))
+    monkeypatch.setattr(device, "versions", lambda: {"tilelang": "t", "torch": "p", "cuda": "c"})
+    monkeypatch.setattr(precompile, "compile_gemms", lambda pairs, progress, workers: {})
+
+
+def _shapes_file(tmp_path, sizes):
+    path = tmp_path / "shapes.json"
+    entries = [dict(m=m, n=n, k=k, dtype="float16", layout="NN") for m, n, k in sizes]
+    path.write_text(json.dumps({"shapes": entries}))
+    return path
+
+
+def _measuring(monkeypatch, stop_at=None):
+    """measure_shape made up: each shape's id in ``seen``; the ``stop_at``-th shape
+    measured gets SIGTERM (as from ``timeout``) instead of a row."""
+    import os
+    import signal
+    import time
+
+    seen = []
+
+    def measure(entry, config, source, args, tried=()):
+        seen.append(entry.shape.id)
+        if len(seen) == stop_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the handler interrupts this
+            raise AssertionError("SIGTERM did not stop the run")
+        s = entry.shape
+        return _row((s.m, s.n, s.k), [1.0, 1.0], [0.9 + s.m / 1e5, 0.95])
+
+    monkeypatch.setattr(offtable, "measure_shape", measure)
+    return seen
+
+
+SIZES = [(2048, 2048, 2048), (1536, 1536, 1536), (1200, 1000, 1000)]
+
+
+def test_each_finished_shape_is_written_before_the_next_is_measured(
+    tmp_path, monkeypatch, fake_device
+):
+    """A run killed outright (no handler runs) keeps the shapes it finished: the record
+    is rewritten after each one."""
+    shapes, out = _shapes_file(tmp_path, SIZES), tmp_path / "r.json"
+    on_disk = []
+
+    def measure(entry, config, source, args, tried=()):
+        on_disk.append(
+            [r["shape"] for r in json.loads(out.read_text())["rows"]] if out.exists() else []
+        )
+        s = entry.shape
+        return _row((s.m, s.n, s.k), [1.0], [1.0])
+
+    monkeypatch.setattr(offtable, "measure_shape", measure)
+    assert offtable.main(["--shapes", str(shapes), "--json", str(out)]) == 0
+    ids = [GemmShape(*s).id for s in SIZES]
+    assert on_disk == [[], ids[:1], ids[:2]]
+    assert not list(tmp_path.glob(".*partial"))  # written beside, then renamed over
+
+
+def test_sigterm_stops_the_run_and_resume_measures_only_the_rest(
+    tmp_path, monkeypatch, fake_device, capsys
+):
+    shapes, out, md = _shapes_file(tmp_path, SIZES), tmp_path / "r.json", tmp_path / "r.md"
+    argv = ["--shapes", str(shapes), "--json", str(out), "--markdown", str(md), "--resume"]
+    ids = [GemmShape(*s).id for s in SIZES]
+
+    seen = _measuring(monkeypatch, stop_at=2)
+    assert offtable.main(argv) == cli.EXIT_INTERRUPTED
+    first = Record.from_dict(json.loads(out.read_text()))
+    assert [r.shape for r in first.rows] == ids[:1] and seen == ids[:2]
+    assert "Stopped after 1 of 3 shapes" in md.read_text()
+
+    seen = _measuring(monkeypatch)
+    assert offtable.main(argv) == 0
+    assert seen == ids[1:]  # the finished shape is not measured again
+    assert "resume: 1 of 3 shapes measured" in capsys.readouterr().out
+    whole = Record.from_dict(json.loads(out.read_text()))
+    assert [r.shape for r in whole.rows] == ids  # in the list's order
+    assert whole.rows[0] == first.rows[0]  # kept as it was measured
+    assert whole.meta["command"] == first.meta["command"] and len(whole.meta["resumed"]) == 1
+    text = md.read_text()
+    assert "Resumed with `--resume`" in text and "Stopped after" not in text
+
+    seen = _measuring(monkeypatch)
+    assert offtable.main(argv) == 0 and seen == []  # a whole record: nothing to measure
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [(["--rounds", "4"], "rounds: was 8, is 4"), (["--seed", "3"], "seed: was 0, is 3")],
+)
+def test_resume_refuses_a_record_measured_another_way(
+    tmp_path, monkeypatch, fake_device, capsys, change, named
+):
+    shapes, out = _shapes_file(tmp_path, SIZES), tmp_path / "r.json"
+    argv = ["--shapes", str(shapes), "--json", str(out), "--resume"]
+    _measuring(monkeypatch, stop_at=2)
+    assert offtable.main(argv) == cli.EXIT_INTERRUPTED
+    seen = _measuring(monkeypatch)
+    with pytest.raises(SystemExit) as err:
+        offtable.main([*argv, *change])
+    assert err.value.code == 2 and seen == []
+    assert named in capsys.readouterr().err
+
+
+def test_resume_refuses_a_record_of_shapes_the_list_lacks(
+    tmp_path, monkeypatch, fake_device, capsys
+):
+    out = tmp_path / "r.json"
+    _measuring(monkeypatch)
+    argv = ["--json", str(out), "--resume"]
+    assert offtable.main(["--shapes", str(_shapes_file(tmp_path, SIZES)), *argv]) == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    fewer = _shapes_file(other, SIZES[1:])
+    fewer = fewer.rename(tmp_path / "shapes.json")  # the same file name, one shape less
+    with pytest.raises(SystemExit):
+        offtable.main(["--shapes", str(fewer), *argv])
+    assert "m2048_n2048_k2048_f16, which the shapes file does not list" in capsys.readouterr().err
+
+
+def test_resume_needs_json():
+    out = _run("--resume")
+    assert out.returncode == 2 and "--resume" in out.stderr and "--json" in out.stderr
