@@ -46,6 +46,7 @@ COMMANDS = [
     ("-m", "benchmarks.tune_gemm"),
     ("-m", "benchmarks.offtable"),
     ("-m", "benchmarks.misses"),
+    ("-m", "benchmarks.draw_shapes"),
     ("-m", "benchmarks.torch_kernels"),
     ("-m", "benchmarks.profile_gemm"),
     ("-m", "benchmarks.validate_space"),
