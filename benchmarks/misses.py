@@ -3,6 +3,7 @@
     python3 -m benchmarks.misses                                  # reports/*.jsonl
     python3 -m benchmarks.misses --gpu "NVIDIA H200" --min-gain 0.05
     python3 -m benchmarks.misses --records reports/two_byte_h200.jsonl --all
+    python3 -m benchmarks.misses --gpu "NVIDIA H200" --by-change    # changes, over shapes
 
 Reads sweeps recorded by ``python3 -m benchmarks.bench_gemm --jsonl`` (each run a meta
 line, then its rows, tagged with the run's id). For each run, each shape it timed, and
@@ -13,6 +14,12 @@ run (times from two runs differ by a few percent alone, so a comparison never sp
 A line per shape where another config beat the pick by ``--min-gain`` or more, the
 largest gains first; then on how many shapes the pick was timed, and on how many it was
 not (a panel drawn before a rule changed the pick, or one that timed other configs).
+
+``--by-change`` turns the listing around: for each change to the pick (another tile,
+options added or dropped, in a layout, under a wave of blocks or not) that runs timed
+beside the pick ``--min-count`` times or more, the median gain over those comparisons and
+its range. A change with a high median and a narrow range is a lead for a rule; none
+above 0 means the records favour no single change to the rules as they stand.
 
 A rule read off these lines is a lead, not a result: the repository's convention is to
 draw fresh shapes where the rule would change the pick, commit them, and time them.
@@ -34,9 +41,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.cli import fraction
+from harness.cli import fraction, positive_int
 from harness.report.records import RecordError, read_runs
-from kernels import GemmShape
+from kernels import GemmConfig, GemmShape
+from kernels.schedules import grid_blocks
 from kernels.tuned import UntunedGpuWarning, pick_config
 
 PROG = "python3 -m benchmarks.misses"
@@ -94,18 +102,75 @@ def read_sweeps(path: Path) -> tuple[list[Sweep], list[str]]:
     return sweeps, notes
 
 
-def miss_of(sweep: Sweep) -> Miss | None:
-    """The pick against the fastest config of ``sweep``; None where the run did not time
-    the pick."""
+def pick_of(sweep: Sweep) -> GemmConfig:
+    """The config ``pick_config`` chooses today for ``sweep``'s shape and GPU."""
     with warnings.catch_warnings():
         # A GPU the table has no row for takes the heuristic: what is asked here.
         warnings.simplefilter("ignore", UntunedGpuWarning)
-        pick = pick_config(sweep.shape, sweep.gpu, sweep.sms).id
+        return pick_config(sweep.shape, sweep.gpu, sweep.sms)
+
+
+def miss_of(sweep: Sweep) -> Miss | None:
+    """The pick against the fastest config of ``sweep``; None where the run did not time
+    the pick."""
+    pick = pick_of(sweep).id
     if pick not in sweep.times:
         return None
     median = {config: statistics.median(ms) for config, ms in sweep.times.items()}
     best = min(median, key=median.__getitem__)
     return Miss(sweep, pick, median[pick], best, median[best])
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What another config timed beside the pick changes in it, and where: the layout,
+    whether the pick's grid is under one wave of the GPU, the tile (``b128x192x64``, or
+    ``b128x192x64->b192x112x64``) and the options of the config's id it adds and drops
+    (``a``, ``mb``, ``w8``, ``t384``, ``s3``...)."""
+
+    layout: str
+    under_a_wave: bool
+    tile: str
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+    @classmethod
+    def of(cls, sweep: Sweep, pick: GemmConfig, other: str) -> Change:
+        pick_tile, *pick_options = pick.id.split("_")
+        tile, *options = other.split("_")
+        return cls(
+            sweep.shape.layout,
+            grid_blocks(sweep.shape, pick) < sweep.sms,
+            pick_tile if tile == pick_tile else f"{pick_tile}->{tile}",
+            tuple(sorted(set(options) - set(pick_options))),
+            tuple(sorted(set(pick_options) - set(options))),
+        )
+
+    def label(self) -> str:
+        where = "under a wave" if self.under_a_wave else "a wave or more"
+        edits = [f"+{o}" for o in self.added] + [f"-{o}" for o in self.dropped]
+        return (
+            f"{self.layout} {where:<14} {self.tile}: {' '.join(edits) or '(options as the pick)'}"
+        )
+
+
+def by_change(sweeps: list[Sweep], min_count: int) -> list[tuple[Change, list[float]]]:
+    """Each ``Change`` to the pick that runs timed beside it at least ``min_count``
+    times, with the gain of each time (the pick's time over the other config's, less
+    one: above 0 the change ran faster), the largest median gain first. Over the records
+    this says which change to the rules the records favour, and how steadily."""
+    gains: dict[Change, list[float]] = {}
+    for sweep in sweeps:
+        pick = pick_of(sweep)
+        if pick.id not in sweep.times:
+            continue
+        median = {config: statistics.median(ms) for config, ms in sweep.times.items()}
+        for other, ms in median.items():
+            if other != pick.id:
+                change = Change.of(sweep, pick, other)
+                gains.setdefault(change, []).append(median[pick.id] / ms - 1)
+    found = [(c, g) for c, g in gains.items() if len(g) >= min_count]
+    return sorted(found, key=lambda cg: -statistics.median(cg[1]))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--all", action="store_true", help="list every shape whose pick was timed, misses or not"
     )
+    p.add_argument(
+        "--by-change",
+        action="store_true",
+        help="instead of shapes, each change to the pick (tile, options) timed beside it "
+        "--min-count times or more: its median gain and range over those comparisons",
+    )
+    p.add_argument(
+        "--min-count",
+        type=positive_int,
+        default=4,
+        help="with --by-change: comparisons a change needs to be listed",
+    )
     return p
 
 
@@ -155,6 +232,18 @@ def main(argv: list[str] | None = None) -> int:
         sweeps = [s for s in sweeps if s.gpu == args.gpu]
         if not sweeps:
             parser.error(f"--gpu {args.gpu!r}: no run in the records was on it; they hold {gpus}")
+    if args.by_change:
+        found = by_change(sweeps, args.min_count)
+        for change, gains in found:
+            print(
+                f"{statistics.median(gains):+7.1%} median  {min(gains):+7.1%}..{max(gains):+.1%}"
+                f"  {len(gains):>3} comparisons  {change.label()}"
+            )
+        print(
+            f"{len(found)} changes to the pick timed beside it {args.min_count} times or more, "
+            f"over {len(sweeps)} shapes as runs timed them; a gain above 0: the change ran faster"
+        )
+        return 0
     timed = [m for m in map(miss_of, sweeps) if m is not None]
     shown = [m for m in timed if args.all or m.gain >= args.min_gain]
     shown.sort(key=lambda m: -m.gain)

@@ -2,13 +2,14 @@
 and its errors. No GPU: the records are synthetic, the picks the rules' own."""
 
 import json
+import statistics
 import subprocess
 import sys
 
 import pytest
 
 from benchmarks import misses
-from kernels import GemmShape
+from kernels import GemmConfig, GemmShape
 from kernels.tuned import heuristic, pick_config
 
 GPU = "NVIDIA H200"
@@ -120,3 +121,39 @@ def test_a_gpu_no_run_was_on_is_named_with_those_that_were(record):
 def test_a_missing_record_is_named():
     out = _run("--records", "no/such.jsonl")
     assert out.returncode == 2 and "no/such.jsonl: cannot read" in out.stderr
+
+
+def test_by_change_gathers_each_change_to_the_pick_over_shapes(tmp_path):
+    """Two shapes whose picks are one tile (128x192 under a wave, NN): adding ``w8``
+    beside it ran faster on one and slower on the other; the change is one line, its
+    median and range over both comparisons."""
+    shapes = [GemmShape(1432, 1888, 2568, "bfloat16"), GemmShape(1056, 1856, 1624, "bfloat16")]
+    picks = [pick_config(s, GPU, 132).id for s in shapes]
+    assert picks[0] == picks[1] == "b128x192x64_t256_s4_pr_e"
+    w8 = "b128x192x64_t256_s4_w8_pr_e"
+    lines = [
+        {"meta": {"run": "r1", "gpu": GPU, "sm_count": 132}},
+        _row("r1", shapes[0], picks[0], 0.0286),
+        _row("r1", shapes[0], w8, 0.0246),
+        _row("r1", shapes[1], picks[1], 0.0156),
+        _row("r1", shapes[1], w8, 0.0160),
+    ]
+    path = _record(tmp_path, lines)
+    sweeps, _ = misses.read_sweeps(path)
+    ((change, gains),) = misses.by_change(sweeps, 2)
+    assert change == misses.Change("NN", True, "b128x192x64", ("w8",), ())
+    assert sorted(gains) == pytest.approx(sorted([0.0286 / 0.0246 - 1, 0.0156 / 0.0160 - 1]))
+    assert misses.by_change(sweeps, 3) == []  # two comparisons: under --min-count 3
+    out = _run("--records", str(path), "--by-change", "--min-count", "2")
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert "2 comparisons" in first and "NN under a wave" in first and "b128x192x64: +w8" in first
+    assert first.split()[0] == f"{statistics.median(gains):+.1%}"
+
+
+def test_a_change_of_tile_names_both_tiles_and_the_options_it_drops():
+    sweep = misses.Sweep("r.jsonl", GPU, 132, GemmShape(4096, 4096, 4096), {})
+    pick = GemmConfig.from_id("b128x256x64_t256_s3_w16_e")
+    change = misses.Change.of(sweep, pick, "b256x128x64_t256_s3_e")
+    assert change.tile == "b128x256x64->b256x128x64" and change.dropped == ("w16",)
+    assert not change.under_a_wave and "NN a wave or more" in change.label()
