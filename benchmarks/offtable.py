@@ -34,7 +34,8 @@ finished; Ctrl-C and SIGTERM (``timeout``, a job's time limit) stop it after wri
 ``--resume`` goes on with the record in ``--json``: its shapes are kept and the others
 measured into it, where it was measured the same way (the shapes file, rounds, timer,
 warm-up, seed, first-use settings, GPU model and libraries; ``harness.report.resume``),
-so one command run again until it exits 0 measures a list across interruptions.
+so one command, run again until it ends by itself (exit status not 130, nor 124 from
+``timeout``), measures a list across interruptions.
 
 Categories (an entry names its own, and a shape that breaks its category's rule is refused;
 an entry that leaves them out gets those whose rules it meets, none perhaps):
