@@ -568,14 +568,13 @@ def _error_text(err: BaseException) -> str:
 TIMING_KEYS = ("warmup", "repeat", "backend", "seed", "first_use")
 
 
-def resumed(args, meta: dict):
-    """With ``--resume``: the sweep's shapes that earlier runs in ``--jsonl`` timed whole
-    (``resume.Done``); none where the file does not exist yet. Raises ValueError (a
-    file that is not a sweep record)."""
+def resumed(args, meta: dict, shapes: list[GemmShape], entries: list):
+    """With ``--resume``: the shapes of the sweep (``plan``) that earlier runs in
+    ``--jsonl`` timed whole (``resume.Done``); none where the file does not exist yet.
+    Raises ValueError (a file that is not a sweep record)."""
     from harness.report import resume
     from harness.report.records import read_runs
 
-    shapes, entries = plan(args)
     if not args.jsonl.exists():
         return resume.Done({})
     runs, _ = read_runs(args.jsonl)
@@ -795,10 +794,11 @@ def main(argv: list[str] | None = None) -> int:
         skip: frozenset = frozenset()
         if args.resume:
             try:
-                done = resumed(args, meta)
+                shapes, entries = plan(args)
+                done = resumed(args, meta, shapes, entries)
             except (OSError, ValueError) as err:
                 parser.error(f"--resume: {err}")
-            total = len(plan(args)[0])
+            total = len(shapes)
             console.print(done.line(total), highlight=False)
             if len(done.runs) == total:
                 console.print("nothing left to time")

@@ -101,12 +101,12 @@ def draw(seed: int, wanted: dict[str, int], step: int | None = None) -> list[Gem
     category's box yields no such shape (a ``--step`` that its rule cannot meet)."""
     rng = random.Random(seed)
     tuned, shapes = tuned_shapes(), []
-    for category, n in wanted.items():
+    for category, count_ in wanted.items():
         box, (rule, words) = BOXES[category], CATEGORIES[category]
-        for _ in range(n):
+        for _ in range(count_):
             for _ in range(MAX_TRIES):
-                m, n_, k = box.draw(rng, step)
-                shape = GemmShape(m, n_, k, rng.choice(sorted(DTYPES)), rng.choice(sorted(LAYOUTS)))
+                m, n, k = box.draw(rng, step)
+                shape = GemmShape(m, n, k, rng.choice(sorted(DTYPES)), rng.choice(sorted(LAYOUTS)))
                 if rule(shape) and shape not in tuned and shape not in shapes:
                     shapes.append(shape)
                     break
