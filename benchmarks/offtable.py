@@ -331,7 +331,10 @@ def resumed_record(path: Path, meta: dict, shapes: list[OffTableShape]) -> Recor
     if not path.exists():
         return None
     try:
-        record = Record.from_dict(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
+        record = Record.from_dict(data)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not an off-table record ({err})") from None
     keys = (*resume.DEVICE_KEYS, *SETTING_KEYS)
@@ -489,7 +492,9 @@ def write_record(args, meta: dict, rows: list[ShapeResult], console, loud: bool 
 
 
 def _replace(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.partial")
+    # A partial file of this process's own: two runs writing one record (the last whole
+    # write wins) never rename each other's half-written text over it.
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text(text)
     os.replace(partial, path)
 

@@ -469,3 +469,19 @@ def test_resume_refuses_a_record_of_shapes_the_list_lacks(
 def test_resume_needs_json():
     out = _run("--resume")
     assert out.returncode == 2 and "--resume" in out.stderr and "--json" in out.stderr
+
+
+@pytest.mark.parametrize("damage", ['{"version": 1, "meta": {}, "rows": [', "[1, 2]\n"])
+def test_resume_refuses_a_damaged_record_naming_it(
+    tmp_path, monkeypatch, fake_device, capsys, damage
+):
+    out = tmp_path / "r.json"
+    out.write_text(damage)
+    seen = _measuring(monkeypatch)
+    with pytest.raises(SystemExit) as err:
+        offtable.main(
+            ["--shapes", str(_shapes_file(tmp_path, SIZES)), "--json", str(out), "--resume"]
+        )
+    assert err.value.code == 2 and seen == []
+    assert f"--resume: {out}: not an off-table record" in capsys.readouterr().err
+    assert out.read_text() == damage  # left as it was, for a person to look at
