@@ -1703,6 +1703,11 @@ def async_form(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # whatever the width. On 1536^3 bf16 NT (one wave), 128x144 ran 0.94x torch (4 stages,
 # panels of 8; 0.97x in row-major order, 0.98x with 5 stages) and 192x96 1.00x (6 stages),
 # against 0.82x for 128x192 (96 tiles).
+# More stages than the picks' do not pay where each block runs one tile within a wave: on
+# an H100 (reports/h100/stages_h100.jsonl, 73 shapes, 12 picks, each stage count deeper
+# that fits up to 7) the deeper form's median over each pick's shapes was under 1.0x:
+# 128x192's pairs in 5 stages 0.988x over 23 shapes, 128x192 on TileLang's pipeline
+# 0.936x over 12, 128x128 in 5-7 stages 0.92-0.97x. So the stage counts stay as they are.
 
 
 def _fitted(block_m: int, block_n: int) -> GemmConfig:
