@@ -28,6 +28,12 @@ shape earlier (the local first-use cache, ``harness.measure.first_use_cache``), 
 tuned now within ``--tune-budget`` seconds and recorded there; each shape's line says
 which. The local cache never reaches asv or the gate: they run the table's configs.
 
+``--around-pick CHANGE ...`` times, instead of a sweep, each shape's pick on this GPU
+(``kernels.tuned.pick_config``) and the pick with each change (``kernels.changes``:
+``num_stages=+1``, ``block_n=144,multicast=b``); a change that gives no valid config, or
+one the shape cannot run, is a note rather than a row, and each row's ``config_source``
+names its change ("pick" for the pick).
+
 ``--replay FILE`` re-renders a recorded sweep without a GPU. A file that holds several
 runs needs ``--run ID`` (the error lists them); rows from before run ids are one legacy
 run per meta line. A torn line is skipped with a note; a row that does not match the
@@ -56,6 +62,7 @@ from harness.cli import (
     EXIT_FAILED,
     EXIT_INCORRECT,
     EXIT_NO_GPU,
+    config_change,
     config_id,
     count,
     output_file,
@@ -167,6 +174,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="configs by id, e.g. b128x256x64_t256_s3: alone, the sweep is these; with "
         "knobs, these join the knobs' product",
+    )
+    c.add_argument(
+        "--around-pick",
+        type=config_change,
+        nargs="*",
+        metavar="CHANGE",
+        help="instead of the knobs and --config: time each shape's pick on this GPU "
+        "(kernels.tuned.pick_config: the tuned table's row, else the heuristic) and the pick "
+        "with each CHANGE, FIELD=VALUE[,FIELD=VALUE...] over GemmConfig's fields, +N/-N "
+        "moving a number: num_stages=+1, block_n=144,multicast=b, async_mma=false. A change "
+        "that gives no valid config, or one the shape cannot run, is noted and not timed. "
+        "Each row's config_source says which change made it",
     )
     add_timing_options(p)
     add_first_use_options(p, "--tune-first-use")
@@ -345,6 +364,8 @@ def plan(args) -> tuple[list[GemmShape], list[GemmConfig | Rejected]]:
             for (m, n, k), dtype, layout in itertools.product(sizes, args.dtype, args.layout)
         ]
     entries: list[GemmConfig | Rejected] = []
+    if getattr(args, "around_pick", None) is not None:
+        return shapes, entries  # each shape's own configs: around_pick()
     knobs = [getattr(args, f, None) for f in SWEPT]
     product = (
         itertools.product(*(v or [DEFAULTS[f]] for f, v in zip(SWEPT, knobs, strict=True)))
@@ -365,6 +386,46 @@ def plan(args) -> tuple[list[GemmShape], list[GemmConfig | Rejected]]:
         lines = [f"{e.label}: {e.error}" for e in entries]
         raise ValueError("no valid kernel config in the sweep:\n  " + "\n  ".join(lines))
     return shapes, entries
+
+
+@dataclass(frozen=True, slots=True)
+class Around:
+    """Under ``--around-pick``: each shape's configs (by shape id), each with the change
+    that made it ("pick" for the pick), and a note per change left out."""
+
+    configs: dict[str, list[tuple[GemmConfig, str]]]
+    notes: list[str]
+
+    def planned(self) -> dict[str, set]:
+        return {shape: {c.id for c, _ in pairs} for shape, pairs in self.configs.items()}
+
+
+def around_pick(changes: list, shapes: list[GemmShape], gpu: str, sms: int) -> Around:
+    """Each shape's pick for ``gpu`` of ``sms`` SMs and the pick with each of ``changes``
+    (``kernels.changes.ConfigChange``), less those that give no valid config, one the
+    shape cannot run (``check_combination``) or the same config twice."""
+    from kernels.gemm import check_combination
+    from kernels.tuned import pick_config
+
+    configs: dict[str, list[tuple[GemmConfig, str]]] = {}
+    notes: list[str] = []
+    for shape in shapes:
+        pick = pick_config(shape, gpu, sms)
+        mine = [(pick, "pick")]
+        for change in changes:
+            try:
+                config = change.apply(pick)
+                check_combination(shape, config)
+            except ValueError as err:
+                notes.append(f"{shape.id}: {pick.id} with {change.text}: not timed ({err})")
+                continue
+            same = next((why for c, why in mine if c == config), None)
+            if same is not None:
+                notes.append(f"{shape.id}: {pick.id} with {change.text}: {config.id}, as {same}")
+            else:
+                mine.append((config, change.text))
+        configs[shape.id] = mine
+    return Around(configs, notes)
 
 
 TABLE_COLUMNS = TABLE_HEAD  # the report's table, one list
@@ -428,6 +489,7 @@ def run_meta(args, argv: list[str]) -> dict:
         "backend": args.backend,
         "seed": args.seed,
         **first_use_meta(getattr(args, "budget", None)),
+        **around_meta(getattr(args, "around_pick", None)),
         **spec.record(),
         **device.versions(),
     }
@@ -441,6 +503,11 @@ def first_use_meta(budget) -> dict:
 
     settings = {"budget_s": budget.seconds, "candidates": budget.candidates}
     return {"first_use": {**settings, "cache": str(cache_dir())}}
+
+
+def around_meta(changes) -> dict:
+    """The run's ``--around-pick`` changes for its meta record; nothing without it."""
+    return {} if changes is None else {"around_pick": [c.text for c in changes]}
 
 
 def load_run(path: Path, run: str | None = None):
@@ -585,6 +652,8 @@ def resumed(args, meta: dict, shapes: list[GemmShape], entries: list):
     else:
         configs = {None}  # torch.matmul's row alone
     planned = {s.id: configs for s in shapes}
+    if getattr(args, "around", None) is not None:
+        planned = args.around.planned()
     return resume.sweep_done(runs, meta, (*resume.DEVICE_KEYS, *TIMING_KEYS), planned)
 
 
@@ -605,6 +674,7 @@ def run(args, console, meta: dict, skip=frozenset()) -> tuple[list, bool]:
                 console.print(f"[yellow]{escape(e.label)}: {escape(e.error)} (a failed row)[/]")
     timing = {"warmup": args.warmup, "repeat": args.repeat, "backend": args.backend}
     todo = entries if args.run_tilelang else [None]
+    around: Around | None = getattr(args, "around", None)
     results: list[CaseResult] = []
     jsonl = _open_jsonl(args.jsonl) if args.jsonl else None
 
@@ -626,15 +696,25 @@ def run(args, console, meta: dict, skip=frozenset()) -> tuple[list, bool]:
     progress = progress_bar(console, transient=True)
     try:
         with sigterm_as_interrupt(), progress, on_hang(keep):
+            if around is not None:
+                pairs = [(s, c) for s in shapes for c, _ in around.configs[s.id]]
+            else:
+                pairs = [(s, c) for s in shapes for c in todo if isinstance(c, GemmConfig)]
             if args.run_tilelang and args.budget is None:
-                precompile_sweep(shapes, todo, progress, args.workers)
-            task = progress.add_task("sweep", total=len(shapes) * len(todo))
+                precompile_sweep(pairs, progress, args.workers)
+            total = len(pairs) if around is not None else len(shapes) * len(todo)
+            task = progress.add_task("sweep", total=total)
             for shape in shapes:
-                source = None
+                sources: dict = {}
                 if args.budget is not None:
                     progress.update(task, description=f"{shape.id}: config")
                     pick = first_use_pick(shape, args, progress.console)
-                    todo, source = [pick.config], pick.source
+                    todo, sources = [pick.config], {pick.config: pick.source}
+                elif around is not None:
+                    todo, sources = (
+                        [c for c, _ in around.configs[shape.id]],
+                        dict(around.configs[shape.id]),
+                    )
                 progress.update(task, description=f"{shape.id}: torch.matmul")
                 case = Case(shape, seed=args.seed)
                 torch_timing = case.time_torch(**timing)
@@ -651,6 +731,7 @@ def run(args, console, meta: dict, skip=frozenset()) -> tuple[list, bool]:
                         progress.update(task, description=f"{shape.id} {cfg.id}")
                         row = _measure(case, cfg, torch_timing, timing, args, console, write)
                     results.append(row)
+                    source = sources.get(cfg) if isinstance(cfg, GemmConfig) else None
                     write({**row.to_dict(), **({"config_source": source} if source else {})})
                     progress.advance(task)
     except KeyboardInterrupt:
@@ -662,13 +743,12 @@ def run(args, console, meta: dict, skip=frozenset()) -> tuple[list, bool]:
     return results, False
 
 
-def precompile_sweep(shapes: list[GemmShape], entries: list, progress, workers) -> None:
-    """Compile every valid (shape, config) of the sweep in parallel into TileLang's disk
-    cache before the first timing (one compile is 3-5 s on one core); a kernel that
-    fails here fails again in its own row, with its error."""
+def precompile_sweep(pairs: list[tuple[GemmShape, GemmConfig]], progress, workers) -> None:
+    """Compile the sweep's (shape, config) pairs in parallel into TileLang's disk cache
+    before the first timing (one compile is 3-5 s on one core); a kernel that fails here
+    fails again in its own row, with its error."""
     from harness.suite.precompile import compile_gemms
 
-    pairs = [(s, c) for s in shapes for c in entries if isinstance(c, GemmConfig)]
     if len(pairs) > 1:  # one kernel: its row compiles it
         compile_gemms(pairs, progress, workers)
 
@@ -763,6 +843,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.replay:
             parser.error("--tune-first-use: measures; --replay renders a recorded run")
         args.run_tilelang = True
+    args.around = None
+    if args.around_pick is not None:
+        swept = [f"--{f.replace('_', '-')}" for f in SWEPT if hasattr(args, f)]
+        swept += ["--config"] if args.config else []
+        swept += ["--tune-first-use"] if args.tune_first_use else []
+        if swept:
+            parser.error(
+                "--around-pick: times each shape's pick and the pick changed, so it takes "
+                f"no {'/'.join(swept)}"
+            )
+        if args.replay:
+            parser.error("--around-pick: measures; --replay renders a recorded run")
+        args.run_tilelang = True
     given = [("--tuned", args.tuned), ("--tune-log", args.tune_log)]
     given += [("--offtable", p) for p in args.offtable or ()]
     for name, path in given + [("--retune-log", p) for p in args.retune_log or ()]:
@@ -791,6 +884,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
             return EXIT_NO_GPU
         meta = run_meta(args, argv)
+        if args.around_pick is not None:
+            shapes, _ = plan(args)
+            args.around = around_pick(args.around_pick, shapes, meta["gpu"], meta["sm_count"])
+            for note in args.around.notes:
+                console.print(note, markup=False, highlight=False)
         skip: frozenset = frozenset()
         if args.resume:
             try:

@@ -132,6 +132,17 @@ def config_id(text: str):
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def config_change(text: str):
+    """A ``kernels.changes.ConfigChange`` (``num_stages=+1``, ``block_n=144,multicast=b``);
+    the rule, naming the field, where it is not one."""
+    from kernels.changes import ConfigChange
+
+    try:
+        return ConfigChange.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def output_file(text: str) -> Path:
     """A file the command will write: its folder must exist (or be creatable) and be
     writable, checked before any GPU work so that no measurement is lost at the end."""

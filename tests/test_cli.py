@@ -505,3 +505,78 @@ def test_resume_needs_jsonl_and_takes_no_report(tmp_path, capsys):
         with pytest.raises(SystemExit) as err:
             bench_gemm.main([*SWEEP, "--run-tilelang", "--resume", *extra])
         assert err.value.code == 2 and "--resume" in capsys.readouterr().err
+
+
+AROUND = ["--shape", "1432x1888x2568", "1056x1280x3384", "--dtype", "bfloat16", "--repeat", "3"]
+
+
+@pytest.mark.filterwarnings("ignore::kernels.tuned.UntunedGpuWarning")
+def test_around_pick_times_each_shapes_pick_and_its_changes(
+    fake_gpu, tmp_path, capsys, monkeypatch
+):
+    from dataclasses import replace
+
+    from kernels import GemmShape
+    from kernels.tuned import pick_config
+
+    compiled = []
+    monkeypatch.setattr(bench_gemm, "precompile_sweep", lambda pairs, *rest: compiled.extend(pairs))
+    rows = tmp_path / "rows.jsonl"
+    changes = ["num_stages=-1", "num_stages=+9", "split_k=1"]
+    assert bench_gemm.main([*AROUND, "--around-pick", *changes, "--jsonl", str(rows)]) == 0
+    out = capsys.readouterr().out
+    meta, *recorded = _records(rows)
+    assert meta["meta"]["around_pick"] == changes
+    expected = []
+    for m, n, k in ((1432, 1888, 2568), (1056, 1280, 3384)):
+        shape = GemmShape(m, n, k, "bfloat16")
+        pick = pick_config(shape, "Fake GPU", 16)  # the fake GPU's name and SM count
+        expected += [
+            (shape.id, pick.id, "pick"),
+            (shape.id, replace(pick, num_stages=pick.num_stages - 1).id, "num_stages=-1"),
+        ]
+        # Over the shared-memory budget: noted with the validator's rule, not timed.
+        assert f"{shape.id}: {pick.id} with num_stages=+9: not timed (GemmConfig.num_stages=" in out
+        # The pick itself again: noted, not timed twice.
+        assert f"{shape.id}: {pick.id} with split_k=1: {pick.id}, as pick" in out
+    got = [(r["shape"], r["config"], r.get("config_source")) for r in recorded]
+    assert got == expected
+    assert [r["correct"] for r in recorded] == [True] * 4
+    assert sorted((s.id, c.id) for s, c in compiled) == sorted((s, c) for s, c, _ in got)
+
+
+@pytest.mark.filterwarnings("ignore::kernels.tuned.UntunedGpuWarning")
+def test_around_pick_resumes_by_each_shapes_own_configs(fake_gpu, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench_gemm, "precompile_sweep", lambda *args: None)
+    rows = tmp_path / "rows.jsonl"
+    argv = [*AROUND, "--jsonl", str(rows), "--resume", "--around-pick", "num_stages=-1"]
+    assert bench_gemm.main(argv) == 0
+    capsys.readouterr()
+    assert bench_gemm.main(argv) == 0
+    assert "nothing left to time" in capsys.readouterr().out
+    # swizzle=0 changes the first shape's pick (panels of 16) and not the second's (none):
+    # only the first has a config no run timed, and it is timed again whole.
+    assert bench_gemm.main([*argv, "swizzle=0"]) == 0
+    runs = [r["meta"]["run"] for r in _records(rows) if "meta" in r]
+    again = [(r["shape"], r["config_source"]) for r in _records(rows) if r.get("run") == runs[-1]]
+    assert len(runs) == 2 and again == [
+        ("m1432_n1888_k2568_bf16", "pick"),
+        ("m1432_n1888_k2568_bf16", "num_stages=-1"),
+        ("m1432_n1888_k2568_bf16", "swizzle=0"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--config", "b128x128x32_t128_s3"], "--around-pick: times each shape's pick"),
+        (["--threads", "256"], "takes no --threads"),
+        (["--tune-first-use"], "takes no --tune-first-use"),
+        (["num_stage=5"], "argument --around-pick: 'num_stage': must be one of GemmConfig's"),
+        (["num_stages=x"], "num_stages=x: must be a whole number, or +N/-N"),
+    ],
+)
+def test_around_pick_refuses_what_it_cannot_take(extra, says, capsys):
+    with pytest.raises(SystemExit) as err:
+        bench_gemm.main([*AROUND, "--around-pick", "num_stages=+1", *extra])
+    assert err.value.code == 2 and says in capsys.readouterr().err

@@ -1,0 +1,90 @@
+"""A change to a kernel config as it is written on a command line, for timing a shape's
+pick beside the pick changed (``python3 -m benchmarks.bench_gemm --around-pick``).
+
+A change is ``FIELD=VALUE`` pairs joined by commas, each FIELD one of ``GemmConfig``'s:
+
+    num_stages=5            an absolute value
+    num_stages=+1           a number moved by +N or -N from the pick's
+    block_n=144,multicast=b two fields at once
+    async_mma=true          a switch: true/false (or 1/0)
+    multicast=none          no clusters (multicast's empty value)
+
+``ConfigChange.parse`` refuses a bad change with a ValueError naming the field and the
+rule; ``ConfigChange.apply`` gives the changed config, or the validator's ValueError where
+the config it would give is not a valid one (a tile over the shared-memory budget...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kernels.gemm import POLICIES, GemmConfig
+
+NUMBER_FIELDS = (
+    "block_m",
+    "block_n",
+    "block_k",
+    "threads",
+    "num_stages",
+    "swizzle",
+    "persistent",
+    "split_k",
+    "stream_k",
+)
+SWITCH_FIELDS = ("smem_epilogue", "async_mma", "swap_ab", "pingpong", "cp_async", "fixup", "pad")
+CHOICE_FIELDS = {"policy": tuple(POLICIES), "multicast": ("none", "a", "b", "ab")}
+SWITCHES = {"true": True, "1": True, "false": False, "0": False}
+FIELDS = (*NUMBER_FIELDS, *SWITCH_FIELDS, *CHOICE_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """``text`` as parsed: the fields set outright, and the numbers moved from the
+    config's own (``+N``/``-N``)."""
+
+    text: str
+    values: tuple[tuple[str, object], ...]
+    moves: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> ConfigChange:
+        values: dict[str, object] = {}
+        moves: dict[str, int] = {}
+        if not text.strip():
+            raise ValueError("a change must be FIELD=VALUE[,FIELD=VALUE...], e.g. num_stages=+1")
+        for part in text.split(","):
+            field, sep, value = (s.strip() for s in part.partition("="))
+            if not sep:
+                raise ValueError(f"{part!r}: must be FIELD=VALUE, e.g. num_stages=5")
+            if field not in FIELDS:
+                raise ValueError(f"{field!r}: must be one of GemmConfig's fields {list(FIELDS)}")
+            if field in values or field in moves:
+                raise ValueError(f"{field}: given twice in {text!r}")
+            if field in NUMBER_FIELDS:
+                sign = value[:1] if value[:1] in "+-" else ""
+                digits = value[len(sign) :]
+                if not digits.isdigit():
+                    raise ValueError(
+                        f"{field}={value}: must be a whole number, or +N/-N to move the "
+                        "config's own"
+                    )
+                if sign:
+                    moves[field] = int(value)
+                else:
+                    values[field] = int(digits)
+            elif field in SWITCH_FIELDS:
+                if value.lower() not in SWITCHES:
+                    raise ValueError(f"{field}={value}: must be true or false (or 1/0)")
+                values[field] = SWITCHES[value.lower()]
+            else:
+                choices = CHOICE_FIELDS[field]
+                if value not in choices:
+                    raise ValueError(f"{field}={value}: must be one of {list(choices)}")
+                values[field] = "" if value == "none" else value
+        return cls(text, tuple(values.items()), tuple(moves.items()))
+
+    def apply(self, config: GemmConfig) -> GemmConfig:
+        """``config`` changed; ValueError (the validator's) where that is no valid config."""
+        fields = dict(self.values)
+        fields.update({f: getattr(config, f) + step for f, step in self.moves})
+        return replace(config, **fields)
