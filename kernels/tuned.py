@@ -911,7 +911,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     best = off_sector_nn(shape, best, sms)
     best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
     best = exchanged(shape, best, sms)
-    return unpanelled(shape, best, sms)
+    return narrower_nt_pair(shape, unpanelled(shape, best, sms), sms)
 
 
 # Where A's rows start off a 32-byte sector (``narrow_fits`` false) the scores above
@@ -1304,6 +1304,44 @@ def unpanelled(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     ):
         return replace(config, swizzle=0)
     return config
+
+
+# In NT under a wave, 128x160's pair sharing B in 5 stages in place of 128x192's, where
+# 128x160 pads N less by ``NT_NARROW_MIN_PAD`` of N or more and its pair grid still fits
+# a wave: the blocks then split the output more finely with no more of it wasted. In NT
+# B's rows are K steps of 128 bytes whatever the width (in NN a width of 160 loses TMA's
+# 128-byte swizzle, ``FITTED``). On the H200 (reports/one_wave_forms_h200.jsonl) it ran
+# 1456x1544x1704 bf16 in 17.4 us against 18.7 and 1496x1576x1992 bf16 in 19.8 against
+# 20.8, and lost where it pads N no less (1080x1800x1560 fp16, 20.2 against 17.2) or its
+# pairs passed a wave (1656x1504x2184 fp16). On eight shapes drawn before any was measured
+# (reports/offtable_nt_narrow_shapes.json; on an H100, reports/h100/nt_narrow_h100.jsonl,
+# when no H200 could be started) it ran faster on all eight, 1.03-1.09x (1760x1224x3288
+# fp16 31.5 us against 34.3), ahead of 128x144's and 128x176's pairs in 5 stages on six;
+# the least difference in padding there, 3.0% of N (1832x1048x2392 bf16), is the bound.
+# Deeper pipelines alone gain nothing on these grids (reports/h100/stages_h100.jsonl).
+NT_NARROW_PAIR = replace(NARROW_PAIR_TILE, block_n=160, num_stages=5, swizzle=0)
+NT_NARROW_MIN_PAD = 0.03
+
+
+def n_padding(shape: GemmShape, block_n: int) -> float:
+    """The columns a grid of ``block_n``-wide tiles computes past N, over N."""
+    return (-(-shape.n // block_n) * block_n - shape.n) / shape.n
+
+
+def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``NT_NARROW_PAIR`` in place of 128x192's pair (``NARROW_PAIR_TILE`` without
+    panels) in NT where that pair's grid and its own fit a wave of ``sms`` blocks and it
+    pads N less by ``NT_NARROW_MIN_PAD`` or more; ``config`` elsewhere."""
+    if (
+        shape.layout != "NT"
+        or config != replace(NARROW_PAIR_TILE, swizzle=0)
+        or grid_blocks(shape, config) > sms
+        or grid_blocks(shape, NT_NARROW_PAIR) > sms
+        or n_padding(shape, 192) - n_padding(shape, 160) < NT_NARROW_MIN_PAD
+        or not builds(shape, NT_NARROW_PAIR)
+    ):
+        return config
+    return NT_NARROW_PAIR
 
 
 def under_a_wave(shape: GemmShape, sms: int) -> bool:

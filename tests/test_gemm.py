@@ -1500,6 +1500,9 @@ MULTICAST_SIZES = {
     # Three consumer warpgroups in pairs, as ``kernels.tuned.off_sector_plain_pair`` picks
     # them (3688x1048x1896: 20 M tiles, 1048 = 5 x 192 + 88 columns, K = 29 x 64 + 40).
     "b192x192x64_t384_s4_pr_e_a_mb": [(3688, 1048, 1896)],
+    # 128x160's pair in 5 stages, as ``kernels.tuned.narrower_nt_pair`` picks it in NT
+    # (1760x1224x3288: 14 M tiles, 1224 = 7 x 160 + 104 columns, K = 51 x 64 + 24).
+    "b128x160x64_t256_s5_pr_e_a_mb": [(1760, 1224, 3288)],
     "b128x256x64_t256_s4_w8_a_mb": [(1152, 1408, 1024), (3000, 5000, 7000)],
     "b256x128x64_t256_s4_w8_e_a_ma": [(1152, 1408, 1024), (2500, 1800, 4000)],
     "b128x128x64_t128_s4_a_ma": [(1152, 1408, 1024), (16, 1024, 2048)],

@@ -1543,14 +1543,18 @@ def test_off_sector_square_ran_faster_than_the_rules_without_it(monkeypatch, bef
 # --- 128x192 under a wave, whatever A's rows -------------------------------------------
 
 
-def test_128x192_is_scored_under_a_wave_where_a_is_off_a_sector():
+def test_128x192_is_scored_under_a_wave_where_a_is_off_a_sector(monkeypatch):
     # 1240x2112x1288 bf16: A's rows of 2,576 bytes, 110 tiles of 128x192 on 132 SMs.
     nn = GemmShape(1240, 2112, 1288, "bfloat16")
     assert not tuned.narrow_fits(nn) and tuned.under_a_wave(nn, SMS)
     assert heuristic(nn, SMS).id == "b128x192x64_t256_s4_pr_e"
-    # NT: B's rows are as long, off a sector too; 128x192's pair sharing B.
+    # NT: B's rows are as long, off a sector too; 128x192's pair sharing B, narrowed to
+    # 128x160's where that pads N 8.3% less (``narrower_nt_pair``).
     nt = GemmShape(1456, 1544, 1704, "bfloat16", "NT")
-    assert heuristic(nt, SMS) == replace(tuned.NARROW_PAIR_TILE, swizzle=0)
+    assert heuristic(nt, SMS) == tuned.NT_NARROW_PAIR
+    with monkeypatch.context() as m:
+        m.setattr(tuned, "narrower_nt_pair", lambda shape, config, sms: config)
+        assert heuristic(nt, SMS) == replace(tuned.NARROW_PAIR_TILE, swizzle=0)
     # A wave or more keeps 128x192 out where A is off (3000x5120x7000: 4.9 waves).
     over = GemmShape(3000, 5120, 7000, "bfloat16")
     assert not tuned.under_a_wave(over, SMS)
@@ -2038,3 +2042,61 @@ def test_off_sector_pairs_ran_faster_than_the_rules_without_it(monkeypatch, befo
     assert len(ratios) >= 21
     assert sum(r > 1 for r in ratios) >= 20 and min(ratios) > 0.99
     assert statistics.median(ratios) > 1.05
+
+
+NT_NARROW_LIST = ROOT / "reports" / "offtable_nt_narrow_shapes.json"
+
+
+def test_narrower_nt_pair_takes_the_list_drawn_for_it_and_no_shape_it_lost_on():
+    """``kernels.tuned.narrower_nt_pair`` picks 128x160's pair for all eight NT shapes drawn
+    for it, and for the two under-a-wave shapes it ran faster on; not where it pads N no
+    less (1080x1800x1560 NT fp16), pads more (1656x1504x2184, 1728x1536x1240,
+    1048x2264x1992) or its pairs pass a wave (2560x1056x2280: 20 x 7 = 140 blocks), nor
+    in NN."""
+    entries = json.loads(NT_NARROW_LIST.read_text())["shapes"]
+    assert len(entries) == 8
+    for e in entries:
+        shape = GemmShape(e["m"], e["n"], e["k"], e["dtype"], e["layout"])
+        assert heuristic(shape, SMS) == tuned.NT_NARROW_PAIR, shape.id
+        assert heuristic(replace(shape, layout="NN"), SMS) != tuned.NT_NARROW_PAIR
+    for m, n, k in ((1456, 1544, 1704), (1496, 1576, 1992)):
+        assert heuristic(GemmShape(m, n, k, "bfloat16", "NT"), SMS) == tuned.NT_NARROW_PAIR
+    pair = replace(tuned.NARROW_PAIR_TILE, swizzle=0)
+    for m, n, k, dtype in (
+        (1080, 1800, 1560, "float16"),
+        (1656, 1504, 2184, "float16"),
+        (1728, 1536, 1240, "bfloat16"),
+        (1048, 2264, 1992, "bfloat16"),
+        (2560, 1056, 2280, "bfloat16"),
+    ):
+        assert heuristic(GemmShape(m, n, k, dtype, "NT"), SMS) == pair, (m, n, k)
+
+
+def test_narrower_nt_pair_bound_is_the_least_padding_difference_measured():
+    """``NT_NARROW_MIN_PAD`` is the least difference in N's padding over the eight shapes
+    drawn for the rule (all ran faster in 128x160's pair), rounded down to a point."""
+    entries = json.loads(NT_NARROW_LIST.read_text())["shapes"]
+    least = min(
+        tuned.n_padding(GemmShape(e["m"], e["n"], e["k"]), 192)
+        - tuned.n_padding(GemmShape(e["m"], e["n"], e["k"]), 160)
+        for e in entries
+    )
+    assert math.floor(least * 100) / 100 == tuned.NT_NARROW_MIN_PAD
+
+
+def test_narrower_nt_pair_ran_faster_where_an_h200_record_timed_both():
+    """In every H200 record that timed both 128x160's pair in 5 stages and 128x192's pair
+    on a shape the rule gives to the first, the first ran faster (two shapes, both
+    reports/one_wave_forms_h200.jsonl: 1456x1544x1704 and 1496x1576x1992 NT bf16)."""
+    pair = replace(tuned.NARROW_PAIR_TILE, swizzle=0).id
+    seen = 0
+    for key, by_config in recorded_times().items():
+        shape = GemmShape(*key[1:])
+        if heuristic(shape, SMS) != tuned.NT_NARROW_PAIR or pair not in by_config:
+            continue
+        narrow = by_config.get(tuned.NT_NARROW_PAIR.id)
+        if narrow is None:
+            continue
+        seen += 1
+        assert statistics.median(narrow) < statistics.median(by_config[pair]), key
+    assert seen >= 2
