@@ -1316,8 +1316,9 @@ def unpanelled(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # pairs passed a wave (1656x1504x2184 fp16). On eight shapes drawn before any was measured
 # (reports/offtable_nt_narrow_shapes.json; on an H100, reports/h100/nt_narrow_h100.jsonl,
 # when no H200 could be started) it ran faster on all eight, 1.03-1.09x (1760x1224x3288
-# fp16 31.5 us against 34.3), ahead of 128x144's and 128x176's pairs in 5 stages on six;
-# the least difference in padding there, 3.0% of N (1832x1048x2392 bf16), is the bound.
+# fp16 31.5 us against 34.3), the fastest of the panel's four configs on seven (128x176's
+# pair on 1968x1040x2728 bf16); the least difference in padding there, 3.0% of N
+# (1832x1048x2392 bf16), is the bound.
 # Deeper pipelines alone gain nothing on these grids (reports/h100/stages_h100.jsonl).
 NT_NARROW_PAIR = replace(NARROW_PAIR_TILE, block_n=160, num_stages=5, swizzle=0)
 NT_NARROW_MIN_PAD = 0.03
