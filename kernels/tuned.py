@@ -851,6 +851,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
       against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
+      In NT under a wave, 128x192's pair narrows to 128x160's in 5 stages where that
+      pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: faster on
+      all eight shapes drawn for it, on an H100, and on the two H200 records of both).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
