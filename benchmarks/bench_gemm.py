@@ -657,16 +657,17 @@ def resumed(args, meta: dict, shapes: list[GemmShape], entries: list):
     return resume.sweep_done(runs, meta, (*resume.DEVICE_KEYS, *TIMING_KEYS), planned)
 
 
-def run(args, console, meta: dict, skip=frozenset()) -> tuple[list, bool]:
-    """Measure the sweep, less the shapes whose ids are in ``skip`` (timed whole before:
-    ``--resume``); returns the finished rows and whether it was interrupted (Ctrl-C or
-    SIGTERM). A config that fails to build or run is a failed row, and the sweep goes on."""
+def run(args, console, meta: dict, planned: tuple, skip=frozenset()) -> tuple[list, bool]:
+    """Measure the sweep (``planned``: ``plan``'s shapes and configs), less the shapes whose
+    ids are in ``skip`` (timed whole before: ``--resume``); returns the finished rows and
+    whether it was interrupted (Ctrl-C or SIGTERM). A config that fails to build or run is
+    a failed row, and the sweep goes on."""
     from rich.markup import escape
 
     from harness.measure.cases import Case, CaseResult
     from harness.measure.correctness import on_hang
 
-    shapes, entries = plan(args)
+    shapes, entries = planned
     shapes = [s for s in shapes if s.id not in skip]
     if args.run_tilelang:
         for e in entries:
@@ -884,15 +885,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: error: {reason}; this command times kernels on a GPU", file=sys.stderr)
             return EXIT_NO_GPU
         meta = run_meta(args, argv)
+        shapes, entries = plan(args)  # checked above: it raises nothing here
         if args.around_pick is not None:
-            shapes, _ = plan(args)
             args.around = around_pick(args.around_pick, shapes, meta["gpu"], meta["sm_count"])
             for note in args.around.notes:
                 console.print(note, markup=False, highlight=False)
         skip: frozenset = frozenset()
         if args.resume:
             try:
-                shapes, entries = plan(args)
                 done = resumed(args, meta, shapes, entries)
             except (OSError, ValueError) as err:
                 parser.error(f"--resume: {err}")
@@ -904,7 +904,7 @@ def main(argv: list[str] | None = None) -> int:
             skip = frozenset(done.runs)
             meta["resumes"] = sorted(set(done.runs.values()))
         console.print(f"run {meta['run']} on {meta['gpu']}")
-        results, interrupted = run(args, console, meta, skip)
+        results, interrupted = run(args, console, meta, (shapes, entries), skip)
     if results:
         print_table(results, console)
     if args.report and results:

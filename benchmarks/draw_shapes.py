@@ -101,9 +101,9 @@ def draw(seed: int, wanted: dict[str, int], step: int | None = None) -> list[Gem
     category's box yields no such shape (a ``--step`` that its rule cannot meet)."""
     rng = random.Random(seed)
     tuned, shapes = tuned_shapes(), []
-    for category, count_ in wanted.items():
+    for category, needed in wanted.items():
         box, (rule, words) = BOXES[category], CATEGORIES[category]
-        for _ in range(count_):
+        for _ in range(needed):
             for _ in range(MAX_TRIES):
                 m, n, k = box.draw(rng, step)
                 shape = GemmShape(m, n, k, rng.choice(sorted(DTYPES)), rng.choice(sorted(LAYOUTS)))

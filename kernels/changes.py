@@ -16,23 +16,16 @@ the config it would give is not a valid one (a tile over the shared-memory budge
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
-from kernels.gemm import POLICIES, GemmConfig
+from kernels.gemm import MULTICASTS, POLICIES, GemmConfig
 
-NUMBER_FIELDS = (
-    "block_m",
-    "block_n",
-    "block_k",
-    "threads",
-    "num_stages",
-    "swizzle",
-    "persistent",
-    "split_k",
-    "stream_k",
-)
-SWITCH_FIELDS = ("smem_epilogue", "async_mma", "swap_ab", "pingpong", "cp_async", "fixup", "pad")
-CHOICE_FIELDS = {"policy": tuple(POLICIES), "multicast": ("none", "a", "b", "ab")}
+# The fields a change may set, read off ``GemmConfig``: its numbers, its switches and its
+# two named choices (``accum_dtype`` and the shared-memory budget are no tuning knobs).
+_COMPARED = [f for f in fields(GemmConfig) if f.compare]
+NUMBER_FIELDS = tuple(f.name for f in _COMPARED if f.type is int)
+SWITCH_FIELDS = tuple(f.name for f in _COMPARED if f.type is bool)
+CHOICE_FIELDS = {"policy": tuple(POLICIES), "multicast": tuple(m or "none" for m in MULTICASTS)}
 SWITCHES = {"true": True, "1": True, "false": False, "0": False}
 FIELDS = (*NUMBER_FIELDS, *SWITCH_FIELDS, *CHOICE_FIELDS)
 
@@ -85,6 +78,6 @@ class ConfigChange:
 
     def apply(self, config: GemmConfig) -> GemmConfig:
         """``config`` changed; ValueError (the validator's) where that is no valid config."""
-        fields = dict(self.values)
-        fields.update({f: getattr(config, f) + step for f, step in self.moves})
-        return replace(config, **fields)
+        changed = dict(self.values)
+        changed.update({f: getattr(config, f) + step for f, step in self.moves})
+        return replace(config, **changed)
