@@ -1,7 +1,10 @@
 """Bad input to the helper commands: each names the option and the rule, on the CPU."""
 
 import argparse
+import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +170,37 @@ def test_tuner_lists_its_spaces_and_needs_a_gpu_to_tune():
     out = _run("-m", "benchmarks.tune_gemm", "--case", "decode16")
     # No GPU here: one line that says why, and the tuner's own exit status.
     assert out.returncode == 3 and "tuning times kernels on a GPU" in out.stderr
+
+
+# A panel's shapes file says in its ``about`` how it is to be timed: a command that a
+# person pastes onto a GPU host. Each must parse, read that same file and name configs
+# that every shape of it can run, or the GPU time is spent on an error.
+PANEL_COMMAND = re.compile(r"python3 -m benchmarks\.bench_gemm ([^;(]+?)\.?(?:;|\(|$)")
+PANELS = [
+    (path, command)
+    for path in sorted((ROOT / "reports").glob("offtable_*_shapes.json"))
+    for command in PANEL_COMMAND.findall(json.loads(path.read_text()).get("about", ""))
+    if "--shapes" in command
+]
+
+
+@pytest.mark.parametrize("path, command", PANELS, ids=[p.stem for p, _ in PANELS])
+def test_each_panel_command_runs_as_its_file_says(path, command):
+    from benchmarks import bench_gemm
+    from kernels.gemm import GemmConfig, check_combination
+
+    args = bench_gemm.build_parser().parse_args(shlex.split(command))
+    assert (ROOT / args.shapes).resolve() == path
+    assert args.jsonl is not None, "a panel keeps its rows"
+    shapes, entries = bench_gemm.plan(args)
+    assert len(shapes) >= 4 and args.config
+    assert all(isinstance(e, GemmConfig) for e in entries), entries
+    for shape in shapes:
+        for config in entries:
+            check_combination(shape, config)
+
+
+def test_panel_commands_are_found():
+    # The pattern above reads the committed files: a change in their wording that it
+    # misses would leave the test above with nothing to check.
+    assert len(PANELS) >= 10
