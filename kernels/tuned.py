@@ -455,7 +455,12 @@ TILES = (
     # shapes of the H200 tile sweep (reports/tiles_h200.jsonl): 0.927-0.970, 0.949 the
     # median of four.
     Tile(GemmConfig(128, 192, 64, 256, 4, swizzle=8, policy="row", smem_epilogue=True), 0.95),
-    # One warpgroup: 0.73-0.80 of the winner (fp16), 0.794 the median.
+    # One warpgroup: 0.73-0.80 of the winner (fp16), 0.794 the median. Where it wins the
+    # scores (mid shapes under a wave, about 4% of random ones) tiles on two warpgroups were
+    # timed against it on ten shapes drawn for that (reports/offtable_one_group_shapes.json,
+    # H200, reports/one_group_h200.jsonl): 128x128's pair sharing B in 5 stages ran faster
+    # on six, a median 1.037x but 0.61-1.23x; 128x192, 128x160's pair, 128x144 and 128x96
+    # exchanged ran slower at the median (0.66-0.95x). It stays.
     Tile(GemmConfig(128, 128, 64, 128, 4, swizzle=8, smem_epilogue=True), 0.79),
     # The thin cases' winner (decode64, attn_pv; within 4% on decode16). Not timed on a
     # large shape: a 64x64 tile feeds half the products per loaded byte that 128x128 does,
@@ -1321,7 +1326,9 @@ def unpanelled(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # when no H200 could be started) it ran faster on all eight, 1.03-1.09x (1760x1224x3288
 # fp16 31.5 us against 34.3), the fastest of the panel's four configs on seven (128x176's
 # pair on 1968x1040x2728 bf16); the least difference in padding there, 3.0% of N
-# (1832x1048x2392 bf16), is the bound.
+# (1832x1048x2392 bf16), is the bound. The H200 timed the same panel after
+# (reports/nt_narrow_h200.jsonl): faster on seven of eight, 1.03-1.08x (1760x1224x3288
+# fp16 28.1 us against 30.2), slower on 1352x1560x1624 bf16 (18.6 us against 17.9).
 # Deeper pipelines alone gain nothing on these grids (reports/h100/stages_h100.jsonl).
 NT_NARROW_PAIR = replace(NARROW_PAIR_TILE, block_n=160, num_stages=5, swizzle=0)
 NT_NARROW_MIN_PAD = 0.03
