@@ -857,8 +857,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
       against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
       In NT under a wave, 128x192's pair narrows to 128x160's in 5 stages where that
-      pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: faster on
-      all eight shapes drawn for it, on an H100, and on the two H200 records of both).
+      pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: on the
+      H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
+      eighth, and on the two earlier records of both; on an H100 on all eight).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
