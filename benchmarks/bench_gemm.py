@@ -791,6 +791,20 @@ def exit_status(results, interrupted: bool) -> int:
     return sweep_status(interrupted, incorrect, any(r.failed for r in results))
 
 
+def picks_configs(parser, args, flag: str, what: str, also: tuple[str, ...] = ()) -> None:
+    """Where ``flag`` chooses each shape's configs itself: refuse the options that would
+    choose them too (the knobs, ``--config``, ``also``) and ``--replay``, naming them, and
+    run the kernels."""
+    swept = [f"--{f.replace('_', '-')}" for f in SWEPT if hasattr(args, f)]
+    swept += ["--config"] if args.config else []
+    swept += list(also)
+    if swept:
+        parser.error(f"{flag}: {what}, so it takes no {'/'.join(swept)}")
+    if args.replay:
+        parser.error(f"{flag}: measures; --replay renders a recorded run")
+    args.run_tilelang = True
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -835,28 +849,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     if args.tune_first_use:
-        swept = [f"--{f.replace('_', '-')}" for f in SWEPT if hasattr(args, f)]
-        swept += ["--config"] if args.config else []
-        if swept:
-            parser.error(
-                f"--tune-first-use: picks each shape's config, so it takes no {'/'.join(swept)}"
-            )
-        if args.replay:
-            parser.error("--tune-first-use: measures; --replay renders a recorded run")
-        args.run_tilelang = True
+        picks_configs(parser, args, "--tune-first-use", "picks each shape's config")
     args.around = None
     if args.around_pick is not None:
-        swept = [f"--{f.replace('_', '-')}" for f in SWEPT if hasattr(args, f)]
-        swept += ["--config"] if args.config else []
-        swept += ["--tune-first-use"] if args.tune_first_use else []
-        if swept:
-            parser.error(
-                "--around-pick: times each shape's pick and the pick changed, so it takes "
-                f"no {'/'.join(swept)}"
-            )
-        if args.replay:
-            parser.error("--around-pick: measures; --replay renders a recorded run")
-        args.run_tilelang = True
+        picks_configs(
+            parser,
+            args,
+            "--around-pick",
+            "times each shape's pick and the pick changed",
+            ("--tune-first-use",) if args.tune_first_use else (),
+        )
     given = [("--tuned", args.tuned), ("--tune-log", args.tune_log)]
     given += [("--offtable", p) for p in args.offtable or ()]
     for name, path in given + [("--retune-log", p) for p in args.retune_log or ()]:
