@@ -859,7 +859,11 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       In NT under a wave, 128x192's pair narrows to 128x160's in 5 stages where that
       pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: on the
       H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
-      eighth, and on the two earlier records of both; on an H100 on all eight).
+      eighth, and on the two earlier records of both; on an H100 on all eight). Then
+      either NT pair gives way to four-block clusters of 128x160, 128x176 or 128x192,
+      the narrowest whose grid stays within 0.91 of the SMs (``nt_quads``: on an H100
+      1.04-1.22x faster on the ten shapes drawn before it, on eight drawn after six
+      1.03-1.20x faster and two level; not yet timed on an H200).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
@@ -920,7 +924,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     best = off_sector_nn(shape, best, sms)
     best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
     best = exchanged(shape, best, sms)
-    return narrower_nt_pair(shape, unpanelled(shape, best, sms), sms)
+    return nt_quads(shape, narrower_nt_pair(shape, unpanelled(shape, best, sms), sms), sms)
 
 
 # Where A's rows start off a 32-byte sector (``narrow_fits`` false) the scores above
@@ -1354,6 +1358,51 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
     ):
         return config
     return NT_NARROW_PAIR
+
+
+# In NT, a plain grid of 128x192's or 128x160's pair sharing B gives way to clusters of
+# four blocks (two M tiles by two N tiles, ``multicast`` "ab": each operand's tile read
+# from the L2 once per two blocks, where the pair reads A's for every block) in the
+# narrowest of ``QUAD_WIDTHS`` whose grid, both tile counts rounded up to even, stays
+# within ``QUAD_FILL`` of the SMs. A GPU places a cluster's blocks within one GPC, so
+# fewer four-block clusters than a quarter of the SMs run at once: on the H100 measured
+# grids of up to 120 blocks (30 clusters) ran in one wave and every grid of 128 or more
+# took two. Fewer output columns a block then leave no SM slot idle that the pair filled.
+# On an H100 (bench_gemm, CUPTI; reports/h100/low_fill_clusters_h100.jsonl, ten NT shapes
+# drawn before any was measured, 90-110 tiles of 128x192) its pick ran faster than
+# 128x192's pair on all ten, 1.04-1.22x, median 1.20x (1112x1840x3416 bf16 28.8 us
+# against 35.0); on twelve drawn after the rule (reports/offtable_quad_fill_shapes.json,
+# reports/h100/quad_fill_h100.jsonl) it changes eight picks: six faster, 1.03-1.20x, two
+# level (0.992x, 0.996x). Through offtable on that H100 the low-fill panel ran a median
+# 1.033x torch, worst 0.922x (reports/h100/offtable_low_fill_h100.md), and the fresh
+# panel 0.993x, worst 0.845x on a shape no width fits (1192x2440x1496 fp16, where even
+# 128x192's clusters take 140 blocks). Past the bound the clusters ran 0.58-0.78x of the
+# pair; 128x144 in them ran 0.69-0.84x where it fitted, and stays out. No H200 has timed
+# these clusters on a plain grid under a wave yet; their persistent form of 132 blocks
+# (33 clusters) lost to the pair there (reports/nt_quads_h200.jsonl).
+QUAD_WIDTHS = (160, 176, 192)
+QUAD_FILL = 0.91  # of the SMs: 120 blocks on an H100 or H200
+QUAD_PAIRS = (replace(NARROW_PAIR_TILE, swizzle=0), NT_NARROW_PAIR)
+
+
+def quad_form(block_n: int) -> GemmConfig:
+    """128 x ``block_n`` in four-block clusters on a plain grid: 4 stages at 192 columns
+    (``NARROW_PAIR_TILE``'s), 5 narrower (``NT_NARROW_PAIR``'s)."""
+    base = replace(NARROW_PAIR_TILE, swizzle=0) if block_n == 192 else NT_NARROW_PAIR
+    return replace(base, block_n=block_n, multicast="ab")
+
+
+def nt_quads(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """The narrowest ``quad_form`` whose grid stays within ``QUAD_FILL`` of ``sms`` in
+    place of a plain pair grid of ``QUAD_PAIRS`` in NT; ``config`` elsewhere, or where
+    no width fits."""
+    if shape.layout != "NT" or config not in QUAD_PAIRS:
+        return config
+    for block_n in QUAD_WIDTHS:
+        form = quad_form(block_n)
+        if grid_blocks(shape, form) <= QUAD_FILL * sms and builds(shape, form):
+            return form
+    return config
 
 
 def under_a_wave(shape: GemmShape, sms: int) -> bool:

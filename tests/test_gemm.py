@@ -1511,6 +1511,13 @@ MULTICAST_SIZES = {
     # off-sector shape they are meant for (2096x2728x1304: 11 x 15 tiles of 192x192).
     "b192x192x64_t384_s4_pr_e_a_mab": [(900, 500, 1304), (2096, 2728, 1304)],
     "b128x256x64_t256_s4_e_a_mab": [(900, 500, 1304)],
+    # 128x160, 128x176 and 128x192 in them as ``kernels.tuned.nt_quads`` picks them in NT
+    # (and on NN), partial edge tiles on both axes, an odd count of M tiles on each (a
+    # last cluster row past C: 1816 = 14 x 128 + 24, 1552 = 12 x 128 + 16, 1880 =
+    # 14 x 128 + 88) and of N tiles on one (1032 = 6 x 160 + 72).
+    "b128x160x64_t256_s5_pr_e_a_mab": [(1816, 1032, 2360)],
+    "b128x176x64_t256_s5_pr_e_a_mab": [(1552, 1344, 2824)],
+    "b128x192x64_t256_s4_pr_e_a_mab": [(1880, 1136, 2664)],
 }
 MULTICAST_CASES = cases_of(MULTICAST_SIZES)
 

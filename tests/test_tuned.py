@@ -517,6 +517,13 @@ def test_a_fitted_tile_wins_where_its_tiles_fill_the_wave(monkeypatch):
 
 
 @pytest.fixture
+def before_quads(monkeypatch):
+    """The heuristic without ``nt_quads``, which takes the NT pairs' picks of the rules
+    beneath it: those rules are weighed on their own picks."""
+    monkeypatch.setattr(tuned, "nt_quads", lambda shape, config, sms: config)
+
+
+@pytest.fixture
 def before_exchanged(monkeypatch):
     """The heuristic without its last rule, ``exchanged``, which takes picks from every
     rule beneath it: each of those rules is tested, and its evidence weighed, on its own
@@ -1551,10 +1558,13 @@ def test_128x192_is_scored_under_a_wave_where_a_is_off_a_sector(monkeypatch):
     # NT: B's rows are as long, off a sector too; 128x192's pair sharing B, narrowed to
     # 128x160's where that pads N 8.3% less (``narrower_nt_pair``).
     nt = GemmShape(1456, 1544, 1704, "bfloat16", "NT")
-    assert heuristic(nt, SMS) == tuned.NT_NARROW_PAIR
     with monkeypatch.context() as m:
+        m.setattr(tuned, "nt_quads", lambda shape, config, sms: config)
+        assert heuristic(nt, SMS) == tuned.NT_NARROW_PAIR
         m.setattr(tuned, "narrower_nt_pair", lambda shape, config, sms: config)
         assert heuristic(nt, SMS) == replace(tuned.NARROW_PAIR_TILE, swizzle=0)
+    # Last, the pair gives way to 128x160 in four-block clusters (``nt_quads``).
+    assert heuristic(nt, SMS) == tuned.quad_form(160)
     # A wave or more keeps 128x192 out where A is off (3000x5120x7000: 4.9 waves).
     over = GemmShape(3000, 5120, 7000, "bfloat16")
     assert not tuned.under_a_wave(over, SMS)
@@ -1563,7 +1573,7 @@ def test_128x192_is_scored_under_a_wave_where_a_is_off_a_sector(monkeypatch):
     assert tuned.tile_of_c(heuristic(nn, 100)) != tuned.NARROW_WIDE
 
 
-def test_128x192_under_a_wave_ran_faster_than_the_rules_without_it(monkeypatch):
+def test_128x192_under_a_wave_ran_faster_than_the_rules_without_it(monkeypatch, before_quads):
     """Over the recorded sweeps, each shape whose pick ``under_a_wave`` changes, where
     both picks were timed in one record, ran faster in its pick: 12 shapes drawn after
     the rule (reports/underwave_h200.jsonl) and 1776x1472x4088 bf16 before it."""
@@ -2047,7 +2057,7 @@ def test_off_sector_pairs_ran_faster_than_the_rules_without_it(monkeypatch, befo
 NT_NARROW_LIST = ROOT / "reports" / "offtable_nt_narrow_shapes.json"
 
 
-def test_narrower_nt_pair_takes_the_list_drawn_for_it_and_no_shape_it_lost_on():
+def test_narrower_nt_pair_takes_the_list_drawn_for_it_and_no_shape_it_lost_on(before_quads):
     """``kernels.tuned.narrower_nt_pair`` picks 128x160's pair for all eight NT shapes drawn
     for it, and for the two under-a-wave shapes it ran faster on; not where it pads N no
     less (1080x1800x1560 NT fp16), pads more (1656x1504x2184, 1728x1536x1240,
@@ -2084,7 +2094,7 @@ def test_narrower_nt_pair_bound_is_the_least_padding_difference_measured():
     assert math.floor(least * 100) / 100 == tuned.NT_NARROW_MIN_PAD
 
 
-def test_narrower_nt_pair_ran_faster_where_an_h200_record_timed_both():
+def test_narrower_nt_pair_ran_faster_where_an_h200_record_timed_both(before_quads):
     """Over the H200 records that timed both 128x160's pair in 5 stages and 128x192's pair
     on a shape the rule gives to the first: the panel drawn for it
     (reports/nt_narrow_h200.jsonl, its eight shapes) and reports/one_wave_forms_h200.jsonl
@@ -2103,3 +2113,79 @@ def test_narrower_nt_pair_ran_faster_where_an_h200_record_timed_both():
     assert len(ratios) >= 10
     assert sum(r > 1 for r in ratios.values()) >= len(ratios) - 1
     assert statistics.median(ratios.values()) > 1.05 and min(ratios.values()) > 0.95
+
+
+# --- NT pairs in four-block clusters (``nt_quads``) ------------------------------------
+
+
+def test_nt_quads_takes_the_narrowest_width_whose_clusters_fit():
+    """Both tile counts rounded up to even, within 120 blocks on 132 SMs."""
+    assert math.floor(tuned.QUAD_FILL * SMS) == 120
+    for (m, n, k), width in (
+        ((1264, 1920, 2792), 160),  # 10 x 12 = 120 blocks
+        ((1552, 1344, 2824), 176),  # 160: 14 x 10 = 140; 176: 14 x 8 = 112
+        ((1880, 1136, 2664), 192),  # 160 and 176: 16 x 8 = 128; 192: 16 x 6 = 96
+    ):
+        shape = GemmShape(m, n, k, "float16", "NT")
+        pick = heuristic(shape, SMS)
+        assert pick == tuned.quad_form(width) and pick.multicast == "ab", shape.id
+        assert tuned.grid_blocks(shape, pick) <= 120
+    # No width fits (192: 18 x 8 = 144): the pair stays.
+    stays = GemmShape(2128, 1224, 2424, "float16", "NT")
+    assert heuristic(stays, SMS) == replace(tuned.NARROW_PAIR_TILE, swizzle=0)
+    # NN is unmeasured: 1240x2112x1288 bf16 keeps its plain 128x192 grid.
+    assert heuristic(GemmShape(1240, 2112, 1288, "bfloat16"), SMS).multicast == ""
+
+
+def h100_times(name: str) -> dict[tuple, dict[str, float]]:
+    """Kernel times of one H100 record (reports/h100/), by shape and config."""
+    times: dict[tuple, dict[str, float]] = {}
+    for line in (ROOT / "reports" / "h100" / name).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("tilelang_ms") and "m" in row:
+            key = (row["m"], row["n"], row["k"], row["dtype"], row["layout"])
+            times.setdefault(key, {})[row["config"]] = row["tilelang_ms"]
+    return times
+
+
+QUAD_RECORDS = ("low_fill_clusters_h100.jsonl", "quad_fill_h100.jsonl")
+
+
+def test_nt_quads_ran_faster_than_the_pair_it_replaces_on_an_h100(monkeypatch):
+    """On the H100's two records (the low-fill panel, drawn before any was measured, and
+    the quad-fill panel, drawn after the rule), each shape whose pick the rule changes:
+    the pair's time over the clusters'. 18 changed; 16 faster, 1.03-1.22x, two level
+    (0.992, 0.996); median 1.16x."""
+    picks = {}
+    for name in QUAD_RECORDS:
+        for key, by_config in h100_times(name).items():
+            picks[key] = (by_config, heuristic(GemmShape(*key), SMS))
+    monkeypatch.setattr(tuned, "nt_quads", lambda shape, config, sms: config)
+    ratios = []
+    for key, (by_config, quad) in picks.items():
+        pair = heuristic(GemmShape(*key), SMS)
+        if quad != pair:
+            ratios.append(by_config[pair.id] / by_config[quad.id])
+    assert len(ratios) >= 18
+    assert sum(r > 1 for r in ratios) >= len(ratios) - 2 and min(ratios) > 0.98
+    assert statistics.median(ratios) > 1.1
+
+
+def test_nt_quads_bound_is_where_the_h100_ran_clusters_in_one_wave():
+    """Over both records every four-block grid within ``QUAD_FILL`` of the SMs that the rule
+    could take (widths 160-192; 37 grids) ran at least 0.98x the faster pair, 128x192's
+    the slowest of them, and every one past it (29) at most 0.78x: the clusters then
+    take two waves."""
+    inside, outside = [], []
+    for name in QUAD_RECORDS:
+        for key, by_config in h100_times(name).items():
+            shape = GemmShape(*key)
+            pairs = [by_config[c.id] for c in tuned.QUAD_PAIRS if c.id in by_config]
+            for width in tuned.QUAD_WIDTHS:
+                quad = tuned.quad_form(width)
+                if quad.id in by_config:
+                    ratio = min(pairs) / by_config[quad.id]
+                    fits = tuned.grid_blocks(shape, quad) <= tuned.QUAD_FILL * SMS
+                    (inside if fits else outside).append(ratio)
+    assert len(inside) >= 36 and min(inside) > 0.98
+    assert len(outside) >= 28 and max(outside) < 0.8
