@@ -460,7 +460,8 @@ TILES = (
     # timed against it on ten shapes drawn for that (reports/offtable_one_group_shapes.json,
     # H200, reports/one_group_h200.jsonl): 128x128's pair sharing B in 5 stages ran faster
     # on six, a median 1.037x but 0.61-1.23x; 128x192, 128x160's pair, 128x144 and 128x96
-    # exchanged ran slower at the median (0.66-0.95x). It stays.
+    # exchanged ran slower at the median (0.66-0.95x). It stays, but in NT under a wave
+    # ``nt_quads`` gives it to four-block clusters.
     Tile(GemmConfig(128, 128, 64, 128, 4, swizzle=8, smem_epilogue=True), 0.79),
     # The thin cases' winner (decode64, attn_pv; within 4% on decode16). Not timed on a
     # large shape: a 64x64 tile feeds half the products per loaded byte that 128x128 does,
@@ -860,10 +861,11 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: on the
       H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
       eighth, and on the two earlier records of both; on an H100 on all eight). Then
-      either NT pair gives way to four-block clusters of 128x160, 128x176 or 128x192,
-      the narrowest whose grid stays within 0.91 of the SMs (``nt_quads``: on an H100
-      1.04-1.22x faster on the ten shapes drawn before it, on eight drawn after six
-      1.03-1.20x faster and two level; not yet timed on an H200).
+      either NT pair, or 128x128 on one warpgroup, gives way to four-block clusters of
+      128x160, 128x176 or 128x192, the narrowest whose grid stays within 0.91 of the
+      SMs (``nt_quads``: on an H100 1.04-1.22x faster on the ten shapes drawn before it,
+      on eight drawn after six 1.03-1.20x faster and two level, 1.03-1.37x on the five
+      one-warpgroup picks timed; not yet timed on an H200).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
@@ -1378,11 +1380,19 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
 # panel 0.993x, worst 0.845x on a shape no width fits (1192x2440x1496 fp16, where even
 # 128x192's clusters take 140 blocks). Past the bound the clusters ran 0.58-0.78x of the
 # pair; 128x144 in them ran 0.69-0.84x where it fitted, and stays out. No H200 has timed
-# these clusters on a plain grid under a wave yet; their persistent form of 132 blocks
+# these clusters on a plain grid under a wave yet; their persistent form, a block per SM
 # (33 clusters) lost to the pair there (reports/nt_quads_h200.jsonl).
+# The one-warpgroup 128x128 pick (``TILES[3]`` without panels) gives way alike: on the
+# H100 (reports/h100/one_group_quads_h100.jsonl, the NT five of the ten shapes drawn for
+# that tile) 1.03-1.37x faster on all five (1472x1352x3752 fp16 31.2 us against 42.8);
+# in NN, which the rule leaves alone, 0.86-1.06x.
 QUAD_WIDTHS = (160, 176, 192)
 QUAD_FILL = 0.91  # of the SMs: 120 blocks on an H100 or H200
-QUAD_PAIRS = (replace(NARROW_PAIR_TILE, swizzle=0), NT_NARROW_PAIR)
+QUAD_PAIRS = (
+    replace(NARROW_PAIR_TILE, swizzle=0),
+    NT_NARROW_PAIR,
+    replace(TILES[3].config, swizzle=0),
+)
 
 
 def quad_form(block_n: int) -> GemmConfig:
@@ -1394,8 +1404,8 @@ def quad_form(block_n: int) -> GemmConfig:
 
 def nt_quads(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     """The narrowest ``quad_form`` whose grid stays within ``QUAD_FILL`` of ``sms`` in
-    place of a plain pair grid of ``QUAD_PAIRS`` in NT; ``config`` elsewhere, or where
-    no width fits."""
+    place of a plain grid of ``QUAD_PAIRS`` (the pairs, or 128x128 on one warpgroup) in
+    NT; ``config`` elsewhere, or where no width fits."""
     if shape.layout != "NT" or config not in QUAD_PAIRS:
         return config
     for block_n in QUAD_WIDTHS:
