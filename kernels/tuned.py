@@ -1379,7 +1379,8 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
 # 1.033x torch, worst 0.922x (reports/h100/offtable_low_fill_h100.md), and the fresh
 # panel 0.993x, worst 0.845x on a shape no width fits (1192x2440x1496 fp16, where even
 # 128x192's clusters take 140 blocks). Past the bound the clusters ran 0.58-0.78x of the
-# pair; 128x144 in them ran 0.69-0.84x where it fitted, and stays out. No H200 has timed
+# pair. 128x144 in them (0.69-0.84x) never fitted the bound on the panel's shapes (128-144
+# blocks), so it is unmeasured where the rule would take it, and stays out. No H200 has timed
 # these clusters on a plain grid under a wave yet; their persistent form, a block per SM
 # (33 clusters) lost to the pair there (reports/nt_quads_h200.jsonl).
 # The one-warpgroup 128x128 pick (``TILES[3]`` without panels) gives way alike: on the
@@ -1387,7 +1388,7 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
 # that tile) 1.03-1.37x faster on all five (1472x1352x3752 fp16 31.2 us against 42.8);
 # in NN, which the rule leaves alone, 0.86-1.06x.
 QUAD_WIDTHS = (160, 176, 192)
-QUAD_FILL = 0.91  # of the SMs: 120 blocks on an H100 or H200
+QUAD_FILL = 0.91  # of the SMs: 120 blocks on the H100 measured
 QUAD_PAIRS = (
     replace(NARROW_PAIR_TILE, swizzle=0),
     NT_NARROW_PAIR,
