@@ -827,6 +827,26 @@ def test_sm90a_codegen_of_the_four_block_clusters():
     assert sm90a_resources(kernel).spill_bytes == 0
 
 
+@requires_nvcc
+@pytest.mark.parametrize(
+    "size, width",
+    [((1112, 1700, 2360), 160), ((1552, 1344, 2824), 176), ((1880, 1136, 2664), 192)],
+)
+def test_sm90a_codegen_of_the_heuristics_four_block_clusters(size, width):
+    """``kernels.tuned.quad_form``, as ``nt_quads`` picks it in NT: both tile counts
+    rounded up to even, the wgmma as wide as the tile, no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    shape = GemmShape(*size, "bfloat16", "NT")
+    config = tuned.quad_form(width)
+    assert tuned.heuristic(shape, 132) == config
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    tiles_m, tiles_n = -(-shape.m // 128), -(-shape.n // width)
+    assert kernel.blocks == (tiles_m + tiles_m % 2) * (tiles_n + tiles_n % 2)
+    assert f", 64, {width}, 16, " in kernel.source  # wgmma m64 n<width> k16
+    assert sm90a_resources(kernel).spill_bytes == 0
+
+
 def test_four_block_clusters_are_refused_off_their_grids():
     """Four-block clusters run on the plain grid or a persistent grid of whole clusters,
     without panels; stream-K is not built for them."""
@@ -1513,9 +1533,10 @@ MULTICAST_SIZES = {
     "b128x256x64_t256_s4_e_a_mab": [(900, 500, 1304)],
     # 128x160, 128x176 and 128x192 in them as ``kernels.tuned.nt_quads`` picks them in NT
     # (and on NN), partial edge tiles on both axes, an odd count of M tiles on each (a
-    # last cluster row past C: 1816 = 14 x 128 + 24, 1552 = 12 x 128 + 16, 1880 =
-    # 14 x 128 + 88) and of N tiles on one (1032 = 6 x 160 + 72).
-    "b128x160x64_t256_s5_pr_e_a_mab": [(1816, 1032, 2360)],
+    # last cluster row past C: 1112 = 8 x 128 + 88, 1552 = 12 x 128 + 16, 1880 =
+    # 14 x 128 + 88) and of N tiles on 128x160's (1700 = 10 x 160 + 100; 1032 = 6 x 160
+    # + 72, a shape the rule gives to 128x176).
+    "b128x160x64_t256_s5_pr_e_a_mab": [(1112, 1700, 2360), (1816, 1032, 2360)],
     "b128x176x64_t256_s5_pr_e_a_mab": [(1552, 1344, 2824)],
     "b128x192x64_t256_s4_pr_e_a_mab": [(1880, 1136, 2664)],
 }
