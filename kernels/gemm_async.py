@@ -107,7 +107,11 @@ shapes with A's or both operands' rows off a sector: on the plain grid 0.98-1.02
 pair's pace in 192x192 tiles where the rounding to even tile counts added no blocks, 0.54x
 on the two where it did (1888x2496x3144 NT fp16, 3456x1160x2952 NT bf16), 0.97-1.02x in
 128x256 tiles; 128x192 persistent, without the pair's panels, 0.58-1.04x), so the L2's
-reads are not what such rows cost, and no search space has it.
+reads are not what such rows cost, and no search space has it. A cluster's blocks run
+on one GPC at once, so fewer four-block clusters than a quarter of the SMs fit a wave:
+on an H100 grids of up to 120 blocks (30 clusters) ran in one wave and none of 128 or
+more did, which a persistent grid of a block per SM passes too. Within that bound, on
+plain grids under a wave in NT, they ran faster than the pair (``kernels.tuned.nt_quads``).
 
 With ``config.swap_ab`` the operands are exchanged: the kernel computes C^T = op(B)^T
 A^T, the wgmma's first operand B's tile (block_M columns of C, read transposed from
