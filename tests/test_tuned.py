@@ -1356,12 +1356,12 @@ def test_192x192_stream_k_ran_faster_than_the_rules_on_fresh_large_shapes(monkey
         assert ms[form[shape_id]] < ms[heuristic(shapes[shape_id], SMS).id], shape_id
 
 
-def recorded_times() -> dict[tuple, dict[str, list[float]]]:
-    """Kernel times of the recorded sweeps (reports/*.jsonl), by (record, m, n, k, dtype,
-    layout) and config: a comparison takes its pair from one record, as times from two
-    runs differ by a few percent alone."""
+def recorded_times(paths=None) -> dict[tuple, dict[str, list[float]]]:
+    """Kernel times of the recorded sweeps (``paths``, by default reports/*.jsonl), by
+    (record, m, n, k, dtype, layout) and config: a comparison takes its pair from one
+    record, as times from two runs differ by a few percent alone."""
     times: dict[tuple, dict[str, list[float]]] = {}
-    for path in (ROOT / "reports").glob("*.jsonl"):
+    for path in paths or (ROOT / "reports").glob("*.jsonl"):
         for line in path.read_text().splitlines():
             row = json.loads(line)
             if "meta" in row or not row.get("tilelang_ms") or "m" not in row:
@@ -2144,13 +2144,11 @@ def test_nt_quads_takes_the_narrowest_width_whose_clusters_fit():
 
 def h100_times(name: str) -> dict[tuple, dict[str, float]]:
     """Kernel times of one H100 record (reports/h100/), by shape and config."""
-    times: dict[tuple, dict[str, float]] = {}
-    for line in (ROOT / "reports" / "h100" / name).read_text().splitlines():
-        row = json.loads(line)
-        if row.get("tilelang_ms") and "m" in row:
-            key = (row["m"], row["n"], row["k"], row["dtype"], row["layout"])
-            times.setdefault(key, {})[row["config"]] = row["tilelang_ms"]
-    return times
+    times = recorded_times([ROOT / "reports" / "h100" / name])
+    return {
+        key[1:]: {config: statistics.median(t) for config, t in by_config.items()}
+        for key, by_config in times.items()
+    }
 
 
 QUAD_RECORDS = (
