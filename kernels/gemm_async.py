@@ -110,8 +110,9 @@ on the two where it did (1888x2496x3144 NT fp16, 3456x1160x2952 NT bf16), 0.97-1
 reads are not what such rows cost, and no search space has it. A cluster's blocks run
 on one GPC at once, so fewer four-block clusters than a quarter of the SMs fit a wave:
 on an H100 grids of up to 120 blocks (30 clusters) ran in one wave and none of 128 or
-more did, which a persistent grid of a block per SM passes too. Within that bound, on
-plain grids under a wave in NT, they ran faster than the pair (``kernels.tuned.nt_quads``).
+more did (on the H200 alike), which a persistent grid of a block per SM passes too.
+Within that bound, on plain grids under a wave in NT, they ran faster than the pair
+(``kernels.tuned.nt_quads``).
 
 With ``config.swap_ab`` the operands are exchanged: the kernel computes C^T = op(B)^T
 A^T, the wgmma's first operand B's tile (block_M columns of C, read transposed from

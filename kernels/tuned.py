@@ -865,7 +865,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       128x160, 128x176 or 128x192, the narrowest whose grid stays within 0.91 of the
       SMs (``nt_quads``: on an H100 1.04-1.22x faster on the ten shapes drawn before it,
       on eight drawn after six 1.03-1.20x faster and two level, 1.03-1.37x on the five
-      one-warpgroup picks timed; not yet timed on an H200).
+      one-warpgroup picks timed; on the H200 a median 1.10x over the 23 picks it
+      changes there, 1.10-1.18x where the tile narrows, 0.95-1.32x elsewhere).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
@@ -1380,9 +1381,13 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
 # panel 0.993x, worst 0.845x on a shape no width fits (1192x2440x1496 fp16, where even
 # 128x192's clusters take 140 blocks). Past the bound the clusters ran 0.58-0.78x of the
 # pair. 128x144 in them (0.69-0.84x) never fitted the bound on the panel's shapes (128-144
-# blocks), so it is unmeasured where the rule would take it, and stays out. No H200 has timed
-# these clusters on a plain grid under a wave yet; their persistent form, a block per SM
-# (33 clusters) lost to the pair there (reports/nt_quads_h200.jsonl).
+# blocks), so it is unmeasured where the rule would take it, and stays out. On the H200
+# (reports/low_fill_quads_h200.jsonl, quad_fill_h200.jsonl, one_group_quads_h200.jsonl)
+# the bound held alike: every grid of 128 blocks or more ran 0.53-0.72x of the pair. Of
+# the 23 picks the rule changes there, median 1.10x: from 128x192's pair to a narrower
+# width, 1.10-1.18x on all ten; to 128x192's own clusters, level, 0.98-1.04x (five);
+# from 128x160's pair 0.99-1.11x; from 128x128 0.95-1.32x. Their persistent form, a
+# block per SM (33 clusters), lost to the pair there (reports/nt_quads_h200.jsonl).
 # The one-warpgroup 128x128 pick (``TILES[3]`` without panels) gives way alike: on the
 # H100 (reports/h100/one_group_quads_h100.jsonl, the NT five of the ten shapes drawn for
 # that tile) 1.03-1.37x faster on all five (1472x1352x3752 fp16 31.2 us against 42.8);
