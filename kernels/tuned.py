@@ -862,11 +862,12 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
       eighth, and on the two earlier records of both; on an H100 on all eight). Then
       either NT pair, or 128x128 on one warpgroup, gives way to four-block clusters of
-      128x160, 128x176 or 128x192, the narrowest whose grid stays within 0.91 of the
-      SMs (``nt_quads``: on an H100 1.04-1.22x faster on the ten shapes drawn before it,
+      128x160, 128x176, 128x192 or 128x208, the narrowest whose grid stays within 0.91
+      of the SMs (``nt_quads``: on an H100 1.04-1.22x faster on the ten shapes drawn before it,
       on eight drawn after six 1.03-1.20x faster and two level, 1.03-1.37x on the five
       one-warpgroup picks timed; on the H200 a median 1.10x over the 23 picks it
-      changes there, 1.10-1.18x where the tile narrows, 0.95-1.32x elsewhere).
+      changes there, 1.10-1.18x where the tile narrows, 0.95-1.32x elsewhere; 128x208
+      where it alone fits, 0.96-1.11x, median 1.05x over 14 shapes on both GPUs).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
@@ -1380,8 +1381,9 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
 # 1.033x torch, worst 0.922x (reports/h100/offtable_low_fill_h100.md), and the fresh
 # panel 0.993x, worst 0.845x on a shape no width fits (1192x2440x1496 fp16, where even
 # 128x192's clusters take 140 blocks). Past the bound the clusters ran 0.58-0.78x of the
-# pair. 128x144 in them (0.69-0.84x) never fitted the bound on the panel's shapes (128-144
-# blocks), so it is unmeasured where the rule would take it, and stays out. On the H200
+# pair. 128x144 in them, where it fits with more blocks than 128x160's (an H100,
+# reports/h100/quads144_h100.jsonl), ran 1.04-1.06x of 128x160's only where that had 72
+# blocks or fewer and 0.96-1.00x at 80-96: it stays out. On the H200
 # (reports/low_fill_quads_h200.jsonl, quad_fill_h200.jsonl, one_group_quads_h200.jsonl)
 # the bound held alike: every grid of 128 blocks or more ran 0.53-0.72x of the pair. Of
 # the 23 picks the rule changes there, median 1.10x: from 128x192's pair to a narrower
@@ -1391,8 +1393,15 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
 # The one-warpgroup 128x128 pick (``TILES[3]`` without panels) gives way alike: on the
 # H100 (reports/h100/one_group_quads_h100.jsonl, the NT five of the ten shapes drawn for
 # that tile) 1.03-1.37x faster on all five (1472x1352x3752 fp16 31.2 us against 42.8);
-# in NN, which the rule leaves alone, 0.86-1.06x.
-QUAD_WIDTHS = (160, 176, 192)
+# in NN, which the rule leaves alone, 0.86-1.06x; and on eight NN shapes drawn where the
+# pick was plain 128x192, 128x192's clusters lost on six, 0.88-0.90x
+# (reports/h100/nn_plain_h100.jsonl). 128x208, wider than the pair, where no narrower
+# width fits and the pair's grid is just past the bound (up to a block per SM): on the H200
+# (reports/wide_quads_h200.jsonl, drawn before any was measured) 0.96-1.10x of the pair
+# on six shapes, five faster; on an H100 on eight drawn after (reports/h100/
+# quads208_h100.jsonl) 0.98-1.11x, six faster. 128x224 where 128x208 does not fit lost
+# on two of three on the H200 (0.89x, 0.93x).
+QUAD_WIDTHS = (160, 176, 192, 208)
 QUAD_FILL = 0.91  # of the SMs: 120 blocks on the H100 measured
 QUAD_PAIRS = (
     replace(NARROW_PAIR_TILE, swizzle=0),
@@ -1402,9 +1411,9 @@ QUAD_PAIRS = (
 
 
 def quad_form(block_n: int) -> GemmConfig:
-    """128 x ``block_n`` in four-block clusters on a plain grid: 4 stages at 192 columns
+    """128 x ``block_n`` in four-block clusters on a plain grid: 4 stages from 192 columns
     (``NARROW_PAIR_TILE``'s), 5 narrower (``NT_NARROW_PAIR``'s)."""
-    base = replace(NARROW_PAIR_TILE, swizzle=0) if block_n == 192 else NT_NARROW_PAIR
+    base = replace(NARROW_PAIR_TILE, swizzle=0) if block_n >= 192 else NT_NARROW_PAIR
     return replace(base, block_n=block_n, multicast="ab")
 
 
