@@ -863,9 +863,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       eighth, and on the two earlier records of both; on an H100 on all eight). Then
       either NT pair, or 128x128 on one warpgroup, gives way to four-block clusters of
       128x160, 128x176, 128x192 or 128x208, the narrowest whose grid stays within 0.91
-      of the SMs (``nt_quads``: on an H100 1.04-1.22x faster on the ten shapes drawn before it,
-      on eight drawn after six 1.03-1.20x faster and two level, 1.03-1.37x on the five
-      one-warpgroup picks timed; on the H200 a median 1.10x over the 23 picks it
+      of the SMs (``nt_quads``: on an H100 1.04-1.22x faster on the ten shapes drawn
+      before it, on eight drawn after six 1.03-1.20x faster and two level, 1.03-1.37x
+      on the five one-warpgroup picks timed; on the H200 a median 1.10x over the 23 picks it
       changes there, 1.10-1.18x where the tile narrows, 0.95-1.32x elsewhere; 128x208
       where it alone fits, 0.96-1.11x, median 1.05x over 14 shapes on both GPUs).
 
@@ -1402,7 +1402,7 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
 # quads208_h100.jsonl) 0.98-1.11x, six faster. 128x224 where 128x208 does not fit lost
 # on two of three on the H200 (0.89x, 0.93x).
 QUAD_WIDTHS = (160, 176, 192, 208)
-QUAD_FILL = 0.91  # of the SMs: 120 blocks on the H100 measured
+QUAD_FILL = 0.91  # of the SMs: 120 blocks on the H100 and the H200 measured
 QUAD_PAIRS = (
     replace(NARROW_PAIR_TILE, swizzle=0),
     NT_NARROW_PAIR,
