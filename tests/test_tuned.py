@@ -1519,21 +1519,31 @@ def test_off_sector_square_takes_a_shorter_wave_in_nt_where_its_pairs_fit():
     assert tuned.off_sector_square(short, stream_k, SMS) == stream_k
 
 
+def pick_changes(
+    monkeypatch, name: str, value, paths=None
+) -> list[tuple[tuple, GemmConfig, GemmConfig, float]]:
+    """For each shape of the recorded sweeps (``paths``, by default reports/*.jsonl) whose
+    heuristic pick changes when ``kernels.tuned.<name>`` is set to ``value`` (a rule
+    undone, or a constant held back), where both picks were timed in one record: its key,
+    the pick with ``value``, the pick as it stands, and the first's time over the
+    second's."""
+    times = recorded_times(paths)
+    new = {key: heuristic(GemmShape(*key[1:]), SMS) for key in times}
+    monkeypatch.setattr(tuned, name, value)
+    changes = []
+    for key, by_config in times.items():
+        old = heuristic(GemmShape(*key[1:]), SMS)
+        if new[key] != old and new[key].id in by_config and old.id in by_config:
+            ratio = statistics.median(by_config[old.id]) / statistics.median(by_config[new[key].id])
+            changes.append((key, old, new[key], ratio))
+    return changes
+
+
 def ratios_without(monkeypatch, rule: str, off) -> list[float]:
     """For each recorded shape whose heuristic pick the rule ``rule`` changes (set to
     ``off`` to undo it), where both picks were timed in one record: the time of the pick
     without the rule over the time of the pick with it."""
-    times = recorded_times()
-    new = {key: heuristic(GemmShape(*key[1:]), SMS).id for key in times}
-    monkeypatch.setattr(tuned, rule, off)
-    ratios = []
-    for key, by_config in times.items():
-        old = heuristic(GemmShape(*key[1:]), SMS).id
-        if new[key] != old and new[key] in by_config and old in by_config:
-            ratios.append(
-                statistics.median(by_config[old]) / statistics.median(by_config[new[key]])
-            )
-    return ratios
+    return [ratio for *_, ratio in pick_changes(monkeypatch, rule, off)]
 
 
 def test_off_sector_square_ran_faster_than_the_rules_without_it(monkeypatch, before_exchanged):
@@ -2153,20 +2163,23 @@ def test_nt_quads_takes_the_narrowest_width_whose_clusters_fit():
     assert heuristic(GemmShape(1360, 1352, 3664), SMS) == replace(tuned.TILES[3].config, swizzle=0)
 
 
-def h100_times(name: str) -> dict[tuple, dict[str, float]]:
-    """Kernel times of one H100 record (reports/h100/), by shape and config."""
-    times = recorded_times([ROOT / "reports" / "h100" / name])
-    return {
-        key[1:]: {config: statistics.median(t) for config, t in by_config.items()}
-        for key, by_config in times.items()
-    }
-
-
-QUAD_RECORDS = (
-    "low_fill_clusters_h100.jsonl",
-    "quad_fill_h100.jsonl",
-    "one_group_quads_h100.jsonl",
+H100_QUAD_RECORDS = tuple(
+    ROOT / "reports" / "h100" / name
+    for name in (
+        "low_fill_clusters_h100.jsonl",
+        "quad_fill_h100.jsonl",
+        "one_group_quads_h100.jsonl",
+    )
 )
+H200_QUAD_RECORDS = tuple(
+    ROOT / "reports" / name
+    for name in ("low_fill_quads_h200.jsonl", "quad_fill_h200.jsonl", "one_group_quads_h200.jsonl")
+)
+
+
+def quad_changes(monkeypatch, paths) -> list[tuple[tuple, GemmConfig, GemmConfig, float]]:
+    """``pick_changes`` of ``nt_quads`` over the records at ``paths``."""
+    return pick_changes(monkeypatch, "nt_quads", lambda shape, config, sms: config, paths)
 
 
 def test_nt_quads_ran_faster_than_the_pair_it_replaces_on_an_h100(monkeypatch, quads_to_192):
@@ -2175,16 +2188,7 @@ def test_nt_quads_ran_faster_than_the_pair_it_replaces_on_an_h100(monkeypatch, q
     rule takes from 128x128 on one warpgroup), each shape whose pick the rule changes:
     the old pick's time over the clusters'. 23 changed; 21 faster, 1.03-1.37x, two level
     (0.992, 0.996)."""
-    picks = {}
-    for name in QUAD_RECORDS:
-        for key, by_config in h100_times(name).items():
-            picks[key] = (by_config, heuristic(GemmShape(*key), SMS))
-    monkeypatch.setattr(tuned, "nt_quads", lambda shape, config, sms: config)
-    ratios = []
-    for key, (by_config, quad) in picks.items():
-        pair = heuristic(GemmShape(*key), SMS)
-        if quad != pair:
-            ratios.append(by_config[pair.id] / by_config[quad.id])
+    ratios = [ratio for *_, ratio in quad_changes(monkeypatch, H100_QUAD_RECORDS)]
     assert len(ratios) >= 23
     assert sum(r > 1 for r in ratios) >= len(ratios) - 2 and min(ratios) > 0.98
     assert statistics.median(ratios) > 1.1
@@ -2215,7 +2219,7 @@ def test_nt_quads_bound_is_where_the_h100_ran_clusters_in_one_wave():
     the grids it replaces (the wider ones lose where a narrower one fits: 1096x1168x1960
     bf16 in 128x192's clusters 0.93x, in 128x160's 1.07x), and every one past it at most
     0.78x: the clusters then take two waves."""
-    inside, outside = quad_bound_ratios([ROOT / "reports" / "h100" / n for n in QUAD_RECORDS])
+    inside, outside = quad_bound_ratios(H100_QUAD_RECORDS)
     assert len(inside) >= 50 and min(inside) > 0.93
     assert len(outside) >= 28 and max(outside) < 0.8
 
@@ -2224,33 +2228,9 @@ def test_nt_quads_bound_held_on_the_h200():
     """The same on the H200's records of the three panels: past the bound every grid ran
     at most 0.72x of the fastest grid it replaces (29 grids); within it a median 1.02x,
     at least 0.84x (52 grids, the wider widths among them where a narrower one fits)."""
-    inside, outside = quad_bound_ratios([ROOT / "reports" / n for n in H200_QUAD_RECORDS])
+    inside, outside = quad_bound_ratios(H200_QUAD_RECORDS)
     assert len(outside) >= 29 and max(outside) < 0.72
     assert len(inside) >= 52 and min(inside) > 0.84 and statistics.median(inside) > 1.0
-
-
-H200_QUAD_RECORDS = (
-    "low_fill_quads_h200.jsonl",
-    "quad_fill_h200.jsonl",
-    "one_group_quads_h200.jsonl",
-)
-
-
-def h200_quad_changes(monkeypatch) -> list[tuple[GemmShape, GemmConfig, GemmConfig, float]]:
-    """Over the H200's records of the three panels, each shape whose pick ``nt_quads``
-    changes: the shape, the old pick, the new one, and the old pick's time over the
-    new one's, both from one record."""
-    times = recorded_times([ROOT / "reports" / name for name in H200_QUAD_RECORDS])
-    picks = {key: heuristic(GemmShape(*key[1:]), SMS) for key in times}
-    monkeypatch.setattr(tuned, "nt_quads", lambda shape, config, sms: config)
-    changes = []
-    for key, by_config in times.items():
-        shape = GemmShape(*key[1:])
-        old, new = heuristic(shape, SMS), picks[key]
-        if old != new:
-            ratio = statistics.median(by_config[old.id]) / statistics.median(by_config[new.id])
-            changes.append((shape, old, new, ratio))
-    return changes
 
 
 def test_nt_quads_on_the_h200_gained_where_they_narrow_the_tile(monkeypatch, quads_to_192):
@@ -2259,7 +2239,7 @@ def test_nt_quads_on_the_h200_gained_where_they_narrow_the_tile(monkeypatch, qua
     (10), all ran faster, 1.10-1.18x. Where it went to its own tile in clusters (5),
     level, 0.98-1.04x (on the H100 0.99-1.20x). From 128x160's pair, 0.99-1.11x (3);
     from 128x128 on one warpgroup, 0.95-1.32x (5), the two slower on K of 1256 and 1960."""
-    changes = h200_quad_changes(monkeypatch)
+    changes = quad_changes(monkeypatch, H200_QUAD_RECORDS)
     ratios = [ratio for *_, ratio in changes]
     assert len(ratios) == 23 and statistics.median(ratios) > 1.09 and min(ratios) > 0.95
     by_change: dict[str, list[float]] = {}
@@ -2288,18 +2268,11 @@ def test_nt_quads_208_ran_faster_than_the_pair_where_it_alone_fits(monkeypatch):
     eight shapes drawn after (reports/h100/quads208_h100.jsonl), six faster, 0.98-1.11x.
     Median 1.05x over the 14, none slower by more than 4%."""
     assert tuned.QUAD_WIDTHS[-1] == 208
-    times = recorded_times(list(QUADS_208_RECORDS))
-    monkeypatch.setattr(tuned, "QUAD_WIDTHS", tuned.QUAD_WIDTHS[:-1])
-    old = {key: heuristic(GemmShape(*key[1:]), SMS) for key in times}
-    monkeypatch.undo()
+    changes = pick_changes(monkeypatch, "QUAD_WIDTHS", tuned.QUAD_WIDTHS[:-1], QUADS_208_RECORDS)
     ratios = {}
-    for key, by_config in times.items():
-        new = heuristic(GemmShape(*key[1:]), SMS)
-        if new != old[key]:
-            assert new == tuned.quad_form(208), key
-            ratios[key] = statistics.median(by_config[old[key].id]) / statistics.median(
-                by_config[new.id]
-            )
+    for key, _, quad, ratio in changes:
+        assert quad == tuned.quad_form(208), key
+        ratios[key] = ratio
     by_record = [[r for key, r in ratios.items() if key[0] == p.name] for p in QUADS_208_RECORDS]
     assert [len(r) for r in by_record] == [6, 8]
     assert [sum(x > 1 for x in r) for r in by_record] == [5, 6]
