@@ -927,8 +927,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     best = off_sector_plain_pair(shape, off_sector_pair(shape, best, sms), sms)
     best = off_sector_nn(shape, best, sms)
     best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
-    best = exchanged(shape, best, sms)
-    return nt_quads(shape, narrower_nt_pair(shape, unpanelled(shape, best, sms), sms), sms)
+    best = nn_exchanged(shape, unpanelled(shape, exchanged(shape, best, sms), sms), sms)
+    return nt_quads(shape, narrower_nt_pair(shape, best, sms), sms)
 
 
 # Where A's rows start off a 32-byte sector (``narrow_fits`` false) the scores above
@@ -1295,6 +1295,73 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # (1488x1552x2704 fp16 in 128x160: 0.746x torch against 0.860x). Five of eight, median
 # 1.04x: not steady enough for a rule. Where the pick is 128x192's pair, the form ran
 # 1.49x faster on 1632x1816x3520 fp16 and 0.85-0.87x on two others.
+
+
+# Under a wave of 128x192 tiles in NN where A's rows start off a 32-byte sector and B's
+# do not (``narrow_fits`` false: the plain 128x192 grid on TileLang's pipeline takes such
+# shapes as under a wave): the operands exchanged, persistent, in the tile of
+# ``NN_EXCHANGED_COLUMNS`` columns by ``NN_EXCHANGED_ROWS`` rows of C that covers the
+# least area in one trip (``nn_exchanged_form``). It is the left-out form above, kept to
+# the rows where it ran faster: over the H200's records (bench_gemm, CUPTI;
+# reports/one_wave_forms_h200.jsonl, rules_check_h200.jsonl, underwave_h200.jsonl), on
+# the shapes with A's rows off and B's on whose pick is that plain grid, a one-trip
+# exchanged form ran faster on five of seven, median 1.13x (1432x1888x2568 bf16 24.5 us
+# against 28.4, 1056x1856x1624 bf16 13.2 against 15.6; 1240x2112x1288 bf16 14.0 against
+# 13.7), against one of the two measured with both on (1488x1552x2704 fp16 27.6 against
+# 23.9).
+NN_EXCHANGED_COLUMNS = {192: 384, 128: 256}  # columns of C (the wgmma's M side): threads
+NN_EXCHANGED_ROWS = tuple(range(96, 193, 16))
+NN_EXCHANGED_STAGES = (6, 5, 4, 3)
+
+
+def nn_exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """The exchanged tile, persistent over ``sms`` SMs, whose output tiles fit one trip
+    with the least area (the wider of a tie), in the most of ``NN_EXCHANGED_STAGES`` that
+    build; None where none fits."""
+    best = None
+    for columns, threads in NN_EXCHANGED_COLUMNS.items():
+        for rows in NN_EXCHANGED_ROWS:
+            if output_tiles(shape, rows, columns) > sms:
+                continue
+            if best is not None and rows * columns >= best.block_m * best.block_n:
+                continue
+            for stages in NN_EXCHANGED_STAGES:
+                form = _valid(
+                    block_m=columns,
+                    block_n=rows,
+                    block_k=64,
+                    threads=threads,
+                    num_stages=stages,
+                    policy="row",
+                    smem_epilogue=True,
+                    persistent=sms,
+                    async_mma=True,
+                    swap_ab=True,
+                )
+                if form is not None and builds(shape, form):
+                    best = form
+                    break
+    return best
+
+
+def nn_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``nn_exchanged_form`` in place of the plain, unsplit 128x192 grid on TileLang's
+    pipeline under a wave in NN, where A's rows start off a sector and B's do not and
+    the form covers no more area a trip; ``config`` elsewhere."""
+    plain = replace(NARROW_PAIR_TILE, swizzle=0, async_mma=False, multicast="")
+    rows = row_bytes(shape)
+    if (
+        shape.layout != "NN"
+        or config != plain
+        or rows["A"] % SECTOR_BYTES == 0
+        or rows["B"] % SECTOR_BYTES != 0
+        or not under_a_wave(shape, sms)
+    ):
+        return config
+    form = nn_exchanged_form(shape, sms)
+    if form is None or fit(shape, form, sms) > fit(shape, config, sms):
+        return config
+    return form
 
 
 # Panels (``GemmConfig.swizzle``) order a grid's blocks so that the tiles of one wave
