@@ -1309,7 +1309,7 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # against 28.4, 1056x1856x1624 bf16 13.2 against 15.6; 1240x2112x1288 bf16 14.0 against
 # 13.7), against one of the two measured with both on (1488x1552x2704 fp16 27.6 against
 # 23.9).
-NN_EXCHANGED_COLUMNS = {192: 384, 128: 256}  # columns of C (the wgmma's M side): threads
+NN_EXCHANGED_COLUMNS = {192: 384}  # columns of C (the wgmma's M side): threads
 NN_EXCHANGED_ROWS = tuple(range(96, 193, 16))
 NN_EXCHANGED_STAGES = (6, 5, 4, 3)
 

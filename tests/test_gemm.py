@@ -1761,6 +1761,14 @@ SWAPPED_ASYNC_CASES = cases_of(
         "b64x96x64_t128_s8_a_ma_x": [(88, 7928, 4136)],
         "b64x80x64_t128_s8_a_ma_x": [(72, 904, 1304)],
         "b64x80x64_t128_s8_e_a_ma_x": [(72, 904, 1304), (300, 904, 1304)],
+        # 192 columns by 96-128 rows in three warpgroups, one trip of 132 blocks or
+        # fewer, as ``kernels.tuned.nn_exchanged`` picks them in NN (A's rows 16 bytes
+        # off a sector: K = 8 mod 16), partial edge tiles on both axes (1048 = 9 x 112
+        # + 40 rows, 2368 = 12 x 192 + 64 columns; 1040 = 10 x 96 + 80, 2048 = 10 x 192
+        # + 128; 1376 = 10 x 128 + 96, 2096 = 10 x 192 + 176).
+        "b192x112x64_t384_s4_pr_e_p132_a_x": [(1048, 2368, 1480)],
+        "b192x96x64_t384_s5_pr_e_p132_a_x": [(1040, 2048, 1496)],
+        "b192x128x64_t384_s4_pr_e_p132_a_x": [(1376, 2096, 1656)],
     }
 )
 

@@ -531,6 +531,13 @@ def quads_to_192(monkeypatch):
 
 
 @pytest.fixture
+def before_nn_exchanged(monkeypatch):
+    """The heuristic without ``nn_exchanged``, which takes plain 128x192 picks under a wave
+    in NN: the rules that make those picks are weighed on them."""
+    monkeypatch.setattr(tuned, "nn_exchanged", lambda shape, config, sms: config)
+
+
+@pytest.fixture
 def before_exchanged(monkeypatch):
     """The heuristic without its last rule, ``exchanged``, which takes picks from every
     rule beneath it: each of those rules is tested, and its evidence weighed, on its own
@@ -1571,7 +1578,11 @@ def test_128x192_is_scored_under_a_wave_where_a_is_off_a_sector(monkeypatch):
     # 1240x2112x1288 bf16: A's rows of 2,576 bytes, 110 tiles of 128x192 on 132 SMs.
     nn = GemmShape(1240, 2112, 1288, "bfloat16")
     assert not tuned.narrow_fits(nn) and tuned.under_a_wave(nn, SMS)
-    assert heuristic(nn, SMS).id == "b128x192x64_t256_s4_pr_e"
+    with monkeypatch.context() as m:
+        m.setattr(tuned, "nn_exchanged", lambda shape, config, sms: config)
+        assert heuristic(nn, SMS).id == "b128x192x64_t256_s4_pr_e"
+    # B's rows on a sector: the exchanged form takes it (``nn_exchanged``).
+    assert heuristic(nn, SMS).id == "b192x112x64_t384_s4_pr_e_p132_a_x"
     # NT: B's rows are as long, off a sector too; 128x192's pair sharing B, narrowed to
     # 128x160's where that pads N 8.3% less (``narrower_nt_pair``).
     nt = GemmShape(1456, 1544, 1704, "bfloat16", "NT")
@@ -1590,7 +1601,9 @@ def test_128x192_is_scored_under_a_wave_where_a_is_off_a_sector(monkeypatch):
     assert tuned.tile_of_c(heuristic(nn, 100)) != tuned.NARROW_WIDE
 
 
-def test_128x192_under_a_wave_ran_faster_than_the_rules_without_it(monkeypatch, before_quads):
+def test_128x192_under_a_wave_ran_faster_than_the_rules_without_it(
+    monkeypatch, before_quads, before_nn_exchanged
+):
     """Over the recorded sweeps, each shape whose pick ``under_a_wave`` changes, where
     both picks were timed in one record, ran faster in its pick: 12 shapes drawn after
     the rule (reports/underwave_h200.jsonl) and 1776x1472x4088 bf16 before it."""
@@ -2277,3 +2290,31 @@ def test_nt_quads_208_ran_faster_than_the_pair_where_it_alone_fits(monkeypatch):
     assert [len(r) for r in by_record] == [6, 8]
     assert [sum(x > 1 for x in r) for r in by_record] == [5, 6]
     assert statistics.median(ratios.values()) > 1.04 and min(ratios.values()) > 0.96
+
+
+NN_EXCHANGED_H100_CHECK = (ROOT / "reports" / "h100" / "nn_exchanged_check_h100.jsonl",)
+
+
+def test_nn_exchanged_ran_faster_where_the_h200_timed_both(monkeypatch):
+    """Over the H200's records, each NN shape whose pick ``nn_exchanged`` changes, where
+    both picks were timed in one record (reports/one_wave_forms_h200.jsonl and
+    rules_check_h200.jsonl, the rule's fitting set): the plain 128x192 grid's time over
+    the exchanged form's. Six changed; four faster, 1.02-1.19x, two level (0.974x on
+    1776x1472x4088 bf16, 0.981x on 1240x2112x1288 bf16)."""
+    ratios = [r for *_, r in pick_changes(monkeypatch, "nn_exchanged", lambda s, c, n: c)]
+    assert len(ratios) >= 6 and sum(r > 1 for r in ratios) >= 4
+    assert min(ratios) > 0.97 and statistics.median(ratios) > 1.05
+
+
+def test_nn_exchanged_ran_faster_on_the_shapes_drawn_for_it_on_an_h100(monkeypatch):
+    """The check panel (reports/offtable_nn_exchanged_check_shapes.json, ten shapes drawn
+    after the rule was written, before any was measured) on an H100: of the eight whose
+    pick is the 192-column form (the other two took 128-column forms that the rule has
+    since left out), seven faster, 1.002-1.331x, one 0.978x; median 1.13x."""
+    changes = pick_changes(
+        monkeypatch, "nn_exchanged", lambda s, c, n: c, NN_EXCHANGED_H100_CHECK
+    )
+    assert all(new.block_m == 192 and new.swap_ab for _, _, new, _ in changes)
+    ratios = [r for *_, r in changes]
+    assert len(ratios) == 8 and sum(r > 1 for r in ratios) == 7
+    assert min(ratios) > 0.97 and statistics.median(ratios) > 1.1
