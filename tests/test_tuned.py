@@ -2311,9 +2311,7 @@ def test_nn_exchanged_ran_faster_on_the_shapes_drawn_for_it_on_an_h100(monkeypat
     after the rule was written, before any was measured) on an H100: of the eight whose
     pick is the 192-column form (the other two took 128-column forms that the rule has
     since left out), seven faster, 1.002-1.331x, one 0.978x; median 1.13x."""
-    changes = pick_changes(
-        monkeypatch, "nn_exchanged", lambda s, c, n: c, NN_EXCHANGED_H100_CHECK
-    )
+    changes = pick_changes(monkeypatch, "nn_exchanged", lambda s, c, n: c, NN_EXCHANGED_H100_CHECK)
     assert all(new.block_m == 192 and new.swap_ab for _, _, new, _ in changes)
     ratios = [r for *_, r in changes]
     assert len(ratios) == 8 and sum(r > 1 for r in ratios) == 7
