@@ -25,6 +25,7 @@ from kernels.gemm import (
     ELEMENT_BYTES,
     SHORT_DTYPES,
     TMA_ALIGN,
+    WARPGROUP,
     GemmConfig,
     GemmShape,
     check_combination,
@@ -862,12 +863,16 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
       eighth, and on the two earlier records of both; on an H100 on all eight). Then
       either NT pair, or 128x128 on one warpgroup, gives way to four-block clusters of
-      128x160, 128x176, 128x192 or 128x208, the narrowest whose grid stays within 0.91
-      of the SMs (``nt_quads``: on an H100 1.04-1.22x faster on the ten shapes drawn
-      before it, on eight drawn after six 1.03-1.20x faster and two level, 1.03-1.37x
-      on the five one-warpgroup picks timed; on the H200 a median 1.10x over the 23 picks it
-      changes there, 1.10-1.18x where the tile narrows, 0.95-1.32x elsewhere; 128x208
-      where it alone fits, 0.96-1.11x, median 1.05x over 14 shapes on both GPUs).
+      128x160, 128x176 or 128x192, the narrowest whose grid stays within 0.91 of the SMs
+      (``nt_quads``: on an H100 1.04-1.22x faster on the ten shapes drawn before it, on
+      eight drawn after six 1.03-1.20x faster and two level, 1.03-1.37x on the five
+      one-warpgroup picks timed; on the H200 a median 1.10x over the 23 picks it changes
+      there, 1.10-1.18x where the tile narrows, 0.95-1.32x elsewhere).
+    - In NN under a wave of 128x192 tiles, where A's rows start off a sector and B's do
+      not and 192 columns make six tiles or more, the plain 128x192 grid gives way to
+      the operands exchanged in 192 columns by 96-128 rows, persistent in one trip
+      (``nn_exchanged``: on the H200 eight of ten shapes drawn for it faster, median
+      1.075x, 912x2432x1192 bf16 10.9 us against 13.6; the worst 0.976x).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
@@ -1299,55 +1304,60 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 
 # Under a wave of 128x192 tiles in NN where A's rows start off a 32-byte sector and B's
 # do not (``narrow_fits`` false: the plain 128x192 grid on TileLang's pipeline takes such
-# shapes as under a wave): the operands exchanged, persistent, in the tile of
-# ``NN_EXCHANGED_COLUMNS`` columns by ``NN_EXCHANGED_ROWS`` rows of C that covers the
-# least area in one trip (``nn_exchanged_form``). It is the left-out form above, kept to
-# the rows where it ran faster: over the H200's records (bench_gemm, CUPTI;
-# reports/one_wave_forms_h200.jsonl, rules_check_h200.jsonl, underwave_h200.jsonl), on
-# the shapes with A's rows off and B's on whose pick is that plain grid, a one-trip
-# exchanged form ran faster on five of seven, median 1.13x (1432x1888x2568 bf16 24.5 us
-# against 28.4, 1056x1856x1624 bf16 13.2 against 15.6; 1240x2112x1288 bf16 14.0 against
-# 13.7), against one of the two measured with both on (1488x1552x2704 fp16 27.6 against
-# 23.9).
-NN_EXCHANGED_COLUMNS = {192: 384}  # columns of C (the wgmma's M side): threads
-NN_EXCHANGED_ROWS = tuple(range(96, 193, 16))
+# shapes as under a wave): the operands exchanged, persistent, in the tile of 192
+# columns by ``NN_EXCHANGED_ROWS`` rows of C that covers the least area in one trip
+# (``nn_exchanged_form``), as cuBLAS runs these shapes (1432x1888x2568 bf16 in 192x112
+# tiles, 130 of them: reports/torch_kernels_underwave_h200.json). It is the left-out form
+# above, kept to the rows where it ran faster. On the H200 (bench_gemm, CUPTI):
+# - fitted to the records of one_wave_forms_h200.jsonl and rules_check_h200.jsonl, where
+#   it ran faster on four of six, median 1.07x (1432x1888x2568 bf16 24.5 us against 28.4,
+#   1056x1856x1624 bf16 13.2 against 15.6; 1776x1472x4088 bf16 0.974x);
+# - on ten shapes drawn after it, before any was measured
+#   (reports/offtable_nn_exchanged_check_shapes.json, nn_exchanged_check_h200.jsonl):
+#   eight faster, median 1.075x, 1.014-1.246x (912x2432x1192 bf16 10.9 us against 13.6),
+#   two level (0.976x, 0.985x); an H100 alike (reports/h100/).
+# With 128 columns (t256) it lost 0.79x on 2520x928x3272 bf16 on an H100, and with 192
+# columns where they make five column tiles (N up to 960) 0.90x on that shape and 0.99x
+# on 2256x944x1640 fp16 on the H200 (nn_exchanged_fit_h200.jsonl): those stay out
+# (``NN_EXCHANGED_MIN_COLUMN_TILES``).
+NN_EXCHANGED_COLUMNS = 192  # of C, the wgmma's M side: three consumer warpgroups
+NN_EXCHANGED_ROWS = (96, 112, 128)
 NN_EXCHANGED_STAGES = (6, 5, 4, 3)
+NN_EXCHANGED_MIN_COLUMN_TILES = 6
+NN_SHARED_MIN_K = 2000
 
 
 def nn_exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
-    """The exchanged tile, persistent over ``sms`` SMs, whose output tiles fit one trip
-    with the least area (the wider of a tie), in the most of ``NN_EXCHANGED_STAGES`` that
-    build; None where none fits."""
-    best = None
-    for columns, threads in NN_EXCHANGED_COLUMNS.items():
-        for rows in NN_EXCHANGED_ROWS:
-            if output_tiles(shape, rows, columns) > sms:
-                continue
-            if best is not None and rows * columns >= best.block_m * best.block_n:
-                continue
-            for stages in NN_EXCHANGED_STAGES:
-                form = _valid(
-                    block_m=columns,
-                    block_n=rows,
-                    block_k=64,
-                    threads=threads,
-                    num_stages=stages,
-                    policy="row",
-                    smem_epilogue=True,
-                    persistent=sms,
-                    async_mma=True,
-                    swap_ab=True,
-                )
-                if form is not None and builds(shape, form):
-                    best = form
-                    break
-    return best
+    """The exchanged tile of ``NN_EXCHANGED_COLUMNS`` columns, persistent over ``sms``
+    SMs, in the fewest of ``NN_EXCHANGED_ROWS`` rows whose output tiles fit one trip
+    (the least area), in the most of ``NN_EXCHANGED_STAGES`` that build; None where
+    none fits."""
+    for rows in NN_EXCHANGED_ROWS:
+        if output_tiles(shape, rows, NN_EXCHANGED_COLUMNS) > sms:
+            continue
+        for stages in NN_EXCHANGED_STAGES:
+            form = _valid(
+                block_m=NN_EXCHANGED_COLUMNS,
+                block_n=rows,
+                block_k=64,
+                threads=3 * WARPGROUP,
+                num_stages=stages,
+                policy="row",
+                smem_epilogue=True,
+                persistent=sms,
+                async_mma=True,
+                swap_ab=True,
+            )
+            if form is not None and builds(shape, form):
+                return form
+    return None
 
 
 def nn_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     """``nn_exchanged_form`` in place of the plain, unsplit 128x192 grid on TileLang's
-    pipeline under a wave in NN, where A's rows start off a sector and B's do not and
-    the form covers no more area a trip; ``config`` elsewhere."""
+    pipeline under a wave in NN, where A's rows start off a sector and B's do not, N
+    makes ``NN_EXCHANGED_MIN_COLUMN_TILES`` tiles of the form's columns or more, and the
+    form covers no more area a trip; ``config`` elsewhere."""
     plain = replace(NARROW_PAIR_TILE, swizzle=0, async_mma=False, multicast="")
     rows = row_bytes(shape)
     if (
@@ -1356,8 +1366,15 @@ def nn_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
         or rows["A"] % SECTOR_BYTES == 0
         or rows["B"] % SECTOR_BYTES != 0
         or not under_a_wave(shape, sms)
+        or -(-shape.n // NN_EXCHANGED_COLUMNS) < NN_EXCHANGED_MIN_COLUMN_TILES
     ):
         return config
+    if shape.k >= NN_SHARED_MIN_K:
+        quad = quad_form(NARROW_WIDE[1])
+        pair = replace(plain, async_mma=True, multicast="a")
+        for form, bound in ((quad, QUAD_FILL * sms), (pair, sms)):
+            if grid_blocks(shape, form) <= bound and builds(shape, form):
+                return form
     form = nn_exchanged_form(shape, sms)
     if form is None or fit(shape, form, sms) > fit(shape, config, sms):
         return config
@@ -1462,13 +1479,14 @@ def narrower_nt_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConf
 # that tile) 1.03-1.37x faster on all five (1472x1352x3752 fp16 31.2 us against 42.8);
 # in NN, which the rule leaves alone, 0.86-1.06x; and on eight NN shapes drawn where the
 # pick was plain 128x192, 128x192's clusters lost on six, 0.88-0.90x
-# (reports/h100/nn_plain_h100.jsonl). 128x208, wider than the pair, where no narrower
-# width fits and the pair's grid is just past the bound (up to a block per SM): on the H200
-# (reports/wide_quads_h200.jsonl, drawn before any was measured) 0.96-1.10x of the pair
-# on six shapes, five faster; on an H100 on eight drawn after (reports/h100/
-# quads208_h100.jsonl) 0.98-1.11x, six faster. 128x224 where 128x208 does not fit lost
-# on two of three on the H200 (0.89x, 0.93x).
-QUAD_WIDTHS = (160, 176, 192, 208)
+# (reports/h100/nn_plain_h100.jsonl). Tried and left out: 128x208, wider than the pair,
+# where no narrower width fits and the pair's grid is just past the bound (up to a block
+# per SM). On the H200 (reports/wide_quads_h200.jsonl, drawn before any was measured)
+# 0.96-1.10x of the pair on six shapes, five faster; on an H100 on eight drawn after
+# (reports/h100/quads208_h100.jsonl) 0.98-1.11x, six faster; but on the H200 on those
+# eight (reports/quads208_h200.jsonl) four faster, 0.94-1.16x, median 1.01x: not steady.
+# 128x224 where 128x208 does not fit lost on two of three on the H200 (0.89x, 0.93x).
+QUAD_WIDTHS = (160, 176, 192)
 QUAD_FILL = 0.91  # of the SMs: 120 blocks on the H100 and the H200 measured
 QUAD_PAIRS = (
     replace(NARROW_PAIR_TILE, swizzle=0),
