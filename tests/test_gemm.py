@@ -834,7 +834,6 @@ def test_sm90a_codegen_of_the_four_block_clusters():
         ((1112, 1700, 2360), 160),
         ((1552, 1344, 2824), 176),
         ((1880, 1136, 2664), 192),
-        ((2128, 1224, 2424), 208),
     ],
 )
 def test_sm90a_codegen_of_the_heuristics_four_block_clusters(size, width):
@@ -1536,15 +1535,20 @@ MULTICAST_SIZES = {
     # off-sector shape they are meant for (2096x2728x1304: 11 x 15 tiles of 192x192).
     "b192x192x64_t384_s4_pr_e_a_mab": [(900, 500, 1304), (2096, 2728, 1304)],
     "b128x256x64_t256_s4_e_a_mab": [(900, 500, 1304)],
-    # 128x160, 128x176, 128x192 and 128x208 in them as ``kernels.tuned.nt_quads`` picks
-    # them in NT (and on NN), partial edge tiles on both axes, an odd count of M tiles on
-    # each (a last cluster row past C: 1112 = 8 x 128 + 88, 1552 = 12 x 128 + 16, 1880 =
-    # 14 x 128 + 88, 2128 = 16 x 128 + 80) and of N tiles on 128x160's (1700 = 10 x 160
-    # + 100; 1032 = 6 x 160 + 72, a shape the rule gives to 128x176).
+    # 128x160, 128x176 and 128x192 in them as ``kernels.tuned.nt_quads`` picks them in
+    # NT (128x192 in NN too, ``kernels.tuned.nn_exchanged``), and 128x208 (tried), partial
+    # edge tiles on both axes, an odd count of M tiles on each (a last cluster row past
+    # C: 1112 = 8 x 128 + 88, 1552 = 12 x 128 + 16, 1880 = 14 x 128 + 88, 2128 = 16 x 128
+    # + 80) and of N tiles on 128x160's (1700 = 10 x 160 + 100; 1032 = 6 x 160 + 72, a
+    # shape the rule gives to 128x176).
     "b128x160x64_t256_s5_pr_e_a_mab": [(1112, 1700, 2360), (1816, 1032, 2360)],
     "b128x176x64_t256_s5_pr_e_a_mab": [(1552, 1344, 2824)],
     "b128x192x64_t256_s4_pr_e_a_mab": [(1880, 1136, 2664)],
     "b128x208x64_t256_s4_pr_e_a_mab": [(2128, 1224, 2424)],
+    # 128x192 in pairs of N tiles sharing A, as ``kernels.tuned.nn_exchanged`` picks it in
+    # NN where four-block clusters pass 120 blocks: 7 N tiles (1320 = 6 x 192 + 168), the
+    # last pair's second block past C; 1904 = 14 x 128 + 112 rows; K = 61 x 64 + 8.
+    "b128x192x64_t256_s4_pr_e_a_ma": [(1904, 1320, 3912)],
 }
 MULTICAST_CASES = cases_of(MULTICAST_SIZES)
 
