@@ -872,7 +872,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       not and 192 columns make six tiles or more, the plain 128x192 grid gives way to
       the operands exchanged in 192 columns by 96-128 rows, persistent in one trip
       (``nn_exchanged``: on the H200 eight of ten shapes drawn for it faster, median
-      1.075x, 912x2432x1192 bf16 10.9 us against 13.6; the worst 0.976x).
+      1.075x, 912x2432x1192 bf16 10.9 us against 13.6; the worst 0.976x); where K is
+      2000 or more, to 128x192 in clusters sharing A (on an H100 nine of ten shapes
+      drawn for it faster, median 1.17x).
 
     Nothing is picked that does not build for the shape (``builds``): a tile whose config
     does not scores 0, and a short K's grid that does not gives way to the scores. In NN
@@ -1320,6 +1322,16 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # columns where they make five column tiles (N up to 960) 0.90x on that shape and 0.99x
 # on 2256x944x1640 fp16 on the H200 (nn_exchanged_fit_h200.jsonl): those stay out
 # (``NN_EXCHANGED_MIN_COLUMN_TILES``).
+# Where K is ``NN_SHARED_MIN_K`` or more the loads of A's tiles, off a sector, set the
+# pace, and 128x192 in clusters that share A's tile takes the place instead: four blocks
+# (two M tiles by two N tiles) where their grid stays within ``QUAD_FILL`` of the SMs, else
+# two N tiles sharing A's tile. On an H100 (reports/h100/nn_share_a_*_h100.jsonl, the
+# fitting shapes above) they led the exchanged form on all seven shapes with K of 2000 or
+# more, 1.02-1.30x (2336x976x3800 bf16 36.1 us against 46.8), and trailed it on every one
+# with K of 1720 or less; on ten shapes drawn after (reports/offtable_nn_shared_check_
+# shapes.json, reports/h100/nn_shared_check_h100.jsonl) they ran faster than the plain
+# grid on nine, median 1.17x, 0.97x on the tenth. The H200 has timed them on one shape
+# of the branch (reports/nn_plain_h200.jsonl: 1240x2240x3720 bf16, 33.5 us against 36.5).
 NN_EXCHANGED_COLUMNS = 192  # of C, the wgmma's M side: three consumer warpgroups
 NN_EXCHANGED_ROWS = (96, 112, 128)
 NN_EXCHANGED_STAGES = (6, 5, 4, 3)
@@ -1354,10 +1366,13 @@ def nn_exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
 
 
 def nn_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
-    """``nn_exchanged_form`` in place of the plain, unsplit 128x192 grid on TileLang's
-    pipeline under a wave in NN, where A's rows start off a sector and B's do not, N
-    makes ``NN_EXCHANGED_MIN_COLUMN_TILES`` tiles of the form's columns or more, and the
-    form covers no more area a trip; ``config`` elsewhere."""
+    """In place of the plain, unsplit 128x192 grid on TileLang's pipeline under a wave
+    in NN, where A's rows start off a sector and B's do not and N makes
+    ``NN_EXCHANGED_MIN_COLUMN_TILES`` tiles of the exchanged form's columns or more: for
+    a K of ``NN_SHARED_MIN_K`` or more, 128x192 in four-block clusters within
+    ``QUAD_FILL`` of ``sms``, else in pairs sharing A within a wave; for a shorter K, or
+    where neither fits, ``nn_exchanged_form`` where it covers no more area a trip;
+    ``config`` elsewhere."""
     plain = replace(NARROW_PAIR_TILE, swizzle=0, async_mma=False, multicast="")
     rows = row_bytes(shape)
     if (
