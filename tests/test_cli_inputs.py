@@ -193,6 +193,14 @@ def test_each_panel_command_runs_as_its_file_says(path, command):
     assert (ROOT / args.shapes).resolve() == path
     assert args.jsonl is not None, "a panel keeps its rows"
     shapes, entries = bench_gemm.plan(args)
+    if args.around_pick is not None:
+        # Each shape's pick, and a change of it that the shape can run on four or more
+        # (a change that gives no config the shape runs is noted, not timed: a pick
+        # that a later rule changed may leave some shapes with their pick alone).
+        around = bench_gemm.around_pick(args.around_pick, shapes, "NVIDIA H200", 132)
+        changed = [shape for shape, pairs in around.configs.items() if len(pairs) >= 2]
+        assert len(shapes) >= 4 and len(changed) >= 4, around.notes
+        return
     assert len(shapes) >= 4 and args.config
     assert all(isinstance(e, GemmConfig) for e in entries), entries
     for shape in shapes:
