@@ -1306,32 +1306,32 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 
 # Under a wave of 128x192 tiles in NN where A's rows start off a 32-byte sector and B's
 # do not (``narrow_fits`` false: the plain 128x192 grid on TileLang's pipeline takes such
-# shapes as under a wave): the operands exchanged, persistent, in the tile of 192
+# shapes as under a wave), two forms take the plain grid's place (``nn_exchanged``).
+# For K under ``NN_SHARED_MIN_K``: the operands exchanged, persistent, in the tile of 192
 # columns by ``NN_EXCHANGED_ROWS`` rows of C that covers the least area in one trip
-# (``nn_exchanged_form``), as cuBLAS runs these shapes (1432x1888x2568 bf16 in 192x112
+# (``nn_exchanged_form``), as cuBLAS runs such shapes (1432x1888x2568 bf16 in 192x112
 # tiles, 130 of them: reports/torch_kernels_underwave_h200.json). It is the left-out form
-# above, kept to the rows where it ran faster. On the H200 (bench_gemm, CUPTI):
-# - fitted to the records of one_wave_forms_h200.jsonl and rules_check_h200.jsonl, where
-#   it ran faster on four of six, median 1.07x (1432x1888x2568 bf16 24.5 us against 28.4,
-#   1056x1856x1624 bf16 13.2 against 15.6; 1776x1472x4088 bf16 0.974x);
-# - on ten shapes drawn after it, before any was measured
-#   (reports/offtable_nn_exchanged_check_shapes.json, nn_exchanged_check_h200.jsonl):
-#   eight faster, median 1.075x, 1.014-1.246x (912x2432x1192 bf16 10.9 us against 13.6),
-#   two level (0.976x, 0.985x); an H100 alike (reports/h100/).
-# With 128 columns (t256) it lost 0.79x on 2520x928x3272 bf16 on an H100, and with 192
-# columns where they make five column tiles (N up to 960) 0.90x on that shape and 0.99x
-# on 2256x944x1640 fp16 on the H200 (nn_exchanged_fit_h200.jsonl): those stay out
-# (``NN_EXCHANGED_MIN_COLUMN_TILES``).
-# Where K is ``NN_SHARED_MIN_K`` or more the loads of A's tiles, off a sector, set the
-# pace, and 128x192 in clusters that share A's tile takes the place instead: four blocks
-# (two M tiles by two N tiles) where their grid stays within ``QUAD_FILL`` of the SMs, else
-# two N tiles sharing A's tile. On an H100 (reports/h100/nn_share_a_*_h100.jsonl, the
-# fitting shapes above) they led the exchanged form on all seven shapes with K of 2000 or
-# more, 1.02-1.30x (2336x976x3800 bf16 36.1 us against 46.8), and trailed it on every one
-# with K of 1720 or less; on ten shapes drawn after (reports/offtable_nn_shared_check_
-# shapes.json, reports/h100/nn_shared_check_h100.jsonl) they ran faster than the plain
-# grid on nine, median 1.17x, 0.97x on the tenth. The H200 has timed them on one shape
-# of the branch (reports/nn_plain_h200.jsonl: 1240x2240x3720 bf16, 33.5 us against 36.5).
+# above, kept to the rows where it ran faster. On the H200 (bench_gemm, CUPTI), as first
+# written for every K: fitted to one_wave_forms_h200.jsonl and rules_check_h200.jsonl,
+# faster on four of six, median 1.07x (1056x1856x1624 bf16 13.2 us against 15.6); on ten
+# shapes drawn after it, before any was measured (reports/offtable_nn_exchanged_check_
+# shapes.json, nn_exchanged_check_h200.jsonl), eight faster, median 1.075x, two level
+# (0.976x, 0.985x, both K of 2000 or more); the six of them with a shorter K all faster,
+# 1.014-1.246x (912x2432x1192 bf16 10.9 us against 13.6). With 128 columns (t256) it lost
+# 0.79x on 2520x928x3272 bf16 on an H100, and with 192 columns where they make five column
+# tiles (N up to 960) 0.90x on that shape and 0.99x on 2256x944x1640 fp16 on the H200
+# (nn_exchanged_fit_h200.jsonl): those stay out (``NN_EXCHANGED_MIN_COLUMN_TILES``).
+# For K of ``NN_SHARED_MIN_K`` or more the loads of A's tiles, off a sector, set the pace,
+# and 128x192 in clusters that share A's tile takes the place instead: four blocks (two M
+# tiles by two N tiles) where their grid stays within ``QUAD_FILL`` of the SMs, else two N
+# tiles sharing A's tile. On an H100 (reports/h100/nn_share_a_*_h100.jsonl, the shapes
+# above) that pick ran 0.99-1.30x of the exchanged form on the seven with K of 2000 or
+# more, five faster by 1.02x or more (2336x976x3800 bf16 36.1 us against 46.8), and
+# trailed it on all nine with K of 1720 or less; on ten shapes drawn after
+# (reports/offtable_nn_shared_check_shapes.json, reports/h100/nn_shared_check_h100.jsonl)
+# it ran faster than the plain grid on nine, median 1.17x, 0.97x on the tenth. The H200
+# has timed it on one shape of the branch (reports/nn_plain_h200.jsonl: 1240x2240x3720
+# bf16, 33.5 us against 36.5).
 NN_EXCHANGED_COLUMNS = 192  # of C, the wgmma's M side: three consumer warpgroups
 NN_EXCHANGED_ROWS = (96, 112, 128)
 NN_EXCHANGED_STAGES = (6, 5, 4, 3)
