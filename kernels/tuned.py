@@ -871,8 +871,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     - In NN under a wave of 128x192 tiles, where A's rows start off a sector and B's do
       not and 192 columns make six tiles or more, the plain 128x192 grid gives way to
       the operands exchanged in 192 columns by 96-128 rows, persistent in one trip
-      (``nn_exchanged``: on the H200 eight of ten shapes drawn for it faster, median
-      1.075x, 912x2432x1192 bf16 10.9 us against 13.6; the worst 0.976x); where K is
+      (``nn_exchanged``: on the H200 the six shapes drawn for it that keep this form
+      all ran faster, 1.01-1.25x, 912x2432x1192 bf16 10.9 us against 13.6); where K is
       2000 or more, to 128x192 in clusters sharing A (on an H100 nine of ten shapes
       drawn for it faster, median 1.17x).
 
