@@ -1373,11 +1373,10 @@ def nn_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     ``QUAD_FILL`` of ``sms``, else in pairs sharing A within a wave; for a shorter K, or
     where neither fits, ``nn_exchanged_form`` where it covers no more area a trip;
     ``config`` elsewhere."""
-    plain = replace(NARROW_PAIR_TILE, swizzle=0, async_mma=False, multicast="")
     rows = row_bytes(shape)
     if (
         shape.layout != "NN"
-        or config != plain
+        or config != replace(TILES[2].config, swizzle=0)  # 128x192, as ``unpanelled`` left it
         or rows["A"] % SECTOR_BYTES == 0
         or rows["B"] % SECTOR_BYTES != 0
         or not under_a_wave(shape, sms)
@@ -1386,7 +1385,7 @@ def nn_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
         return config
     if shape.k >= NN_SHARED_MIN_K:
         quad = quad_form(NARROW_WIDE[1])
-        pair = replace(plain, async_mma=True, multicast="a")
+        pair = replace(NARROW_PAIR_TILE, swizzle=0, multicast="a")
         for form, bound in ((quad, QUAD_FILL * sms), (pair, sms)):
             if grid_blocks(shape, form) <= bound and builds(shape, form):
                 return form
