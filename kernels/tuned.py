@@ -1222,10 +1222,18 @@ def streamed_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # trips fit worse, it lost (2336x2776x2160 bf16 0.713x against 0.861x). On eight shapes
 # measured after the rule (reports/exchanged_check_h200.jsonl) it ran faster on all, 1.02-
 # 1.12x (1160x3888x1768 NT bf16, drawn with random.Random(20261224), 0.836x against 0.748x).
+#
+# A plain unsplit grid of TileLang's pipeline gives way to it alike where the form's trips
+# cover at most ``EXCHANGED_PLAIN_PACE`` times the pick's area: TileLang's pipeline waits
+# for every wgmma batch. On the H200 1400x3616x3216 NT bf16 ran 48.3 us in 256x176
+# against 55.3 for 128x160 (mid_train_h200.jsonl, fit 1.17 against 1.07); on an H100
+# (reports/h100/nt_mid_h100.jsonl) 1.32x there, and 3376x2432x1376 NT fp16 in 256x144
+# 1.09x faster than 128x176 (fit 1.19 against 1.09).
 EXCHANGED_ROWS = (144, 160, 176, 192)
 EXCHANGED_MAX_TRIPS = 2
 EXCHANGED_MAX_FIT = 1.2
 EXCHANGED_PACE = 0.96
+EXCHANGED_PLAIN_PACE = 1.1
 
 
 def trips_of(shape: GemmShape, config: GemmConfig, sms: int) -> int:
@@ -1280,14 +1288,17 @@ def exchanged_fitting(shape: GemmShape, sms: int) -> GemmConfig | None:
 
 def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     """``exchanged_fitting``'s form in place of a pick on the hand-written pipeline where
-    the pick is a stream-K grid or covers ``1 / EXCHANGED_PACE`` more area a trip;
-    ``config`` elsewhere."""
-    if not config.async_mma or config.swap_ab:
+    the pick is a stream-K grid or covers ``1 / EXCHANGED_PACE`` more area a trip, and
+    in place of a plain unsplit grid of TileLang's pipeline where the form covers at most
+    ``EXCHANGED_PLAIN_PACE`` times its area; ``config`` elsewhere."""
+    plain = not (config.async_mma or config.persistent or config.stream_k)
+    if config.swap_ab or not (config.async_mma or (plain and config.split_k == 1)):
         return config
     form = exchanged_fitting(shape, sms)
     if form is None:
         return config
-    if config.stream_k or fit(shape, form, sms) <= EXCHANGED_PACE * fit(shape, config, sms):
+    pace = EXCHANGED_PACE if config.async_mma else EXCHANGED_PLAIN_PACE
+    if config.stream_k or fit(shape, form, sms) <= pace * fit(shape, config, sms):
         return form
     return config
 

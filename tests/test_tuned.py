@@ -1432,7 +1432,7 @@ def test_the_exchanged_form_joins_the_forms_where_it_ran_near_the_fastest():
     assert all(near), near
 
 
-def test_grids_of_few_waves_run_without_panels():
+def test_grids_of_few_waves_run_without_panels(before_exchanged):
     """``unpanelled``: over the recorded sweeps and first-use candidates, plain and paired
     grids of ``FEW_WAVES`` waves or fewer ran slower in panels than without them in the
     same record (46 of 57, median 1.017x the latency); the heuristic's picks there have
@@ -1475,7 +1475,7 @@ def test_grids_of_few_waves_run_without_panels():
 # --- 192x192 where A's rows are off a sector -------------------------------------------
 
 
-def test_off_sector_square_takes_stream_k_picks_where_a_is_off_a_sector():
+def test_off_sector_square_takes_stream_k_picks_where_a_is_off_a_sector(before_exchanged):
     stream_k = replace(tuned.TILES[0].config, stream_k=SMS, swizzle=0)
     # 3648x2336x3608 NT: A's rows of 7,216 bytes, 247 tiles of 192x192 (1.9 waves).
     off = GemmShape(3648, 2336, 3608, "float16", "NT")
