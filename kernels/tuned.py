@@ -857,7 +857,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       (``exchanged``: 256 columns by 144-192 rows of C, rows in steps of 16) where those
       tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
       or covers over 1 / 0.96 of their area a trip (3792x2728x2256 fp16: 0.908x torch
-      against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x).
+      against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x);
+      and a plain unsplit grid of TileLang's pipeline, but 192x192, where they cover at
+      most 1.1 times its area a trip (1400x3616x3216 NT bf16: 48.3 us against 55.3 for
+      128x160 on the H200; on an H100 ten of ten shapes faster, median 1.18x).
       In NT under a wave, 128x192's pair narrows to 128x160's in 5 stages where that
       pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: on the
       H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
@@ -1224,16 +1227,22 @@ def streamed_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # 1.12x (1160x3888x1768 NT bf16, drawn with random.Random(20261224), 0.836x against 0.748x).
 #
 # A plain unsplit grid of TileLang's pipeline gives way to it alike where the form's trips
-# cover at most ``EXCHANGED_PLAIN_PACE`` times the pick's area: TileLang's pipeline waits
-# for every wgmma batch. On the H200 1400x3616x3216 NT bf16 ran 48.3 us in 256x176
-# against 55.3 for 128x160 (mid_train_h200.jsonl, fit 1.17 against 1.07); on an H100
-# (reports/h100/nt_mid_h100.jsonl) 1.32x there, and 3376x2432x1376 NT fp16 in 256x144
-# 1.09x faster than 128x176 (fit 1.19 against 1.09).
+# cover at most ``EXCHANGED_PLAIN_PACE`` times the pick's area, but for 192x192 in three
+# warpgroups (``EXCHANGED_PLAIN_KEEPS``), the tile of the best pace per SM slot. On the
+# H200 1400x3616x3216 NT bf16 ran 48.3 us in 256x176 against 55.3 for 128x160
+# (mid_train_h200.jsonl, fit 1.17 against 1.07). On an H100 (bench_gemm, CUPTI;
+# reports/h100/exchanged_plain_h100.jsonl, the thirteen earlier shapes it changed as
+# first written, and exchanged_plain_check_h100.jsonl, ten drawn after, before any was
+# measured) it ran faster than every other tile on all ten, 1.02-1.35x, median 1.18x
+# (2216x2704x1808 NT bf16 in 256x192 33.5 us against 45.3 for 192x128), and against
+# 192x192 it lost on eleven of thirteen, 0.81-1.23x, median 0.96x: the exclusion is
+# read from those two panels, and no shape was drawn after it.
 EXCHANGED_ROWS = (144, 160, 176, 192)
 EXCHANGED_MAX_TRIPS = 2
 EXCHANGED_MAX_FIT = 1.2
 EXCHANGED_PACE = 0.96
 EXCHANGED_PLAIN_PACE = 1.1
+EXCHANGED_PLAIN_KEEPS = ((192, 192),)
 
 
 def trips_of(shape: GemmShape, config: GemmConfig, sms: int) -> int:
@@ -1289,10 +1298,15 @@ def exchanged_fitting(shape: GemmShape, sms: int) -> GemmConfig | None:
 def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     """``exchanged_fitting``'s form in place of a pick on the hand-written pipeline where
     the pick is a stream-K grid or covers ``1 / EXCHANGED_PACE`` more area a trip, and
-    in place of a plain unsplit grid of TileLang's pipeline where the form covers at most
+    in place of a plain unsplit grid of TileLang's pipeline (not of
+    ``EXCHANGED_PLAIN_KEEPS``' tiles) where the form covers at most
     ``EXCHANGED_PLAIN_PACE`` times its area; ``config`` elsewhere."""
-    plain = not (config.async_mma or config.persistent or config.stream_k)
-    if config.swap_ab or not (config.async_mma or (plain and config.split_k == 1)):
+    plain = (
+        not (config.async_mma or config.persistent or config.stream_k)
+        and config.split_k == 1
+        and (config.block_m, config.block_n) not in EXCHANGED_PLAIN_KEEPS
+    )
+    if config.swap_ab or not (config.async_mma or plain):
         return config
     form = exchanged_fitting(shape, sms)
     if form is None:

@@ -219,6 +219,63 @@ def test_the_exchanged_form_ran_faster_than_the_rules_without_it(monkeypatch):
     assert statistics.median(ratios) > 1.05
 
 
+def test_the_exchanged_form_takes_plain_picks_of_tilelangs_pipeline_but_192x192(monkeypatch):
+    """``exchanged`` over TileLang's pipeline: a plain unsplit grid gives way to the
+    exchanged form where that covers at most ``EXCHANGED_PLAIN_PACE`` times its area a
+    trip, but for 192x192 (``EXCHANGED_PLAIN_KEEPS``)."""
+    from kernels.tuned import exchanged_fitting, fit
+
+    # 1400x3616x3216 NT: 128x160 (fit 1.07) gives way to 256x176 in one trip (1.17).
+    nt = GemmShape(1400, 3616, 3216, "bfloat16", "NT")
+    form = exchanged_fitting(nt, SMS)
+    plain = tuned._fitted(128, 160)
+    assert form.id == "b256x176x64_t256_s3_pr_e_p132_a_x"
+    assert fit(nt, form, SMS) <= tuned.EXCHANGED_PLAIN_PACE * fit(nt, plain, SMS)
+    assert tuned.exchanged(nt, plain, SMS) == form and heuristic(nt, SMS) == form
+    # 2216x2704x1808 NT: 192x128 in three warpgroups gives way too (to 256x192).
+    assert heuristic(GemmShape(2216, 2704, 1808, "bfloat16", "NT"), SMS).id == (
+        "b256x192x64_t256_s3_pr_e_p132_a_x"
+    )
+    # 1816x2344x3456: 192x192 keeps its plain grid, though the form fits as well.
+    square = GemmShape(1816, 2344, 3456)
+    assert exchanged_fitting(square, SMS) is not None
+    assert heuristic(square, SMS).id == "b192x192x64_t384_s4_pr_e"
+    # Split, persistent or exchanged plain picks are left alone.
+    for config in (
+        replace(plain, split_k=2, swizzle=0),
+        replace(plain, persistent=SMS, swizzle=0),
+        GemmConfig(64, 96, 128, 128, 4, swap_ab=True),
+    ):
+        assert tuned.exchanged(nt, config, SMS) == config
+    # Where the form covers more than that, the pick stays: 1.17 over 1.07 is past 1.0.
+    monkeypatch.setattr(tuned, "EXCHANGED_PLAIN_PACE", 1.0)
+    assert tuned.exchanged(nt, plain, SMS) == plain
+
+
+def test_the_exchanged_form_over_tilelangs_pipeline_ran_faster_where_timed(monkeypatch):
+    """The picks the branch for TileLang's pipeline changes, the old pick's time over the
+    new one's where both ran in one record: on the H200 one shape so far (1400x3616x3216
+    NT bf16, 55.3 us against 48.3, reports/mid_train_h200.jsonl); on an H100
+    (reports/h100/exchanged_plain_h100.jsonl and exchanged_plain_check_h100.jsonl) all
+    ten, 1.02-1.35x, median 1.18x. The H200's check of the drawn panel is still to run."""
+    h200 = [r for *_, r in pick_changes(monkeypatch, "EXCHANGED_PLAIN_PACE", 0)]
+    assert len(h200) >= 1 and min(h200) > 1.1
+    monkeypatch.undo()
+    h100 = [
+        r
+        for *_, r in pick_changes(
+            monkeypatch,
+            "EXCHANGED_PLAIN_PACE",
+            0,
+            [ROOT / "reports" / "h100" / f"{name}_h100.jsonl" for name in EXCHANGED_PLAIN],
+        )
+    ]
+    assert len(h100) == 10 and min(h100) > 1.02 and statistics.median(h100) > 1.15
+
+
+EXCHANGED_PLAIN = ("exchanged_plain", "exchanged_plain_check")
+
+
 @pytest.mark.parametrize("sms", [0, -4, 13.0, True, None, "132"])
 def test_an_sm_count_that_is_not_a_positive_int_is_refused(sms):
     shape = GemmShape(4096, 4096, 4096)
