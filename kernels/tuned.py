@@ -1230,7 +1230,7 @@ def streamed_pair(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # cover at most ``EXCHANGED_PLAIN_PACE`` times the pick's area, but for 192x192 in three
 # warpgroups (``EXCHANGED_PLAIN_KEEPS``), the tile of the best pace per SM slot. On the
 # H200 1400x3616x3216 NT bf16 ran 48.3 us in 256x176 against 55.3 for 128x160
-# (mid_train_h200.jsonl, fit 1.17 against 1.07). On an H100 (bench_gemm, CUPTI;
+# (exchanged_forms_h200.jsonl, fit 1.17 against 1.07). On an H100 (bench_gemm, CUPTI;
 # reports/h100/exchanged_plain_h100.jsonl, the thirteen earlier shapes it changed as
 # first written, and exchanged_plain_check_h100.jsonl, ten drawn after, before any was
 # measured) it ran faster than every other tile on all ten, 1.02-1.35x, median 1.18x

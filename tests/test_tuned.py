@@ -252,10 +252,14 @@ def test_the_exchanged_form_takes_plain_picks_of_tilelangs_pipeline_but_192x192(
     assert tuned.exchanged(nt, plain, SMS) == plain
 
 
+# The H100's records of the branch for TileLang's pipeline (reports/h100/<name>_h100.jsonl).
+EXCHANGED_PLAIN = ("exchanged_plain", "exchanged_plain_check")
+
+
 def test_the_exchanged_form_over_tilelangs_pipeline_ran_faster_where_timed(monkeypatch):
     """The picks the branch for TileLang's pipeline changes, the old pick's time over the
     new one's where both ran in one record: on the H200 one shape so far (1400x3616x3216
-    NT bf16, 55.3 us against 48.3, reports/mid_train_h200.jsonl); on an H100
+    NT bf16, 55.3 us against 48.3, reports/exchanged_forms_h200.jsonl); on an H100
     (reports/h100/exchanged_plain_h100.jsonl and exchanged_plain_check_h100.jsonl) all
     ten, 1.02-1.35x, median 1.18x. The H200's check, on ten shapes drawn after 192x192 was
     taken out (reports/offtable_exchanged_plain_check2_shapes.json), is still to run."""
@@ -272,9 +276,6 @@ def test_the_exchanged_form_over_tilelangs_pipeline_ran_faster_where_timed(monke
         )
     ]
     assert len(h100) == 10 and min(h100) > 1.02 and statistics.median(h100) > 1.15
-
-
-EXCHANGED_PLAIN = ("exchanged_plain", "exchanged_plain_check")
 
 
 @pytest.mark.parametrize("sms", [0, -4, 13.0, True, None, "132"])
