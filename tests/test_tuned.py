@@ -252,8 +252,10 @@ def test_the_exchanged_form_takes_plain_picks_of_tilelangs_pipeline_but_192x192(
     assert tuned.exchanged(nt, plain, SMS) == plain
 
 
-# The H100's records of the branch for TileLang's pipeline (reports/h100/<name>_h100.jsonl).
-EXCHANGED_PLAIN = ("exchanged_plain", "exchanged_plain_check")
+EXCHANGED_PLAIN_H100 = tuple(
+    ROOT / "reports" / "h100" / name
+    for name in ("exchanged_plain_h100.jsonl", "exchanged_plain_check_h100.jsonl")
+)
 
 
 def test_the_exchanged_form_over_tilelangs_pipeline_ran_faster_where_timed(monkeypatch):
@@ -266,15 +268,8 @@ def test_the_exchanged_form_over_tilelangs_pipeline_ran_faster_where_timed(monke
     h200 = [r for *_, r in pick_changes(monkeypatch, "EXCHANGED_PLAIN_PACE", 0)]
     assert len(h200) >= 1 and min(h200) > 1.1
     monkeypatch.undo()
-    h100 = [
-        r
-        for *_, r in pick_changes(
-            monkeypatch,
-            "EXCHANGED_PLAIN_PACE",
-            0,
-            [ROOT / "reports" / "h100" / f"{name}_h100.jsonl" for name in EXCHANGED_PLAIN],
-        )
-    ]
+    changes = pick_changes(monkeypatch, "EXCHANGED_PLAIN_PACE", 0, EXCHANGED_PLAIN_H100)
+    h100 = [r for *_, r in changes]
     assert len(h100) == 10 and min(h100) > 1.02 and statistics.median(h100) > 1.15
 
 
