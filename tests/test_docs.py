@@ -116,3 +116,46 @@ def test_every_option_the_docs_show_a_command_takes_exists(doc):
             if not re.search(rf"(?<![\w-]){re.escape(option)}\b", helps[command]):
                 wrong.append(f"{' '.join(command)} {option}")
     assert not wrong, f"{doc.name} shows options its commands do not take: {sorted(set(wrong))}"
+
+
+H100 = ROOT / "reports" / "h100"
+
+
+def _h100_listed(readme: str) -> set[str]:
+    """The files the table of ``reports/h100/README.md`` names in its first column,
+    relative to that folder: ``a.{json,md}`` is two, and a bare `.md` after `a.json` names
+    ``a.md``."""
+    listed: set[str] = set()
+    for row in re.findall(r"^\| (`.+?) \|", readme, re.M):
+        last = None
+        for name in re.findall(r"`([^`]+)`", row):
+            if name.startswith(".") and last:
+                name = last.rsplit(".", 1)[0] + name
+            stems = [name]
+            while any("{" in s for s in stems):
+                s = next(s for s in stems if "{" in s)
+                head, options, tail = re.match(r"(.*?)\{([^}]*)\}(.*)", s).groups()
+                stems.remove(s)
+                stems += [head + o + tail for o in options.split(",")]
+            listed.update(stems)
+            last = name
+    return listed
+
+
+def test_every_h100_record_is_named_in_its_readme_and_every_name_is_a_file():
+    """The H100 panels are kept apart from the H200's records on purpose; the folder's
+    README says what each one is. A record left out of its table, or a row naming a file
+    that is not there, would leave a figure nobody can place."""
+    readme = (H100 / "README.md").read_text()
+    listed = _h100_listed(readme)
+    folders = set(re.findall(r"`reports/h100/([\w-]+)/`", readme))
+    files = {
+        p.relative_to(H100).as_posix()
+        for p in H100.rglob("*")
+        if p.is_file() and p.name != "README.md"
+    }
+    unnamed = sorted(f for f in files if f not in listed and f.split("/")[0] not in folders)
+    assert not unnamed, f"reports/h100/README.md does not name {unnamed}"
+    ghosts = sorted(listed - files)
+    assert not ghosts, f"reports/h100/README.md names what is no file: {ghosts}"
+    assert len(listed) > 40
