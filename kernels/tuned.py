@@ -860,7 +860,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       against 0.812x for 128x256's pairs; 21 of 21 recorded shapes faster, median 1.07x);
       and a plain unsplit grid of TileLang's pipeline, but 192x192, where they cover at
       most 1.1 times its area a trip (1400x3616x3216 NT bf16: 48.3 us against 55.3 for
-      128x160 on the H200; on an H100 ten of ten shapes faster, median 1.18x).
+      128x160 on the H200; on an H100 twenty of twenty shapes faster, median 1.18x).
       In NT under a wave, 128x192's pair narrows to 128x160's in 5 stages where that
       pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: on the
       H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
