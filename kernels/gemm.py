@@ -614,7 +614,9 @@ class GemmConfig:
         stream-K grid the loop over tiles keeps the stages live through every write-back,
         so there it comes on top (checked against the compiled kernels for sm_90a)."""
         stages = self._stage_bytes
-        if (self.swap_ab and not self.async_mma) or not (self.smem_epilogue or self.split_k > 1):
+        if (self.swap_ab and not self.async_mma and self.split_k == 1) or not (
+            self.smem_epilogue or self.split_k > 1
+        ):
             return stages
         c_tile = self.block_m * self.block_n * ELEMENT_BYTES
         if self.persistent or self.stream_k:
@@ -842,7 +844,9 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
     x_tile = (block_M, block_K) if trans_B else (block_K, block_M)
 
     @T.macro
-    def swapped_tile(A, B, C, X_shared, Y_shared, C_local, tm, tn, k_first, k_count, partial):
+    def swapped_tile(
+        A, B, C, X_shared, Y_shared, C_local, C_shared, tm, tn, k_first, k_count, partial
+    ):
         """K steps [k_first, k_first + k_count) of one output tile with the operands
         exchanged: rows ``tm`` * block_m of C^T (columns of C) by rows ``tn`` * block_n of
         C, computed as op(B) A^T and written back transposed, added into C where
@@ -856,22 +860,31 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 T.copy(B[kk * block_K, tm * block_M], X_shared)
             T.copy(A[tn * block_N, kk * block_K], Y_shared)
             T.gemm(X_shared, Y_shared, C_local, transpose_A=not trans_B, transpose_B=True)
-        for i, j in T.Parallel(block_M, block_N):
-            if tn * block_N + j < M and tm * block_M + i < N:
-                if partial:
-                    T.atomic_add(C[tn * block_N + j, tm * block_M + i], C_local[i, j])
-                else:
-                    C[tn * block_N + j, tm * block_M + i] = C_local[i, j]
+        if partial and split_by_tma:
+            # A split's partial tile, transposed into shared memory and reduce-added by
+            # TMA, which clips the rows and columns past C (element by element from
+            # registers it ran 0.13x on 96x7168x2048; see ``kernels.tuned``).
+            for i, j in T.Parallel(block_M, block_N):
+                C_shared[j, i] = C_local[i, j]
+            TC.atomic_add(C[tn * block_N, tm * block_M], C_shared, use_tma=True)
+        else:
+            for i, j in T.Parallel(block_M, block_N):
+                if tn * block_N + j < M and tm * block_M + i < N:
+                    if partial:
+                        T.atomic_add(C[tn * block_N + j, tm * block_M + i], C_local[i, j])
+                    else:
+                        C[tn * block_N + j, tm * block_M + i] = C_local[i, j]
 
     plan = StreamK.plan(shape, config) if config.stream_k else None
     blocks = config.persistent or config.stream_k  # a persistent grid's size, else 0
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
     # The epilogue buffer is only allocated when used; a 1-element stand-in otherwise.
-    staged_c = (config.smem_epilogue or split_by_tma) and not swap
+    staged_c = config.smem_epilogue or split_by_tma
     # One block per output tile (and K split): x over N's tiles and y over M's, or the
     # other way round with the operands exchanged.
     grid_x, grid_y = (T.ceildiv(M, block_N), T.ceildiv(N, block_M)) if swap else (tiles_n, tiles_m)
-    c_tile = (block_M, block_N) if staged_c else (1, 1)
+    # Exchanged, the tile is staged as C's: block_n rows by block_m columns.
+    c_tile = ((block_N, block_M) if swap else (block_M, block_N)) if staged_c else (1, 1)
 
     @T.macro
     def launch(A, B, C, delay):
@@ -913,7 +926,18 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 split = config.split_k > 1
                 if swap:
                     swapped_tile(
-                        A, B, C, A_shared, B_shared, C_local, by, bx, bz * k_steps, k_steps, split
+                        A,
+                        B,
+                        C,
+                        A_shared,
+                        B_shared,
+                        C_local,
+                        C_shared,
+                        by,
+                        bx,
+                        bz * k_steps,
+                        k_steps,
+                        split,
                     )
                 else:
                     tile(A, B, C, *buffers, by, bx, bz * k_steps, k_steps, split)

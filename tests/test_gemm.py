@@ -396,7 +396,9 @@ def test_sm90a_codegen_uses_hopper_path(shape, config):
             "blockIdx.x",
         ),
         # The operands exchanged: B's tile is the wgmma's first operand, C's tile is
-        # stored transposed from registers (no TMA store), and added in under split-K.
+        # stored transposed from registers (no TMA store); under split-K it is
+        # transposed into shared memory and reduce-added by TMA where C's rows are
+        # 16-byte aligned, added from registers where they are not (N = 7161).
         (
             GemmShape(16, 8192, 8192, "bfloat16"),
             GemmConfig(64, 16, 128, 128, 6, swap_ab=True),
@@ -404,6 +406,11 @@ def test_sm90a_codegen_uses_hopper_path(shape, config):
         ),
         (
             GemmShape(96, 7168, 2048, "float16", "NT"),
+            GemmConfig(128, 96, 64, 128, 4, split_k=2, swap_ab=True),
+            "tma_store_add",
+        ),
+        (
+            GemmShape(96, 7161, 2048, "float16", "NT"),
             GemmConfig(128, 96, 64, 128, 4, split_k=2, swap_ab=True),
             "AtomicAdd(",
         ),
@@ -1049,6 +1056,7 @@ SMEM_CASES = [
     GemmConfig(128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True),
     GemmConfig(128, 256, 64, 256, 4, swizzle=16, smem_epilogue=True, async_mma=True),
     GemmConfig(128, 128, 64, 128, 3, split_k=3),
+    GemmConfig(64, 96, 128, 128, 4, split_k=2, swap_ab=True),
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132),
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, stream_k=132),
     GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, persistent=132, async_mma=True),
@@ -1318,11 +1326,13 @@ OPTION_CONFIGS = [
     GemmConfig(256, 128, 64, 256, 3, smem_epilogue=True, persistent=9, async_mma=True),
     # The operands exchanged (``swap_ab``): M on the wgmma's N side in tiles of 16 and 32
     # rows (partial where M is not a multiple: 4097, 2048 + 256 in 48), C written back
-    # transposed; split K adds the transposed partial tiles into C element by element
-    # (N = 1031: no TMA on C's rows, which the exchange does not need).
+    # transposed; split K reduce-adds the transposed partial tiles by TMA from shared
+    # memory where C's rows are 16-byte aligned, element by element from registers
+    # where they are not (N = 1031).
     GemmConfig(64, 16, 128, 128, 6, swap_ab=True),
     GemmConfig(128, 32, 64, 128, 4, swap_ab=True),
     GemmConfig(128, 16, 64, 128, 4, split_k=3, swap_ab=True),
+    GemmConfig(64, 96, 128, 128, 4, split_k=2, swap_ab=True),
     GemmConfig(128, 48, 128, 128, 3, swizzle=4, swap_ab=True),
     # The heuristic's swapped pick for 96x7168x2048 NT (``kernels.tuned.swap_for``).
     GemmConfig(64, 96, 128, 128, 4, swap_ab=True),
