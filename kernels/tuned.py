@@ -612,8 +612,10 @@ def waves(shape: GemmShape, config: GemmConfig, sms: int) -> int:
 # 64x96x128 swapped tiles (4 stages) 1.01x against the plain pick's 0.87x (128x128 split
 # in two); decode16 bf16 (16x8192x8192) in 64x16x128 (6 stages) 1.01x against 0.97x
 # (64x256 split in two); 8x14336x4096 NT bf16 in 128x16x128 (6 stages) 1.01x against
-# 0.95x. Split K with the operands exchanged adds the transposed partial tiles into C
-# element by element, and ran 0.13x on 96x7168x2048: the swapped configs stay unsplit.
+# 0.95x. Split K with the operands exchanged added the transposed partial tiles into C
+# element by element, and ran 0.13x on 96x7168x2048; it now reduce-adds them by TMA from
+# shared memory where C's rows are 16-byte aligned, which no H200 record has timed yet:
+# the swapped configs stay unsplit.
 SWAP_MAX_M = 128
 # Swapped tiles' widths along N (wgmma's M side): the wider where it fills as many SMs.
 SWAP_BLOCKS = (128, 64)
