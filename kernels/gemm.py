@@ -925,20 +925,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 buffers = (A_shared, B_shared, C_local, C_shared)
                 split = config.split_k > 1
                 if swap:
-                    swapped_tile(
-                        A,
-                        B,
-                        C,
-                        A_shared,
-                        B_shared,
-                        C_local,
-                        C_shared,
-                        by,
-                        bx,
-                        bz * k_steps,
-                        k_steps,
-                        split,
-                    )
+                    swapped_tile(A, B, C, *buffers, by, bx, bz * k_steps, k_steps, split)
                 else:
                     tile(A, B, C, *buffers, by, bx, bz * k_steps, k_steps, split)
 
