@@ -410,7 +410,8 @@ def test_a_skinny_m_off_64_rows_gets_the_operands_exchanged_unsplit(shape):
 @pytest.mark.parametrize("shape", SWAP_SHAPES, ids=lambda s: s.id)
 def test_the_exchange_rule_is_the_sweep(shape):
     """On each shape of the H200 sweep the heuristic's swapped pick beat the plain pick
-    (recorded alongside), and every swapped config split in K lost to it."""
+    (recorded alongside), and every swapped config split in K lost to it (its partial
+    tiles then added into C element by element, before the TMA reduce-add)."""
     from kernels.tuned import candidates
 
     got = _sweep("swap_h200.jsonl")[shape.id]
@@ -422,6 +423,19 @@ def test_the_exchange_rule_is_the_sweep(shape):
     # The swapped configs are searched too, unsplit.
     swapped = [c for c in candidates(shape, SMS) if c.swap_ab]
     assert swapped and all(c.split_k == 1 for c in swapped)
+
+
+def test_in_nn_a_skinny_m_over_64_keeps_the_plain_rules():
+    """In NN the exchanged tile reads B as the wgmma's transposed first operand; above
+    ``SWAP_NN_MAX_M`` rows of M the plain 128x256 tile split four ways took the lead on
+    the H200 (reports/skinny_pairs_h200.jsonl); NT, and M up to 64, stay exchanged."""
+    nn = GemmShape(90, 7440, 8848, "bfloat16")
+    pick = heuristic(nn, SMS)
+    assert not pick.swap_ab and pick.id == "b128x256x64_t256_s3_k4"
+    got = _sweep("skinny_pairs_h200.jsonl")[nn.id]
+    assert got[pick.id] > got["b64x96x128_t128_s4_x"]  # 0.954x torch against 0.889x
+    assert heuristic(replace(nn, m=tuned.SWAP_NN_MAX_M - 3), SMS).swap_ab
+    assert heuristic(GemmShape(86, 7104, 12928, "bfloat16", "NT"), SMS).swap_ab
 
 
 def test_no_exchange_where_m_fills_the_wgmma_or_the_swapped_grid_is_thin():
