@@ -628,17 +628,20 @@ SWAP_MIN_FILL = 0.8
 # Stages: 6 where the tile holds at most 32 rows of M (decode16's and 8x14336's), 4 for
 # wider ones (96x7168's); fewer where shared memory runs out.
 SWAP_STAGES = {32: 6, SWAP_MAX_M: 4}
-# In NN, M over this keeps the plain rules (128x256 split four ways from K = 4096; below
-# it the scores take 128x128 split two ways, untimed on such a shape yet): there
-# the exchanged tile reads B (K x N, N-major) as the wgmma's transposed first operand and
-# fell behind. On the H200 90x7440x8848 bf16 ran 0.954x torch in 128x256 split four ways
-# against 0.889x exchanged (reports/skinny_pairs_h200.jsonl), 88x7928x4136 bf16 0.854x in
-# 128x192 split two ways against 0.835x (random4_forms_h200.jsonl); on an H100 128x256
-# split four ways ran ahead of the exchanged pick on ten of eleven such shapes, seven of
-# them drawn before they were measured (1.00-1.23x, 89x7120x14024 fp16 1.12x; level on
-# 90x7440x8848; reports/h100/skinny_nn2_h100.jsonl, skinny_split_nn_h100.jsonl). In NT
-# the exchanged tile kept its lead there (86x7104x12928 bf16: 1.08x against 0.99x).
+# In NN, M over this keeps the plain rules where K splits four ways (``SWAP_NN_MIN_K``),
+# which take 128x256 split four ways there (below it they take 128x128 split two ways,
+# untimed on such a shape). The exchanged tile fell behind it; it reads B (K x N,
+# N-major) as the wgmma's transposed first operand, a likely cause not yet profiled. On
+# the H200 90x7440x8848 bf16 ran 0.954x torch in 128x256 split four ways against 0.889x
+# exchanged (reports/skinny_pairs_h200.jsonl), 88x7928x4136 bf16 0.854x in 128x192 split
+# two ways against 0.835x (random4_forms_h200.jsonl). On an H100 128x256 split four ways
+# ran ahead of the exchanged pick on nine of the ten shapes it changes that were timed in
+# both forms, six of them drawn before they were measured (1.00-1.23x, 89x7120x14024 fp16
+# 1.12x), level on the tenth (90x7440x8848; reports/h100/skinny_nn2_h100.jsonl,
+# skinny_split_nn_h100.jsonl, skinny_split_h100.jsonl). In NT the exchanged tile kept its
+# lead (86x7104x12928 bf16: 1.08x torch against 0.99x on the H100).
 SWAP_NN_MAX_M = 64
+SWAP_NN_MIN_K = 4 * MIN_SPLIT_K
 
 
 def swap_fits(shape: GemmShape) -> bool:
@@ -655,12 +658,13 @@ def swap_rows(shape: GemmShape) -> int:
 def swap_for(shape: GemmShape, sms: int) -> GemmConfig | None:
     """The swapped config for a skinny M, or None where the heuristic keeps its plain
     rules: M over ``SWAP_MAX_M`` or a multiple of 64 (no padding to save), in NN M over
-    ``SWAP_NN_MAX_M``, or a grid of
+    ``SWAP_NN_MAX_M`` with K of ``SWAP_NN_MIN_K`` or more, or a grid of
     swapped tiles under ``SWAP_MIN_FILL`` of the SMs (32x4096: 64 tiles; the plain rules
     split K there, which the swapped kernel does slowly). Of ``SWAP_BLOCKS``
     the one whose tiles fill the most of the SMs' slots over their waves, the wider on a
     tie."""
-    if not swap_fits(shape) or (shape.layout == "NN" and shape.m > SWAP_NN_MAX_M):
+    plain_nn = shape.layout == "NN" and shape.m > SWAP_NN_MAX_M and shape.k >= SWAP_NN_MIN_K
+    if not swap_fits(shape) or plain_nn:
         return None
     rows = swap_rows(shape)
     stages = next(st for limit, st in sorted(SWAP_STAGES.items()) if rows <= limit)
@@ -780,8 +784,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       exchanged (``swap_for``), M on the wgmma's N side in steps of 16, unsplit, where the
       swapped tiles fill ``SWAP_MIN_FILL`` of the SMs (96x7168x2048 NT: 1.01x torch on the H200
       against the plain 128x128 split in two, 0.87x; decode16 bf16 1.01x against 0.97x),
-      in NN only for M up to ``SWAP_NN_MAX_M`` (above it 128x256 split four ways ran
-      ahead: 90x7440x8848 bf16 0.954x against 0.889x on the H200).
+      in NN only for M up to ``SWAP_NN_MAX_M`` or K under ``SWAP_NN_MIN_K`` (else
+      128x256 split four ways ran ahead: 90x7440x8848 bf16 0.954x against 0.889x on the
+      H200).
     - K <= ``SMALL_K`` (one or two K steps; M > 64 and N > 128): the write-back dominates,
       and a persistent grid of one block per SM overlaps it with the next tile's loads
       (attn_qk_t: 0.0194 ms, the best non-persistent config 0.0234 ms), on the

@@ -428,13 +428,16 @@ def test_the_exchange_rule_is_the_sweep(shape):
 def test_in_nn_a_skinny_m_over_64_keeps_the_plain_rules():
     """In NN the exchanged tile reads B as the wgmma's transposed first operand; above
     ``SWAP_NN_MAX_M`` rows of M the plain 128x256 tile split four ways took the lead on
-    the H200 (reports/skinny_pairs_h200.jsonl); NT, and M up to 64, stay exchanged."""
+    the H200 (reports/skinny_pairs_h200.jsonl); NT, M up to 64 and K under
+    ``SWAP_NN_MIN_K`` stay exchanged."""
     nn = GemmShape(90, 7440, 8848, "bfloat16")
     pick = heuristic(nn, SMS)
     assert not pick.swap_ab and pick.id == "b128x256x64_t256_s3_k4"
     got = _sweep("skinny_pairs_h200.jsonl")[nn.id]
     assert got[pick.id] > got["b64x96x128_t128_s4_x"]  # 0.954x torch against 0.889x
     assert heuristic(replace(nn, m=tuned.SWAP_NN_MAX_M - 3), SMS).swap_ab
+    # Under SWAP_NN_MIN_K the plain rules would take 128x128 split two ways, untimed here.
+    assert heuristic(replace(nn, k=tuned.SWAP_NN_MIN_K - 8), SMS).swap_ab
     assert heuristic(GemmShape(86, 7104, 12928, "bfloat16", "NT"), SMS).swap_ab
 
 
