@@ -614,10 +614,11 @@ def waves(shape: GemmShape, config: GemmConfig, sms: int) -> int:
 # (64x256 split in two); 8x14336x4096 NT bf16 in 128x16x128 (6 stages) 1.01x against
 # 0.95x. Split K with the operands exchanged added the transposed partial tiles into C
 # element by element, and ran 0.13x on 96x7168x2048; it now reduce-adds them by TMA from
-# shared memory where C's rows are 16-byte aligned. No H200 record has timed that yet; an
-# H100 ran 64x96 split two ways 1.7-2.9x faster than before on four skinny shapes, yet
-# behind the unsplit tile on most of 26 (reports/h100/skinny*split*_h100.jsonl): the
-# swapped configs stay unsplit.
+# shared memory where C's rows are 16-byte aligned. No H200 record has timed that yet. On
+# an H100 64x96 split two ways ran 1.7-2.9x faster than before on four skinny shapes;
+# split, the exchanged tile ran ahead of its unsplit form on 8 of 18 shapes timed both
+# ways and was the fastest form timed on three (reports/h100/skinny*split*_h100.jsonl):
+# too few for a rule, so the swapped configs stay unsplit.
 SWAP_MAX_M = 128
 # Swapped tiles' widths along N (wgmma's M side): the wider where it fills as many SMs.
 SWAP_BLOCKS = (128, 64)
