@@ -614,9 +614,7 @@ class GemmConfig:
         stream-K grid the loop over tiles keeps the stages live through every write-back,
         so there it comes on top (checked against the compiled kernels for sm_90a)."""
         stages = self._stage_bytes
-        if (self.swap_ab and not self.async_mma and self.split_k == 1) or not (
-            self.smem_epilogue or self.split_k > 1
-        ):
+        if not (self.smem_epilogue or self.split_k > 1):
             return stages
         c_tile = self.block_m * self.block_n * ELEMENT_BYTES
         if self.persistent or self.stream_k:
@@ -860,7 +858,7 @@ def make_gemm(shape: GemmShape, config: GemmConfig, delay: bool = False):
                 T.copy(B[kk * block_K, tm * block_M], X_shared)
             T.copy(A[tn * block_N, kk * block_K], Y_shared)
             T.gemm(X_shared, Y_shared, C_local, transpose_A=not trans_B, transpose_B=True)
-        if partial and split_by_tma:
+        if split_by_tma:
             # A split's partial tile, transposed into shared memory and reduce-added by
             # TMA, which clips the rows and columns past C (element by element from
             # registers it ran 0.13x on 96x7168x2048; see ``kernels.tuned``).
