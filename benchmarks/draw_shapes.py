@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     for s in shapes:
         print(s.id)
-    stem = shlex.quote(str(args.out.with_suffix("")))
+    stem = str(args.out.with_suffix(""))
+    stem = shlex.quote(stem.removesuffix("_shapes"))  # mine_shapes.json -> mine_result.json
     print(f"{len(shapes)} shape(s) written to {args.out}; measure them on the GPU with")
     print(f"  python3 -m benchmarks.offtable --shapes {shlex.quote(str(args.out))} --resume \\")
     print(f"      --json {stem}_result.json --markdown {stem}_result.md")

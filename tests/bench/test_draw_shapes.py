@@ -58,6 +58,15 @@ def test_the_file_is_what_offtable_takes_and_names_its_seed(tmp_path, capsys):
     assert "--seed 11" in about and "random.Random(11)" in about and "6 mid" in about
     printed = capsys.readouterr().out
     assert f"--shapes {out} --resume" in printed
+    assert f"--json {tmp_path / 'mine_result.json'}" in printed
+
+
+def test_the_suggested_result_drops_the_shapes_suffix(tmp_path, capsys):
+    out = tmp_path / "list_shapes.json"
+    assert draw_shapes.main(["--seed", "11", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"--json {tmp_path / 'list_result.json'}" in printed
+    assert f"--markdown {tmp_path / 'list_result.md'}" in printed
 
 
 @pytest.mark.parametrize(
