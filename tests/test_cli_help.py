@@ -47,6 +47,7 @@ COMMANDS = [
     ("-m", "benchmarks.offtable"),
     ("-m", "benchmarks.misses"),
     ("-m", "benchmarks.draw_shapes"),
+    ("-m", "benchmarks.panels"),
     ("-m", "benchmarks.torch_kernels"),
     ("-m", "benchmarks.profile_gemm"),
     ("-m", "benchmarks.validate_space"),

@@ -3,7 +3,6 @@
 import argparse
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import panels
 from harness import cli
 from harness.suite import results_branch
 
@@ -175,7 +175,7 @@ def test_tuner_lists_its_spaces_and_needs_a_gpu_to_tune():
 # A panel's shapes file says in its ``about`` how it is to be timed: a command that a
 # person pastes onto a GPU host. Each must parse, read that same file and name configs
 # that every shape of it can run, or the GPU time is spent on an error.
-PANEL_COMMAND = re.compile(r"python3 -m benchmarks\.bench_gemm ([^;(]+?)\.?(?:;|\(|$)")
+PANEL_COMMAND = panels.PANEL_COMMAND  # what benchmarks.panels runs, one pattern
 PANELS = [
     (path, command)
     for path in sorted((ROOT / "reports").glob("offtable_*_shapes.json"))

@@ -1,0 +1,233 @@
+"""The panels that wait for a GPU, and running them in one go.
+
+    python3 -m benchmarks.panels                          # every panel and its state
+    python3 -m benchmarks.panels --pending                # the ones not yet timed here
+    python3 -m benchmarks.panels --run short_k9 random8_losers --budget 500
+
+A panel is a shapes file ``reports/offtable_NAME_shapes.json`` whose ``about`` gives the
+``python3 -m benchmarks.bench_gemm --shapes ... --jsonl ...`` command that times it, so
+that a person can paste it onto a GPU host (``PANEL_COMMAND`` finds it; the tests check
+that each one parses and names configs its shapes can run). A panel's state on a card
+reads its record: ``todo`` where the record is absent, ``partial`` where it holds rows for
+some of the file's shapes, ``done`` where it holds all of them.
+
+The record is the one its command names for the H200 (``..._h200.jsonl``, or
+``<card>`` in its name); on another card it is ``reports/CARD/..._CARD.jsonl``, the way
+the repository keeps its H100 records, so one card's rows never land in another's file.
+``--card`` names the card to list for (without it: the GPU present, else h200).
+
+``--run`` times the named panels in the order given, each by its own command with
+``--resume`` (a panel cut short keeps its rows, and running it again times only what is
+missing), each bounded by what is left of ``--budget`` seconds; a panel that would start
+with less than ``--min-left`` seconds left is not started. A line says when each starts
+and how it ended. Exit status: 0 every panel ran to its end; 1 one failed or was cut
+short, or was not started for lack of time (its rows so far are kept); 2 bad input (an
+unknown panel, a bad option); 3 no GPU for ``--run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.cli import positive_int
+
+PROG = "python3 -m benchmarks.panels"
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "reports"
+# The command in a panel's ``about``: up to a ';', a '(' or the end of the text.
+PANEL_COMMAND = re.compile(r"python3 -m benchmarks\.bench_gemm ([^;(]+?)\.?(?:;|\(|$)")
+HOME_CARD = "h200"  # the card the committed commands name their records for
+
+
+@dataclass(frozen=True, slots=True)
+class Panel:
+    name: str  # offtable_NAME_shapes.json -> NAME
+    path: Path
+    args: tuple[str, ...]  # bench_gemm's arguments, as the file gives them
+    jsonl: str  # the record, as the file names it
+    shapes: frozenset[str]  # the file's shape ids
+
+    def record(self, card: str) -> Path:
+        """Where this panel's rows on ``card`` are kept."""
+        name = self.jsonl.replace("<card>", HOME_CARD)
+        if card == HOME_CARD:
+            return ROOT / name
+        stem = Path(name).name.replace(f"_{HOME_CARD}.", f"_{card}.")
+        return REPORTS / card / stem
+
+    def timed(self, card: str) -> set[str]:
+        """The file's shapes the record on ``card`` holds a row for (torn lines skipped)."""
+        found: set[str] = set()
+        path = self.record(card)
+        if not path.exists():
+            return found
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and row.get("shape") in self.shapes:
+                found.add(row["shape"])
+        return found
+
+    def state(self, card: str) -> str:
+        if not self.record(card).exists():
+            return "todo"
+        return "done" if self.timed(card) >= self.shapes else "partial"
+
+    def command(self, card: str) -> list[str]:
+        """bench_gemm's arguments on ``card``: its record there, and ``--resume``."""
+        args = list(self.args)
+        at = args.index("--jsonl")
+        args[at + 1] = shown(self.record(card))
+        if "--resume" not in args:
+            args.append("--resume")
+        return args
+
+
+def shown(path: Path) -> str:
+    """``path`` from the repository's root where it lies under it, else whole."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def find_panels(reports: Path = REPORTS) -> list[Panel]:
+    """Every panel among ``reports/offtable_*_shapes.json``, by name."""
+    from benchmarks.bench_gemm import build_parser
+    from benchmarks.offtable import load_shapes
+
+    parser = build_parser()
+    panels = []
+    for path in sorted(reports.glob("offtable_*_shapes.json")):
+        about = json.loads(path.read_text()).get("about", "")
+        commands = [c for c in PANEL_COMMAND.findall(about) if "--shapes" in c]
+        if not commands:
+            continue
+        args = shlex.split(commands[0])
+        parsed = parser.parse_args(args)
+        if parsed.jsonl is None:
+            continue
+        name = path.name.removeprefix("offtable_").removesuffix("_shapes.json")
+        shapes = frozenset(s.shape.id for s in load_shapes(path))
+        panels.append(Panel(name, path, tuple(args), str(parsed.jsonl), shapes))
+    return panels
+
+
+def card_of(gpu: str) -> str:
+    """The card's short name as records carry it: ``NVIDIA H100 80GB HBM3`` -> ``h100``."""
+    words = gpu.lower().removeprefix("nvidia ").split()
+    return words[0] if words else gpu.lower()
+
+
+def present_card() -> str | None:
+    """The card here (``card_of``), or None without a GPU."""
+    from harness.measure.device import cuda_available, gpu_name
+
+    return card_of(gpu_name()) if cuda_available() else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--card", help="the card whose records to read and write, e.g. h100 (default: the "
+        "GPU present, else h200)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pending", action="store_true", help="list only the panels not done on the card"
+    )
+    parser.add_argument("--run", nargs="+", metavar="NAME", help="time these panels, in this order")
+    parser.add_argument(
+        "--budget", type=positive_int, default=540, metavar="SECONDS",
+        help="seconds for all of --run together (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-left", type=positive_int, default=30, metavar="SECONDS",
+        help="start no panel with fewer seconds left (default: %(default)s)",
+    )  # fmt: skip
+    return parser
+
+
+def list_panels(panels: list[Panel], card: str, pending: bool) -> None:
+    width = max((len(p.name) for p in panels), default=4)
+    for panel in panels:
+        state = panel.state(card)
+        if pending and state == "done":
+            continue
+        timed = len(panel.timed(card))
+        where = shown(panel.record(card))
+        print(f"{panel.name:{width}}  {state:7}  {timed}/{len(panel.shapes)} shapes  {where}")
+
+
+def run_panels(chosen: list[Panel], card: str, budget: int, min_left: int, runner) -> int:
+    """Each panel's command by ``runner(argv, timeout)`` (its exit status, None where it
+    ran out of time), bounded by what is left of ``budget``; 0 where all ran to their
+    end, else 1."""
+    start = time.monotonic()
+    status = 0
+    for number, panel in enumerate(chosen, 1):
+        left = budget - (time.monotonic() - start)
+        head = f"[{number}/{len(chosen)}] {panel.name}"
+        if left < min_left:
+            print(f"{head}: not started, {left:.0f} s left (--min-left {min_left})", flush=True)
+            status = 1
+            continue
+        print(f"{head}: {len(panel.shapes)} shapes, {left:.0f} s left", flush=True)
+        argv = [sys.executable, "-m", "benchmarks.bench_gemm", *panel.command(card)]
+        began = time.monotonic()
+        code = runner(argv, left)
+        took = time.monotonic() - began
+        timed = len(panel.timed(card))
+        if code is None:
+            end = "cut short by the budget"
+        else:
+            end = "done" if code == 0 else f"exit {code}"
+        print(f"{head}: {end} after {took:.0f} s, {timed}/{len(panel.shapes)} shapes "
+              f"in {shown(panel.record(card))}", flush=True)  # fmt: skip
+        if code != 0:
+            status = 1
+    return status
+
+
+def subprocess_runner(argv: list[str], timeout: float) -> int | None:
+    try:
+        return subprocess.run(argv, cwd=ROOT, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def main(argv: list[str] | None = None, runner=subprocess_runner) -> int:
+    args = build_parser().parse_args(argv)
+    panels = find_panels()
+    by_name = {p.name: p for p in panels}
+    card = args.card or present_card() or HOME_CARD
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", card):
+        print(f"{PROG}: --card {card!r}: must be a card's short name, e.g. h100", file=sys.stderr)
+        return 2
+    if not args.run:
+        list_panels(panels, card, args.pending)
+        return 0
+    unknown = [n for n in args.run if n not in by_name]
+    if unknown:
+        print(f"{PROG}: --run: no panel named {', '.join(unknown)} "
+              f"(the list: {PROG} --pending)", file=sys.stderr)  # fmt: skip
+        return 2
+    if present_card() is None:
+        from harness.measure.device import no_gpu_reason
+
+        print(f"{PROG}: --run times kernels on a GPU: {no_gpu_reason()}", file=sys.stderr)
+        return 3
+    chosen = [by_name[n] for n in args.run]
+    return run_panels(chosen, card, args.budget, args.min_left, runner)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The panels that wait for a GPU (``python3 -m benchmarks.panels``): finding them, their
+state from their records, and running them in one go under a budget, on the CPU with a
+runner that stands in for bench_gemm."""
+
+import json
+
+import pytest
+
+from benchmarks import draw_shapes, panels
+
+
+def _panel_file(tmp_path, name="mine", seed=11):
+    """A panel of two drawn shapes whose about names a record in ``tmp_path``."""
+    path = tmp_path / f"offtable_{name}_shapes.json"
+    assert draw_shapes.main(["--seed", str(seed), "--mix", "mid=2", "--out", str(path)]) == 0
+    data = json.loads(path.read_text())
+    record = tmp_path / f"{name}_h200.jsonl"
+    data["about"] = (
+        f"Two shapes. Timed by python3 -m benchmarks.bench_gemm --shapes {path} --backend "
+        f"cupti --run-tilelang --jsonl {record} --config b128x192x64_t256_s4_pr_e; and more."
+    )
+    path.write_text(json.dumps(data))
+    return path, record, [s["m"] for s in data["shapes"]]
+
+
+def _rows(record, shape_ids):
+    with record.open("a") as out:
+        out.write('{"meta": {"run": "r1"}}\n')
+        for shape in shape_ids:
+            out.write(json.dumps({"run": "r1", "shape": shape, "config": "x"}) + "\n")
+        out.write('{"run": "r1", "shape": "torn')  # an interrupted write
+
+
+def test_every_committed_panel_is_found_with_its_own_record():
+    found = {p.name: p for p in panels.find_panels()}
+    assert {"short_k9", "skinny_nn2", "random8_losers"} <= set(found)
+    k9 = found["short_k9"]
+    assert k9.record("h200") == panels.ROOT / "reports/short_k9_around_h200.jsonl"
+    # Another card's rows go where the repository keeps that card's records.
+    assert k9.record("h100") == panels.ROOT / "reports/h100/short_k9_around_h100.jsonl"
+    # A record named for any card takes the card's name.
+    assert found["skinny_nn2"].record("h200").name == "skinny_nn2_h200.jsonl"
+    assert found["skinny_nn2"].record("h100").name == "skinny_nn2_h100.jsonl"
+
+
+def test_state_reads_the_record_and_skips_torn_lines(tmp_path):
+    _panel_file(tmp_path)
+    (panel,) = panels.find_panels(tmp_path)
+    assert panel.name == "mine" and len(panel.shapes) == 2
+    assert panel.state("h200") == "todo"
+    first, second = sorted(panel.shapes)
+    _rows(tmp_path / "mine_h200.jsonl", [first, "m1_n1_k1_f16"])  # one of the file's
+    assert panel.state("h200") == "partial" and panel.timed("h200") == {first}
+    _rows(tmp_path / "mine_h200.jsonl", [second])
+    assert panel.state("h200") == "done"
+
+
+def test_a_panel_runs_its_own_command_with_resume(tmp_path):
+    _panel_file(tmp_path)
+    (panel,) = panels.find_panels(tmp_path)
+    args = panel.command("h200")
+    assert args[args.index("--jsonl") + 1].endswith("mine_h200.jsonl")
+    assert args.count("--resume") == 1 and "--config" in args
+    assert panel.command("h200") == args  # the file's arguments are not changed
+
+
+def test_run_keeps_order_and_stops_starting_when_the_budget_is_spent(tmp_path, capsys):
+    _panel_file(tmp_path, "one", 11)
+    _panel_file(tmp_path, "two", 12)
+    one, two = panels.find_panels(tmp_path)
+    calls = []
+
+    def runner(argv, timeout):
+        calls.append((argv, timeout))
+        _rows(tmp_path / "one_h200.jsonl", sorted(one.shapes))
+        return 0
+
+    # Room for both: each runs by its own command, and every shape is then timed.
+    assert panels.run_panels([one, two], "h200", 100, 1, runner) == 0
+    assert [c[0][c[0].index("--shapes") + 1] for c in calls] == [str(one.path), str(two.path)]
+    assert all(0 < t <= 100 for _, t in calls)
+    out = capsys.readouterr().out
+    assert "[1/2] one: 2 shapes" in out and "[1/2] one: done" in out and "2/2 shapes" in out
+    # No room: nothing starts, and the exit status says that not all ran.
+    calls.clear()
+    assert panels.run_panels([one, two], "h200", 10, 20, runner) == 1
+    assert calls == [] and "not started" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("code, word", [(None, "cut short by the budget"), (4, "exit 4")])
+def test_a_panel_cut_short_or_failing_makes_the_run_fail(tmp_path, capsys, code, word):
+    _panel_file(tmp_path)
+    (panel,) = panels.find_panels(tmp_path)
+    assert panels.run_panels([panel], "h200", 100, 1, lambda argv, timeout: code) == 1
+    assert word in capsys.readouterr().out
+
+
+def test_bad_input_names_the_option_and_run_needs_a_gpu(capsys):
+    assert panels.main(["--run", "no_such_panel"]) == 2
+    assert "--run: no panel named no_such_panel" in capsys.readouterr().err
+    assert panels.main(["--card", "H 200"]) == 2
+    assert "--card 'H 200': must be a card's short name" in capsys.readouterr().err
+    ran = []
+    assert panels.main(["--run", "short_k9"], runner=lambda *a: ran.append(a)) == 3
+    assert "--run times kernels on a GPU" in capsys.readouterr().err and ran == []
+    with pytest.raises(SystemExit) as bad:
+        panels.main(["--run", "short_k9", "--budget", "0"])
+    assert bad.value.code == 2 and "--budget" in capsys.readouterr().err
+
+
+def test_the_list_shows_each_panel_and_pending_leaves_the_done_out(capsys):
+    assert panels.main(["--card", "h100"]) == 0
+    listed = capsys.readouterr().out
+    assert "short_k9" in listed and "reports/h100/short_k9_around_h100.jsonl" in listed
+    done = [line.split()[0] for line in listed.splitlines() if "  done  " in line]
+    assert done, listed  # the H100 has timed some panels
+    assert panels.main(["--card", "h100", "--pending"]) == 0
+    pending = capsys.readouterr().out
+    assert not any(line.split()[0] in done for line in pending.splitlines())
+
+
+@pytest.mark.parametrize(
+    "gpu, card",
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+    ],
+)
+def test_the_card_is_the_model_as_records_name_it(gpu, card):
+    assert panels.card_of(gpu) == card
