@@ -9,7 +9,9 @@ A panel is a shapes file ``reports/offtable_NAME_shapes.json`` whose ``about`` g
 that a person can paste it onto a GPU host (``PANEL_COMMAND`` finds it; the tests check
 that each one parses and names configs its shapes can run). A panel's state on a card
 reads its record: ``todo`` where the record is absent, ``partial`` where it holds rows for
-some of the file's shapes, ``done`` where it holds all of them.
+some of the file's shapes, ``done`` where it holds rows for all of them. A shape cut short
+within its configs has rows too; ``--run`` times it again whole, as ``bench_gemm --resume``
+does with a shape that no one run timed whole.
 
 The record is the one its command names for the H200 (``..._h200.jsonl``, or
 ``<card>`` in its name); on another card it is ``reports/CARD/..._CARD.jsonl``, the way
@@ -64,7 +66,8 @@ class Panel:
         return REPORTS / card / stem
 
     def timed(self, card: str) -> set[str]:
-        """The file's shapes the record on ``card`` holds a row for (torn lines skipped)."""
+        """The file's shapes the record on ``card`` holds a row for (torn lines skipped),
+        whether or not one run timed all of the shape's configs."""
         found: set[str] = set()
         path = self.record(card)
         if not path.exists():
