@@ -24,12 +24,16 @@ missing), each bounded by what is left of ``--budget`` seconds; a panel that wou
 with less than ``--min-left`` seconds left is not started. A line says when each starts
 and how it ended. Exit status: 0 every panel ran to its end; 1 one failed or was cut
 short, or was not started for lack of time (its rows so far are kept); 2 bad input (an
-unknown panel, a bad option); 3 no GPU for ``--run``.
+unknown panel, a bad option, a panel whose file cannot be read); 3 no GPU for ``--run``.
+A shapes file that cannot be read as a panel (damaged JSON, a command bench_gemm
+refuses) gets a line on stderr naming it and why, and the list goes on without it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import re
 import shlex
@@ -101,26 +105,48 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def find_panels(reports: Path = REPORTS) -> list[Panel]:
-    """Every panel among ``reports/offtable_*_shapes.json``, by name."""
+def find_panels(reports: Path = REPORTS, problems: list | None = None) -> list[Panel]:
+    """Every panel among ``reports/offtable_*_shapes.json``, by name. A file that cannot
+    be read as one (damaged JSON, shapes that fail their rules, a command bench_gemm
+    refuses) is left out, with ``(name, why)`` added to ``problems``."""
     from benchmarks.bench_gemm import build_parser
-    from benchmarks.offtable import load_shapes
 
     parser = build_parser()
     panels = []
     for path in sorted(reports.glob("offtable_*_shapes.json")):
-        about = json.loads(path.read_text()).get("about", "")
-        commands = [c for c in PANEL_COMMAND.findall(about) if "--shapes" in c]
-        if not commands:
-            continue
-        args = shlex.split(commands[0])
-        parsed = parser.parse_args(args)
-        if parsed.jsonl is None:
-            continue
         name = path.name.removeprefix("offtable_").removesuffix("_shapes.json")
-        shapes = frozenset(s.shape.id for s in load_shapes(path))
-        panels.append(Panel(name, path, tuple(args), str(parsed.jsonl), shapes))
+        try:
+            panel = _read_panel(path, name, parser)
+        except ValueError as err:
+            if problems is not None:
+                problems.append((name, str(err)))  # names the file
+            continue
+        if panel is not None:
+            panels.append(panel)
     return panels
+
+
+def _read_panel(path: Path, name: str, parser) -> Panel | None:
+    """The panel ``path`` holds, None where its about names no timed command; ValueError
+    where it cannot be read."""
+    from benchmarks.offtable import load_shapes
+
+    shapes = frozenset(s.shape.id for s in load_shapes(path))  # ValueError on bad input
+    about = json.loads(path.read_text()).get("about", "")
+    commands = [c for c in PANEL_COMMAND.findall(about) if "--shapes" in c]
+    if not commands:
+        return None
+    args = shlex.split(commands[0])
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parsed = parser.parse_args(args)
+    except SystemExit:
+        why = said.getvalue().strip().splitlines()[-1:] or ["bench_gemm refuses it"]
+        raise ValueError(f"{path}: its command does not parse: {why[0]}") from None
+    if parsed.jsonl is None:
+        return None
+    return Panel(name, path, tuple(args), str(parsed.jsonl), shapes)
 
 
 def card_of(gpu: str) -> str:
@@ -207,10 +233,13 @@ def subprocess_runner(argv: list[str], timeout: float) -> int | None:
         return None
 
 
-def main(argv: list[str] | None = None, runner=subprocess_runner) -> int:
+def main(argv: list[str] | None = None, runner=subprocess_runner, reports: Path = REPORTS) -> int:
     args = build_parser().parse_args(argv)
-    panels = find_panels()
+    problems: list[tuple[str, str]] = []
+    panels = find_panels(reports, problems)
     by_name = {p.name: p for p in panels}
+    for _, why in problems:
+        print(f"{PROG}: not a panel: {why}", file=sys.stderr)
     card = args.card or present_card() or HOME_CARD
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", card):
         print(f"{PROG}: --card {card!r}: must be a card's short name, e.g. h100", file=sys.stderr)
@@ -218,6 +247,11 @@ def main(argv: list[str] | None = None, runner=subprocess_runner) -> int:
     if not args.run:
         list_panels(panels, card, args.pending)
         return 0
+    broken = dict(problems)
+    if any(n in broken for n in args.run):
+        print(f"{PROG}: --run: " + "; ".join(broken[n] for n in args.run if n in broken),
+              file=sys.stderr)  # fmt: skip
+        return 2
     unknown = [n for n in args.run if n not in by_name]
     if unknown:
         print(f"{PROG}: --run: no panel named {', '.join(unknown)} "

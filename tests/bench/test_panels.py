@@ -129,3 +129,22 @@ def test_the_list_shows_each_panel_and_pending_leaves_the_done_out(capsys):
 )
 def test_the_card_is_the_model_as_records_name_it(gpu, card):
     assert panels.card_of(gpu) == card
+
+
+def test_a_damaged_file_or_a_command_that_does_not_parse_is_named_not_fatal(tmp_path, capsys):
+    good, _, _ = _panel_file(tmp_path, "good")
+    (tmp_path / "offtable_torn_shapes.json").write_text('{"about": "python3 -m')
+    pasted = json.loads(good.read_text())
+    pasted["about"] = pasted["about"].replace("--config", "--bogus --config")
+    (tmp_path / "offtable_pasted_shapes.json").write_text(json.dumps(pasted))
+    problems = []
+    assert [p.name for p in panels.find_panels(tmp_path, problems)] == ["good"]
+    why = dict(problems)
+    assert "offtable_torn_shapes.json: not valid JSON" in why["torn"]
+    assert "its command does not parse" in why["pasted"] and "--bogus" in why["pasted"]
+    # The list goes on with a line for each; running one of them is refused by name.
+    assert panels.main([], reports=tmp_path) == 0
+    out = capsys.readouterr()
+    assert "good" in out.out and "not a panel: " in out.err and "torn" in out.err
+    assert panels.main(["--run", "pasted"], reports=tmp_path) == 2
+    assert "--run: " in capsys.readouterr().err
