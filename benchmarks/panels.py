@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None, runner=subprocess_runner, reports: Path 
     by_name = {p.name: p for p in panels}
     for _, why in problems:
         print(f"{PROG}: not a panel: {why}", file=sys.stderr)
-    card = args.card or present_card() or HOME_CARD
+    here = present_card()
+    card = args.card or here or HOME_CARD
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", card):
         print(f"{PROG}: --card {card!r}: must be a card's short name, e.g. h100", file=sys.stderr)
         return 2
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None, runner=subprocess_runner, reports: Path 
         print(f"{PROG}: --run: no panel named {', '.join(unknown)} "
               f"(the list: {PROG} --pending)", file=sys.stderr)  # fmt: skip
         return 2
-    if present_card() is None:
+    if here is None:
         from harness.measure.device import no_gpu_reason
 
         print(f"{PROG}: --run times kernels on a GPU: {no_gpu_reason()}", file=sys.stderr)
