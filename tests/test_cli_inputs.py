@@ -200,6 +200,15 @@ def test_each_panel_command_runs_as_its_file_says(path, command):
         around = bench_gemm.around_pick(args.around_pick, shapes, "NVIDIA H200", 132)
         changed = [shape for shape, pairs in around.configs.items() if len(pairs) >= 2]
         assert len(shapes) >= 4 and len(changed) >= 4, around.notes
+        # And each change gives a config that one of the shapes or more can run: a
+        # change that none can run (a field it cannot take with the pick's others) would
+        # spend no GPU time and say so only in the run's notes.
+        # (A change that repeats a config already planned is noted too, and counts.)
+        used = {why for pairs in around.configs.values() for _, why in pairs}
+        repeats = {note.split(" with ", 1)[1].split(": ", 1)[0] for note in around.notes
+                   if ": not timed (" not in note}  # fmt: skip
+        idle = [c.text for c in args.around_pick if c.text not in used | repeats]
+        assert not idle, (idle, around.notes)
         return
     assert len(shapes) >= 4 and args.config
     assert all(isinstance(e, GemmConfig) for e in entries), entries
