@@ -2,7 +2,7 @@
 
     python3 -m benchmarks.panels                          # every panel and its state
     python3 -m benchmarks.panels --pending                # the ones not yet timed here
-    python3 -m benchmarks.panels --run short_k9 random8_losers --budget 500
+    python3 -m benchmarks.panels --run random9 short_k9 random8_losers --budget 500
 
 A panel is a shapes file ``reports/offtable_NAME_shapes.json`` whose ``about`` gives the
 ``python3 -m benchmarks.bench_gemm --shapes ... --jsonl ...`` command that times it, so
@@ -27,6 +27,14 @@ short, or was not started for lack of time (its rows so far are kept); 2 bad inp
 unknown panel, a bad option, a panel whose file cannot be read); 3 no GPU for ``--run``.
 A shapes file that cannot be read as a panel (damaged JSON, a command bench_gemm
 refuses) gets a line on stderr naming it and why, and the list goes on without it.
+
+An off-table list is a panel too: a shapes file whose ``about`` names no bench_gemm
+command but says it is measured by ``python3 -m benchmarks.offtable --shapes`` or was
+drawn by ``benchmarks.draw_shapes`` (the random lists). Its record is
+``reports/offtable_NAME_h200.json`` beside it (``reports/CARD/offtable_NAME_CARD.json`` on
+another card), and ``--run`` measures it by ``python3 -m benchmarks.offtable --resume
+--shapes FILE --json RECORD --markdown RECORD.md``, the pick of each shape against
+torch.matmul, as the report's off-table standing reads it.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "reports"
 # The command in a panel's ``about``: up to a ';', a '(' or the end of the text.
 PANEL_COMMAND = re.compile(r"python3 -m benchmarks\.bench_gemm ([^;(]+?)\.?(?:;|\(|$)")
+# An off-table list's ``about``: measured by benchmarks.offtable, or drawn by draw_shapes.
+OFFTABLE_LIST = re.compile(r"python3 -m benchmarks\.offtable --shapes|benchmarks\.draw_shapes")
 HOME_CARD = "h200"  # the card the committed commands name their records for
 
 
@@ -57,13 +67,14 @@ HOME_CARD = "h200"  # the card the committed commands name their records for
 class Panel:
     name: str  # offtable_NAME_shapes.json -> NAME
     path: Path
-    args: tuple[str, ...]  # bench_gemm's arguments, as the file gives them
-    jsonl: str  # the record, as the file names it
+    args: tuple[str, ...]  # bench_gemm's arguments, as the file gives them (offtable: none)
+    named: str  # the record on the H200, as the file names it (``--jsonl``, or by rule)
     shapes: frozenset[str]  # the file's shape ids
+    module: str = "benchmarks.bench_gemm"  # what measures it: bench_gemm, or offtable
 
     def record(self, card: str) -> Path:
         """Where this panel's rows on ``card`` are kept."""
-        name = self.jsonl.replace("<card>", HOME_CARD)
+        name = self.named.replace("<card>", HOME_CARD)
         if card == HOME_CARD:
             return ROOT / name
         stem = Path(name).name.replace(f"_{HOME_CARD}.", f"_{card}.")
@@ -72,18 +83,11 @@ class Panel:
     def timed(self, card: str) -> set[str]:
         """The file's shapes the record on ``card`` holds a row for (torn lines skipped),
         whether or not one run timed all of the shape's configs."""
-        found: set[str] = set()
         path = self.record(card)
         if not path.exists():
-            return found
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and row.get("shape") in self.shapes:
-                found.add(row["shape"])
-        return found
+            return set()
+        shapes = (row.get("shape") for row in _record_rows(path))
+        return {s for s in shapes if isinstance(s, str) and s in self.shapes}
 
     def state(self, card: str) -> str:
         if not self.record(card).exists():
@@ -91,13 +95,40 @@ class Panel:
         return "done" if self.timed(card) >= self.shapes else "partial"
 
     def command(self, card: str) -> list[str]:
-        """bench_gemm's arguments on ``card``: its record there, and ``--resume``."""
+        """The measuring command's arguments on ``card``: its record there, and
+        ``--resume``."""
+        record = self.record(card)
+        if self.module != "benchmarks.bench_gemm":
+            markdown = record.with_suffix(".md")
+            return ["--resume", "--shapes", shown(self.path), "--json", shown(record),
+                    "--markdown", shown(markdown)]  # fmt: skip
         args = list(self.args)
         at = args.index("--jsonl")
-        args[at + 1] = shown(self.record(card))
+        args[at + 1] = shown(record)
         if "--resume" not in args:
             args.append("--resume")
         return args
+
+
+def _record_rows(path: Path) -> list[dict]:
+    """A record's rows: bench_gemm's JSON lines (a torn line skipped), or an off-table
+    record's ``rows`` (a damaged one reads as none)."""
+    text = path.read_text()
+    if path.suffix == ".json":
+        try:
+            rows = json.loads(text).get("rows", [])
+        except (json.JSONDecodeError, AttributeError):
+            return []
+        return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    found = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            found.append(row)
+    return found
 
 
 def shown(path: Path) -> str:
@@ -135,7 +166,10 @@ def _read_panel(path: Path, name: str, parser) -> Panel | None:
     about = json.loads(path.read_text()).get("about", "")
     commands = [c for c in PANEL_COMMAND.findall(about) if "--shapes" in c]
     if not commands:
-        return None
+        if not OFFTABLE_LIST.search(about):
+            return None
+        record = path.parent / f"offtable_{name}_{HOME_CARD}.json"
+        return Panel(name, path, (), str(record), shapes, "benchmarks.offtable")
     args = shlex.split(commands[0])
     said = io.StringIO()
     try:
@@ -210,7 +244,7 @@ def run_panels(chosen: list[Panel], card: str, budget: int, min_left: int, runne
             status = 1
             continue
         print(f"{head}: {len(panel.shapes)} shapes, {left:.0f} s left", flush=True)
-        argv = [sys.executable, "-m", "benchmarks.bench_gemm", *panel.command(card)]
+        argv = [sys.executable, "-m", panel.module, *panel.command(card)]
         began = time.monotonic()
         code = runner(argv, left)
         took = time.monotonic() - began

@@ -148,3 +148,47 @@ def test_a_damaged_file_or_a_command_that_does_not_parse_is_named_not_fatal(tmp_
     assert "good" in out.out and "not a panel: " in out.err and "torn" in out.err
     assert panels.main(["--run", "pasted"], reports=tmp_path) == 2
     assert "--run: " in capsys.readouterr().err
+
+
+def test_a_drawn_list_is_an_offtable_panel_measured_by_offtable(tmp_path, capsys):
+    path = tmp_path / "offtable_drawn_shapes.json"
+    assert draw_shapes.main(["--seed", "5", "--mix", "mid=3", "--out", str(path)]) == 0
+    plain = tmp_path / "offtable_plain_shapes.json"  # neither a command nor a draw
+    plain.write_text(json.dumps({**json.loads(path.read_text()), "about": "Three shapes."}))
+    (panel,) = panels.find_panels(tmp_path)
+    assert panel.name == "drawn" and panel.module == "benchmarks.offtable"
+    record = tmp_path / "offtable_drawn_h200.json"
+    assert panel.record("h200") == record
+    assert panel.record("h100") == panels.REPORTS / "h100/offtable_drawn_h100.json"
+    assert panel.command("h200") == [
+        "--resume", "--shapes", str(path), "--json", str(record),
+        "--markdown", str(tmp_path / "offtable_drawn_h200.md"),
+    ]  # fmt: skip
+    # Its state reads the off-table record's rows; a damaged record reads as none.
+    assert panel.state("h200") == "todo"
+    first, *rest = sorted(panel.shapes)
+    record.write_text(json.dumps({"meta": {}, "rows": [{"shape": first}, {"shape": "m1"}]}))
+    assert panel.state("h200") == "partial" and panel.timed("h200") == {first}
+    record.write_text(json.dumps({"rows": [{"shape": s} for s in panel.shapes]}))
+    assert panel.state("h200") == "done"
+    record.write_text('{"rows": [{"shape": "m')
+    assert panel.timed("h200") == set()
+    # --run starts benchmarks.offtable on it, not bench_gemm.
+    calls = []
+    assert panels.run_panels([panel], "h200", 100, 1, lambda a, t: calls.append(a) or 0) == 0
+    assert calls[0][1:3] == ["-m", "benchmarks.offtable"] and "--resume" in calls[0]
+
+
+def test_the_committed_random_lists_are_panels_with_their_records():
+    found = {p.name: p for p in panels.find_panels()}
+    random9 = found["random9"]
+    assert random9.module == "benchmarks.offtable"
+    assert random9.record("h200") == panels.ROOT / "reports/offtable_random9_h200.json"
+    assert random9.record("h100") == panels.ROOT / "reports/h100/offtable_random9_h100.json"
+    assert random9.state("h100") == "done"  # the H100's record is committed
+    from benchmarks import offtable
+
+    args = offtable.build_parser().parse_args(random9.command("h200"))
+    assert args.resume and str(args.json) == "reports/offtable_random9_h200.json"
+    assert str(args.markdown) == "reports/offtable_random9_h200.md"
+    assert found["random8"].state("h200") == "done"
