@@ -111,24 +111,20 @@ class Panel:
 
 
 def _record_rows(path: Path) -> list[dict]:
-    """A record's rows: bench_gemm's JSON lines (a torn line skipped), or an off-table
-    record's ``rows`` (a damaged one reads as none)."""
-    text = path.read_text()
-    if path.suffix == ".json":
+    """A record's rows: bench_gemm's JSON lines (``read_jsonl``: a torn line skipped), or
+    an off-table record's ``rows``; a damaged record reads as none."""
+    from harness.report.records import RecordError, read_jsonl
+
+    if path.suffix != ".json":
         try:
-            rows = json.loads(text).get("rows", [])
-        except (json.JSONDecodeError, AttributeError):
+            return [row for _, row in read_jsonl(path)[0]]
+        except RecordError:
             return []
-        return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-    found = []
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            found.append(row)
-    return found
+    try:
+        rows = json.loads(path.read_text()).get("rows", [])
+    except (json.JSONDecodeError, AttributeError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
 def shown(path: Path) -> str:
