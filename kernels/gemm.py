@@ -388,7 +388,9 @@ class GemmConfig:
             )
         if not isinstance(self.swap_ab, bool):
             raise ValueError(f"GemmConfig.swap_ab={self.swap_ab!r}: must be a bool")
-        paired_swap = self.multicast == "a" and not self.persistent
+        # Exchanged pairs: on the plain grid two N tiles sharing A's tile ("a"); on a
+        # persistent grid either operand's tile ("a" or "b").
+        paired_swap = self.multicast == "a" or (self.multicast == "b" and self.persistent)
         if (
             self.swap_ab
             and self.async_mma
@@ -396,11 +398,11 @@ class GemmConfig:
         ):
             raise ValueError(
                 "GemmConfig.swap_ab=True: with async_mma=True needs stream_k=0, multicast='' "
-                "(or 'a' with persistent=0) and pingpong=False (got "
+                "or 'a' ('b' too with persistent > 0) and pingpong=False (got "
                 f"{self.stream_k}, {self.multicast!r}, {self.persistent}, {self.pingpong}): "
                 "the hand-written pipeline exchanges the operands on its plain and "
-                "persistent grids, one block a tile, and on the plain grid in pairs of N "
-                "tiles sharing A's tile"
+                "persistent grids, one block a tile or two-block clusters sharing one "
+                "operand's tile (on the plain grid only A's)"
             )
         if (
             self.swap_ab

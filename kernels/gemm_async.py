@@ -120,11 +120,12 @@ shared memory under NN) and its second A's (block_N rows of C, K-major), so the 
 rows of C step by 16 rather than 64. Each tile (or half, ``c_parts``) is written into
 the staging buffer transposed, element by element from the fragment, and stored by TMA;
 without the staging buffer, into C element by element. On the plain and persistent
-grids, and on the plain grid in two-block clusters of two N tiles (``multicast`` "a",
-x over N's tiles): the pair's first block multicasts A's tile, which for a skinny M is
-all of M, where every block otherwise reads it from the L2 on its own (cuBLAS runs
-88x7928x4136 in 64x88 tiles, 2x1 clusters: reports/profile_random4_h200.md; not timed
-here yet). On the H200 (bench_gemm, CUPTI, reports/exchanged_forms_h200.
+grids, and in two-block clusters: on the plain grid of two N tiles (``multicast`` "a",
+x over N's tiles), whose first block multicasts A's tile, which for a skinny M is all of
+M, where every block otherwise reads it from the L2 on its own (cuBLAS runs 88x7928x4136
+in 64x88 tiles, 2x1 clusters: reports/profile_random4_h200.md); on a persistent grid of
+two N tiles sharing A's ("a") or two M tiles sharing B's ("b"), the pairs of ``Units``
+over C^T. On the H200 (bench_gemm, CUPTI, reports/exchanged_forms_h200.
 jsonl) 256 columns by 144-192 rows, persistent in 3 stages, ran 1.02-1.30x faster than
 the picks it replaces where its tiles make whole or nearly whole waves
 (``kernels.tuned.exchanged``: 2096x2728x1304 NT fp16 26.2 us against 34.0); 128 columns
@@ -240,19 +241,17 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # With the operands exchanged (``config.swap_ab``) the kernel computes C^T = op(B)^T
     # A^T: the wgmma's first operand (``A_shared``) holds B's block_M rows of N (read
     # from B [K, N] as its transpose under NN), its second (``B_shared``) A's block_N rows
-    # of M, and the tiles cover C^T, a problem of N x M (``tiled``); each tile is written
-    # into C transposed.
+    # of M, and the tiles cover C^T, a problem of N x M (``Units.of``); each tile is
+    # written into C transposed.
     swap = config.swap_ab
     if swap:
         a_tile = (block_M, block_K) if trans_B else (block_K, block_M)
         b_tile = (block_N, block_K)
         transpose_A, transpose_B = not trans_B, True
-        tiled = GemmShape(shape.n, shape.m, K, shape.dtype, shape.layout)
     else:
         a_tile = (block_M, block_K)
         b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
         transpose_A, transpose_B = False, trans_B
-        tiled = shape
     k_steps = T.ceildiv(K, block_K)
     # The persistent forms may stage C in row halves (``GemmConfig.c_parts``), each half
     # of the tile then accumulated in its own fragment.
@@ -277,7 +276,7 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
     # of work, tiles or, in clusters, pairs of them (``Units``), one per cluster.
     blocks = config.persistent or config.stream_k
     plan = StreamK.plan(shape, config) if config.stream_k else None
-    units = Units.of(tiled, config)
+    units = Units.of(shape, config)
     workers = blocks // units.per_unit  # blocks, or clusters
     tiles = units.count
     ops = Ops(min=T.min, max=T.max, select=T.if_then_else)
@@ -345,19 +344,22 @@ def make_gemm_async(shape: GemmShape, config: GemmConfig, delay: bool = False):
         """The A and B tiles of one K step into ``stage``, each multicast to the blocks
         of its mask (None: a load of the block's own); with the operands exchanged B's
         tile into ``A_shared`` and A's into ``B_shared`` (``bm`` then counts N's tiles,
-        ``bn`` M's), A's multicast to a pair of N tiles (``multicast`` "a")."""
+        ``bn`` M's), A's multicast to a pair of N tiles (``multicast`` "a"), B's to a pair
+        of M tiles ("b", persistent grids only)."""
         if swap:
             if trans_B:
                 T.tma_copy(
                     B[bm * block_M : (bm + 1) * block_M, k0 : k0 + block_K],
                     A_shared[stage, :, :],
                     barrier=full[stage],
+                    cluster_mask=b_mask,
                 )
             else:
                 T.tma_copy(
                     B[k0 : k0 + block_K, bm * block_M : (bm + 1) * block_M],
                     A_shared[stage, :, :],
                     barrier=full[stage],
+                    cluster_mask=b_mask,
                 )
             T.tma_copy(
                 A[bn * block_N : (bn + 1) * block_N, k0 : k0 + block_K],

@@ -76,6 +76,11 @@ def tile_coords(t: Any, tiles_m: int, tiles_n: int, panel: int, ops: Any = INT_O
     return p * panel + offset % rows, col
 
 
+# A cluster's pair on C^T (``swap_ab``) under each ``GemmConfig.multicast``: the blocks
+# that share A's tile differ along C^T's rows, as a pair sharing B's does on C.
+EXCHANGED_PAIRS = {"": "", "a": "b", "b": "a", "ab": "ab"}
+
+
 @dataclass(frozen=True, slots=True)
 class Units:
     """What a persistent grid hands out: output tiles, or under ``GemmConfig.multicast``
@@ -93,9 +98,14 @@ class Units:
 
     @classmethod
     def of(cls, shape: Any, config: Any) -> "Units":
-        tiles_m = -(-shape.m // config.block_m)
-        tiles_n = -(-shape.n // config.block_n)
-        return cls(tiles_m, tiles_n, config.multicast, config.swizzle)
+        """The units of ``config`` over C of ``shape``. With the operands exchanged
+        (``swap_ab``) the tiles cover C^T, N x M, block_m along N: a pair sharing A's tile
+        is two of its tile rows (two N tiles of one M row of C), one sharing B's two of
+        its tile columns."""
+        m, n, pair = shape.m, shape.n, config.multicast
+        if getattr(config, "swap_ab", False):
+            m, n, pair = n, m, EXCHANGED_PAIRS[pair]
+        return cls(-(-m // config.block_m), -(-n // config.block_n), pair, config.swizzle)
 
     @property
     def per_unit(self) -> int:

@@ -96,9 +96,9 @@ def test_shape_rejects(kwargs, field, rule):
             "stream_k=0",
         ),
         (
-            {"swap_ab": True, "async_mma": True, "multicast": "a", "persistent": 132},
+            {"swap_ab": True, "async_mma": True, "multicast": "ab", "persistent": 132},
             "swap_ab=True",
-            "(or 'a' with persistent=0)",
+            "('b' too with persistent > 0)",
         ),
         ({"swap_ab": True, "stream_k": 132}, "swap_ab=True", "stream_k=0"),
         ({"swap_ab": True, "persistent": 132}, "swap_ab=True", "persistent=0"),
@@ -966,6 +966,32 @@ def test_sm90a_codegen_of_exchanged_operands_in_pairs_sharing_a(layout):
 
 
 @requires_nvcc
+@pytest.mark.parametrize("pair", ["a", "b"])
+def test_sm90a_codegen_of_exchanged_persistent_pairs(pair):
+    """The exchanged persistent form in two-block clusters: under "b" the first block
+    multicasts B's tile (the wgmma's first operand, ``A_shared``) and each loads its own
+    A tile; under "a" the reverse. Stages are released on both blocks, the pair's
+    blocks offset along C^T's rows ("b": block_n, M's tiles) or columns ("a": block_m,
+    N's tiles) by their rank, a cluster barrier before the exit; 132 blocks, no spills."""
+    from harness.measure.resources import sm90a_resources
+
+    config = GemmConfig.from_id(f"b256x160x64_t256_s3_pr_e_p132_a_m{pair}_x")
+    shape = GemmShape(4080, 1224, 3640, "float16", "NT")
+    kernel = compile_gemm(shape, config, arch="sm_90a")
+    src = kernel.source
+    shared, own = ("B_desc", "A_desc") if pair == "b" else ("A_desc", "B_desc")
+    assert re.search(rf"tma_load_multicast\({shared}, [^;]*A_shared", src) or pair == "a"
+    assert re.search(rf"tma_load_multicast\({shared}, [^;]*B_shared", src) or pair == "b"
+    assert f"tma_load_multicast({own}" not in src and f"tl::tma_load({own}" in src
+    assert f"empty[0].init({2 * config.threads // 32})" in src
+    assert ".arrive((1 - tl::block_rank_in_cluster()))" in src
+    assert src.rstrip().rstrip("}").rstrip().endswith("tl::cluster_sync();")
+    rank_offset = config.block_n if pair == "b" else config.block_m
+    assert f"(tl::block_rank_in_cluster() * {rank_offset})" in src
+    assert kernel.blocks == 132 and sm90a_resources(kernel).spill_bytes == 0
+
+
+@requires_nvcc
 def test_exchanged_consumers_wait_for_the_last_batch_inside_the_k_loop():
     """With one batch in flight (4 stages), the wait for the last K step's batch is inside
     the K loop: after it, ptxas moved the transposed write-back's reads of the
@@ -1783,6 +1809,14 @@ SWAPPED_ASYNC_CASES = cases_of(
         "b192x112x64_t384_s4_pr_e_p132_a_x": [(1048, 2368, 1480)],
         "b192x96x64_t384_s5_pr_e_p132_a_x": [(1040, 2048, 1496)],
         "b192x128x64_t384_s4_pr_e_p132_a_x": [(1376, 2096, 1656)],
+        # Persistent in two-block clusters: pairs of M tiles sharing B's tile (4080 = 25
+        # x 160 + 80 rows: 26 M tiles, 13 pairs; 1224 = 4 x 256 + 200 columns), pairs of
+        # N tiles sharing A's (5 N tiles: the last pair's second block past C), and over
+        # many trips of 6 blocks (3 clusters; 1000 = 6 x 160 + 40 rows, 7 M tiles).
+        "b256x160x64_t256_s3_pr_e_p132_a_mb_x": [(4080, 1224, 3640)],
+        "b256x160x64_t256_s3_pr_e_p132_a_ma_x": [(4080, 1224, 3640)],
+        "b256x160x64_t256_s3_w8_pr_e_p6_a_mb_x": [(1000, 1000, 1304)],
+        "b256x176x64_t256_s3_pr_e_p6_a_ma_x": [(1000, 1000, 1304)],
     }
 )
 

@@ -356,3 +356,36 @@ def test_exchanged_pairs_run_x_over_n_tiles():
     assert grid_blocks(GemmShape(300, 904, 1304), pair) == 64
     alone = replace(pair, multicast="")
     assert pair_grid(GemmShape(300, 904, 1304), alone) == (4, 15)
+
+
+@pytest.mark.parametrize("pair", ["a", "b"])
+@pytest.mark.parametrize("size", [(4080, 1224, 3640), (2800, 1984, 1840), (1000, 700, 512)])
+def test_exchanged_persistent_pairs_cover_c_once_sharing_their_operand(pair, size):
+    """On a persistent grid with the operands exchanged, ``Units`` pairs the tiles of C^T:
+    every tile of C once (tile (bm, bn) of C^T is C's rows bn * block_n, columns bm *
+    block_m), and the two blocks of a unit share A's tile (C's rows) under "a", B's tile
+    (C's columns) under "b"."""
+    config = GemmConfig(
+        256,
+        160,
+        64,
+        256,
+        3,
+        policy="row",
+        smem_epilogue=True,
+        persistent=132,
+        async_mma=True,
+        swap_ab=True,
+        multicast=pair,
+    )
+    shape = GemmShape(*size)
+    units = Units.of(shape, config)
+    rows_of_c, cols_of_c = -(-shape.m // 160), -(-shape.n // 256)
+    assert (units.tiles_m, units.tiles_n) == (cols_of_c, rows_of_c)
+    covered = []
+    for t in range(units.count):
+        (bm0, bn0), (bm1, bn1) = units.tile(t, 0), units.tile(t, 1)
+        assert (bn0 == bn1) if pair == "a" else (bm0 == bm1)
+        covered += [(bn, bm) for bm, bn in ((bm0, bn0), (bm1, bn1))]
+    inside = sorted((r, c) for r, c in covered if r < rows_of_c and c < cols_of_c)
+    assert inside == [(r, c) for r in range(rows_of_c) for c in range(cols_of_c)]
