@@ -1339,8 +1339,37 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
         return config
     pace = EXCHANGED_PACE if config.async_mma else EXCHANGED_PLAIN_PACE
     if config.stream_k or fit(shape, form, sms) <= pace * fit(shape, config, sms):
-        return form
+        return exchanged_pair(shape, form, sms)
     return config
+
+
+# The exchanged form in two-block clusters of two M tiles sharing B's tile (``multicast``
+# "b" on its persistent grid: B's 256 columns multicast, each block its own rows of A),
+# where the pairs take no more trips than the tiles alone. Profiled on an H100 (Nsight
+# Compute, reports/h100/profile_exchanged_pairs_h100.md), 4080x1224x3640 NT fp16 in
+# 256x160 ran 55.9 us in pairs against 68.7 alone (torch.matmul 53.4), the tensor pipe
+# busy 77.9% of the time against 61.4%, at 74.2% of the L2's throughput against 82.7%.
+# Timed on an H100 (bench_gemm, CUPTI; reports/h100/exchanged_pairs_h100.jsonl, nine
+# shapes where the exchanged pick ran below 0.95x torch): on the eight whose pairs keep
+# the trips, faster on all eight, 1.08-1.40x (3968x2448x3416 NT fp16 0.969x torch against
+# 0.694x); on the one where the pairs double them, 0.56x. Pairs sharing A's tile ("a")
+# ran slower than those sharing B's on every shape where both kept the trips. On the ten
+# shapes drawn before any was measured (exchanged_pairs_check_h100.jsonl, timed in the
+# same call and read beside it, so not a clean check), the rule changed eight: five
+# faster, 1.00-1.24x, three slower, 0.977-0.984x (where the pick already ran 0.96-1.38x
+# torch); it left the two whose pairs would take two trips, where they ran 0.57x and
+# 0.65x. The clean check is reports/offtable_exchanged_pairs_check2_shapes.json, drawn
+# after the rule. The H200 has yet to run any of these lists.
+EXCHANGED_PAIR = "b"
+
+
+def exchanged_pair(shape: GemmShape, form: GemmConfig, sms: int) -> GemmConfig:
+    """``form`` (the exchanged persistent tile) in ``EXCHANGED_PAIR``'s two-block clusters
+    where they take no more trips over ``sms`` SMs; ``form`` elsewhere."""
+    pair = _replaced(form, multicast=EXCHANGED_PAIR)
+    if pair is None or not builds(shape, pair):
+        return form
+    return pair if trips_of(shape, pair, sms) <= trips_of(shape, form, sms) else form
 
 
 # Tried and left out: under a wave of 128x192 tiles in NN, the operands exchanged,
