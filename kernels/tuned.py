@@ -1358,8 +1358,10 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # same call and read beside it, so not a clean check), the rule changed eight: five
 # faster, 1.00-1.24x, three slower, 0.977-0.984x (where the pick already ran 0.96-1.38x
 # torch); it left the two whose pairs would take two trips, where they ran 0.57x and
-# 0.65x. The clean check is reports/offtable_exchanged_pairs_check2_shapes.json, drawn
-# after the rule. The H200 has yet to run any of these lists.
+# 0.65x. On ten shapes drawn after the rule, before any was measured (random.Random(
+# 20261208), exchanged_pairs_check2_h100.jsonl), the pairs ran faster than the form alone
+# on nine, 1.004-1.322x, median 1.17x (3376x2968x2408 bf16 0.998x torch against 0.755x),
+# and 2.5% slower on 3752x1248x1992 fp16. The H200 has yet to run any of these lists.
 EXCHANGED_PAIR = "b"
 
 
