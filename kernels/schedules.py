@@ -314,23 +314,18 @@ def pair_grid(shape: Any, config: Any) -> tuple[int, int]:
     B's tile, N tiles where they share A's), rounded up to whole pairs, y over the other;
     without clusters x runs over N tiles and y over M tiles (with the operands exchanged,
     ``swap_ab``, x over M's block_n rows and y over N's block_m columns; in pairs sharing
-    A's tile, x over N's block_m columns, rounded up, and y over M's rows)."""
-    tiles_m, tiles_n = -(-shape.m // config.block_m), -(-shape.n // config.block_n)
-    if getattr(config, "swap_ab", False):
-        # Operands exchanged: block_m runs along N and block_n along M; a pair sharing A's
-        # tile is two N tiles of one M row, so x runs over N's tiles, rounded up.
-        tiles_m, tiles_n = -(-shape.m // config.block_n), -(-shape.n // config.block_m)
-        if config.multicast == "a":
-            return tiles_n + tiles_n % 2, tiles_m
-        return tiles_m, tiles_n
-    if config.multicast == "b":
-        return tiles_m + tiles_m % 2, tiles_n
-    if config.multicast == "a":
-        return tiles_n + tiles_n % 2, tiles_m
-    if config.multicast == "ab":
+    A's tile, x over N's block_m columns, rounded up, and y over M's rows): the tile grid
+    of ``Units.of``, over C^T where the operands are exchanged."""
+    units = Units.of(shape, config)
+    rows, cols = units.tiles_m, units.tiles_n
+    if units.pair == "b":
+        return rows + rows % 2, cols
+    if units.pair == "a":
+        return cols + cols % 2, rows
+    if units.pair == "ab":
         # Clusters of 2 x 2 blocks: x over M tiles, y over N tiles, both rounded up.
-        return tiles_m + tiles_m % 2, tiles_n + tiles_n % 2
-    return tiles_n, tiles_m
+        return rows + rows % 2, cols + cols % 2
+    return cols, rows
 
 
 def grid_blocks(shape: Any, config: Any) -> int:
