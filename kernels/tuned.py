@@ -846,7 +846,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     - Two or three waves of 128x192 tiles, the last 70% full or more, both operands'
       rows on a sector: 128x192's persistent form on the hand-written pipeline
       (``narrow_persistent``), ahead of the scores above (3072x1968x3232: 0.998x torch
-      against 0.880x on the H200).
+      against 0.880x on the H200), and then only the exchanged rules below.
     - In NN where A's or B's rows are not 16-byte aligned (K or N not a multiple of 8),
       128x256 with both operands loaded by cp.async (``thread_loads``), ahead of the
       scores, where its tiles fill half the SMs or more (4000x3002x3000 fp16: 1.671x
@@ -885,6 +885,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       and a plain unsplit grid of TileLang's pipeline, but 192x192, where they cover at
       most 1.1 times its area a trip (1400x3616x3216 NT bf16: 48.3 us against 55.3 for
       128x160 on the H200; on an H100 twenty of twenty shapes faster, median 1.18x).
+      Where the form alone leaves a pick on the hand-written pipeline, 128x192's
+      persistent one among them, its pairs sharing B's tile take it where their trips
+      cover no more area (``exchanged_reach``: on an H100 eight of nine faster, 1.009-1.143x,
+      2872x2984x3160 fp16 0.967x torch against 0.848x).
       In NT under a wave, 128x192's pair narrows to 128x160's in 5 stages where that
       pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: on the
       H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
@@ -933,7 +937,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
         return threads
     narrow = narrow_persistent(shape, sms)
     if narrow is not None:
-        return narrow
+        return exchanged(shape, narrow, sms)
     large = large_stream_k(shape, sms)
     if large is not None:
         return large
@@ -1288,11 +1292,10 @@ def fit(shape: GemmShape, config: GemmConfig, sms: int) -> float:
     return trip_area(shape, config, sms) * sms / (shape.m * shape.n)
 
 
-def exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
-    """The exchanged tile (256 columns of C by one of ``EXCHANGED_ROWS`` rows, two
-    warpgroups of 128 columns each, 3 stages) persistent over ``sms`` SMs, in the rows
-    whose trips fit best (the fewest rows of a tie); None where it does not build for
-    ``shape``."""
+def exchanged_forms(shape: GemmShape, sms: int, multicast: str = "") -> list[GemmConfig]:
+    """The exchanged tile (256 columns of C by each of ``EXCHANGED_ROWS`` rows, two
+    warpgroups of 128 columns each, 3 stages) persistent over ``sms`` SMs, alone or in
+    ``multicast``'s two-block clusters, in the rows where it builds for ``shape``."""
     forms = [
         GemmConfig(
             256,
@@ -1305,11 +1308,17 @@ def exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
             persistent=sms,
             async_mma=True,
             swap_ab=True,
+            multicast=multicast,
         )
         for rows in EXCHANGED_ROWS
     ]
-    forms = [c for c in forms if builds(shape, c)]
-    return min(forms, key=lambda c: fit(shape, c, sms), default=None)
+    return [c for c in forms if builds(shape, c)]
+
+
+def exchanged_form(shape: GemmShape, sms: int) -> GemmConfig | None:
+    """``exchanged_forms``' tile alone in the rows whose trips fit best (the fewest rows
+    of a tie); None where it builds in none."""
+    return min(exchanged_forms(shape, sms), key=lambda c: fit(shape, c, sms), default=None)
 
 
 def exchanged_fitting(shape: GemmShape, sms: int) -> GemmConfig | None:
@@ -1326,7 +1335,7 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     the pick is a stream-K grid or covers ``1 / EXCHANGED_PACE`` more area a trip, and
     in place of a plain unsplit grid of TileLang's pipeline (not of
     ``EXCHANGED_PLAIN_KEEPS``' tiles) where the form covers at most
-    ``EXCHANGED_PLAIN_PACE`` times its area; ``config`` elsewhere."""
+    ``EXCHANGED_PLAIN_PACE`` times its area; ``exchanged_reach`` elsewhere."""
     plain = (
         not (config.async_mma or config.persistent or config.stream_k)
         and config.split_k == 1
@@ -1335,12 +1344,12 @@ def exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     if config.swap_ab or not (config.async_mma or plain):
         return config
     form = exchanged_fitting(shape, sms)
-    if form is None:
-        return config
     pace = EXCHANGED_PACE if config.async_mma else EXCHANGED_PLAIN_PACE
-    if config.stream_k or fit(shape, form, sms) <= pace * fit(shape, config, sms):
+    if form is not None and (
+        config.stream_k or fit(shape, form, sms) <= pace * fit(shape, config, sms)
+    ):
         return exchanged_pair(shape, form, sms)
-    return config
+    return exchanged_reach(shape, config, sms)
 
 
 # The exchanged form in two-block clusters of two M tiles sharing B's tile (``multicast``
@@ -1372,6 +1381,47 @@ def exchanged_pair(shape: GemmShape, form: GemmConfig, sms: int) -> GemmConfig:
     if pair is None or not builds(shape, pair):
         return form
     return pair if trips_of(shape, pair, sms) <= trips_of(shape, form, sms) else form
+
+
+# Where the form alone does not take the pick (``exchanged``), its pairs sharing B's tile
+# may: they cover the same area a trip at a faster pace than the form alone, so the pace
+# rule read from the form alone (``EXCHANGED_PACE``) left them out. Timed on an H100
+# (bench_gemm, CUPTI; reports/h100/exchanged_reach_h100.jsonl: twelve shapes drawn where
+# the pick is not exchanged and the pairs fit, random.Random(20261209), the pick against
+# the pairs in each of the form's rows), the pairs in the rows whose trips fit best were
+# the fastest of the four rows on eleven of twelve (a tie of 1.4% on the twelfth). Against
+# a pick on the hand-written pipeline (128x192 persistent, alone or in clusters, and
+# 128x256 in persistent clusters) whose trips cover the same area or more, they ran faster
+# on eight of nine, 1.009-1.143x, median 1.10x (2872x2984x3160 fp16 0.967x torch against
+# 0.848x), and 0.959x on 2992x3040x2048 NT bf16. Against TileLang's own 128x256 grid,
+# covering 1.125 its area, they ran 1.126x and 0.938x, and against 192x192 (the tile of
+# ``EXCHANGED_PLAIN_KEEPS``) at the same area 0.908x: those stay out. So the pairs take a
+# pick on the hand-written pipeline, but 192x192, where their trips cover at most
+# ``EXCHANGED_PAIR_PACE`` times its area. The H200 has yet to time any of them.
+EXCHANGED_PAIR_PACE = 1.0
+
+
+def exchanged_reach(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``exchanged_forms`` in ``EXCHANGED_PAIR``'s clusters, in the rows whose trips fit
+    best within ``EXCHANGED_MAX_TRIPS``, in place of a pick on the hand-written pipeline
+    (not exchanged, not stream-K, not of ``EXCHANGED_PLAIN_KEEPS``' tiles) whose
+    trips cover ``1 / EXCHANGED_PAIR_PACE`` of their area or more; ``config`` elsewhere."""
+    if (
+        not config.async_mma
+        or config.swap_ab
+        or config.stream_k
+        or (config.block_m, config.block_n) in EXCHANGED_PLAIN_KEEPS
+    ):
+        return config
+    pairs = [
+        c
+        for c in exchanged_forms(shape, sms, EXCHANGED_PAIR)
+        if trips_of(shape, c, sms) <= EXCHANGED_MAX_TRIPS
+    ]
+    best = min(pairs, key=lambda c: fit(shape, c, sms), default=None)
+    if best is None or fit(shape, best, sms) > EXCHANGED_PAIR_PACE * fit(shape, config, sms):
+        return config
+    return best
 
 
 # Tried and left out: under a wave of 128x192 tiles in NN, the operands exchanged,
