@@ -1397,7 +1397,13 @@ def exchanged_pair(shape: GemmShape, form: GemmConfig, sms: int) -> GemmConfig:
 # covering 1.125 its area, they ran 1.126x and 0.938x, and against 192x192 (the tile of
 # ``EXCHANGED_PLAIN_KEEPS``) at the same area 0.908x: those stay out. So the pairs take a
 # pick on the hand-written pipeline, but 192x192, where their trips cover at most
-# ``EXCHANGED_PAIR_PACE`` times its area. The H200 has yet to time any of them.
+# ``EXCHANGED_PAIR_PACE`` times its area. On twelve shapes drawn after the rule, before
+# any was measured (random.Random(20261210), reports/h100/exchanged_reach_check_h100.jsonl),
+# the new pick ran faster than the old on eleven, 1.013-1.254x, median 1.11x (3240x1768x2888
+# bf16 1.179x torch against 0.940x), and 0.991x on 2664x3192x1104 fp16; on the nine H200
+# off-table rows whose pick it changes (reach_changed_h100.jsonl, chosen from results)
+# seven faster, 1.05-1.26x, one level, 0.963x on 3584x2560x2048 NT bf16. The H200 has yet
+# to time any of them.
 EXCHANGED_PAIR_PACE = 1.0
 
 
