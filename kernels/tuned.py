@@ -1404,6 +1404,12 @@ def exchanged_pair(shape: GemmShape, form: GemmConfig, sms: int) -> GemmConfig:
 # off-table rows whose pick it changes (reach_changed_h100.jsonl, chosen from results)
 # seven faster, 1.05-1.26x, one level, 0.963x on 3584x2560x2048 NT bf16. The H200 has yet
 # to time any of them.
+# Tried and left out: the exchanged form in 256 columns by 128 rows (128x256's own tile)
+# in those pairs, against the 128x256 picks. On an H100 (reports/h100/exchanged_wide_h100.
+# jsonl, seventeen H200 off-table rows of 128x256 picks) it ran level with 128x256 in
+# persistent clusters, 0.98-1.03x on eleven, and against TileLang's 128x256 1.158x on
+# 2616x2896x2576 bf16 but 0.950x on 2048^3 fp16: at the same area a trip the pairs gain
+# on 128x192's tiles, not on 128x256's.
 EXCHANGED_PAIR_PACE = 1.0
 
 
