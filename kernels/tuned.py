@@ -858,7 +858,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       pipeline in 3 stages (``large_stream_k``), ahead of the scores above too (9000x7000x4000
       bf16: 1.001x torch in first use against the rules' 0.891x on the H200); in NT with
       K's rows off a sector, in two-block clusters sharing B's tile (on an H100 1.16-1.26x
-      faster on the eight such shapes drawn for it).
+      faster on the eight such shapes drawn for it, 1.14-1.24x on eight drawn after).
     - Where A's rows are off a sector and the pick is a stream-K grid of 128x256 or
       256x128 tiles, 192x192 takes its place (``off_sector_square``): in stream-K form
       over a wave of its tiles, plain just under one (3648x2336x3608 NT: 110.8 us
@@ -2010,7 +2010,11 @@ LARGE_WAVES = 6
 # eight with K off a sector, and in pairs sharing B 1.156-1.262x faster on all eight,
 # median 1.24x (7312x6560x5800 fp16 0.955x torch against 0.768x); every clustered form
 # timed there ran 1.09x faster or more. On the two with K on a sector the pairs ran 1.020x
-# and 0.978x: those keep the form alone, as does NN, which no record has timed.
+# and 0.978x: those keep the form alone, as does NN, which no record has timed. On eight
+# shapes drawn after the rule, before any was measured (random.Random(20261212),
+# reports/h100/large_pairs_check_h100.jsonl), the pairs ran faster than the form alone on
+# all eight, 1.138-1.244x, median 1.22x (7128x5952x2344 NT bf16 0.969x torch against
+# 0.784x); pairs sharing A's tile ran within 5% of them. The H200 has yet to time it.
 LARGE_OFF_SECTOR_PAIR = "b"
 
 
