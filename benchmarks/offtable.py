@@ -35,7 +35,8 @@ finished; Ctrl-C and SIGTERM (``timeout``, a job's time limit) stop it after wri
 measured into it, where it was measured the same way (the shapes file, rounds, timer,
 warm-up, seed, first-use settings, GPU model and libraries; ``harness.report.resume``),
 so one command, run again until it ends by itself (exit status not 130, nor 124 from
-``timeout``), measures a list across interruptions.
+``timeout``), measures a list across interruptions; on a whole record it measures and
+rewrites nothing.
 
 Categories (an entry names its own, and a shape that breaks its category's rule is refused;
 an entry that leaves them out gets those whose rules it meets, none perhaps):
@@ -210,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         help="with --json: keep the shapes that record holds and measure the rest into it, "
-        "where it was measured the same way; where the file does not exist yet, measure all",
+        "where it was measured the same way; where the file does not exist yet, measure all; "
+        "where it holds every shape, leave it as it is",
     )
     p.add_argument("--markdown", type=output_file, help="write the table and summary here")
     p.add_argument("--workers", type=positive_int, default=None, help="compile processes")
@@ -464,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
     done = {r.shape for r in kept}
     todo = [s for s in shapes if s.shape.id not in done]
     console.print(f"{len(todo)} off-table shapes on {spec.name} ({spec.sm_count} SMs)")
+
+    if args.resume and kept and not todo:
+        # A whole record: nothing measured, so nothing rewritten (no date added to it).
+        console.print(summarise(kept).line(), highlight=False)
+        console.print(f"{args.json} left as it was: every shape is measured")
+        return exit_status(kept, False)
 
     def keep(rows: list[ShapeResult], loud: bool = False) -> None:
         write_record(args, meta, in_list_order(shapes, kept + rows), console, loud)

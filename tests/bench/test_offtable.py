@@ -429,7 +429,10 @@ def test_sigterm_stops_the_run_and_resume_measures_only_the_rest(
     assert "Resumed with `--resume`" in text and "Stopped after" not in text
 
     seen = _measuring(monkeypatch)
+    before = (out.read_text(), md.read_text())
     assert offtable.main(argv) == 0 and seen == []  # a whole record: nothing to measure
+    assert (out.read_text(), md.read_text()) == before  # and nothing rewritten
+    assert "left as it was" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
