@@ -856,9 +856,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       bf16 2.436x torch against 1.926x).
     - Six waves or more of 192x192 tiles: their stream-K form on the hand-written
       pipeline in 3 stages (``large_stream_k``), ahead of the scores above too (9000x7000x4000
-      bf16: 1.001x torch in first use against the rules' 0.891x on the H200); in NT with
-      K's rows off a sector, in two-block clusters sharing B's tile (on an H100 1.16-1.26x
-      faster on the eight such shapes drawn for it, 1.14-1.24x on eight drawn after).
+      bf16: 1.001x torch in first use against the rules' 0.891x on the H200); where B's
+      rows are off a sector, in two-block clusters sharing B's tile (on an H100 1.06-1.26x
+      faster on the thirteen such shapes drawn for it, NT and NN, 1.14-1.24x on eight NT
+      shapes drawn after).
     - Where A's rows are off a sector and the pick is a stream-K grid of 128x256 or
       256x128 tiles, 192x192 takes its place (``off_sector_square``): in stream-K form
       over a wave of its tiles, plain just under one (3648x2336x3608 NT: 110.8 us
@@ -2001,8 +2002,8 @@ LARGE_STREAM_K = GemmConfig(
     async_mma=True,
 )
 LARGE_WAVES = 6
-# In NT where K's rows start off a 32-byte sector (both operands' rows are K long), that
-# form in two-block clusters sharing B's tile (``LARGE_OFF_SECTOR_PAIR``). On the H200
+# Where B's rows start off a 32-byte sector (in NT K's rows, which both operands have; in
+# NN N's), that form in two-block clusters sharing B's tile (``LARGE_OFF_SECTOR_PAIR``). On the H200
 # (reports/large_pairs_h200.jsonl) its 256-thread twin in those pairs ran 1.05x faster on
 # 6288x8440x5192 NT fp16 (0.938x torch against 0.894x). On an H100 (bench_gemm, CUPTI;
 # reports/h100/large_nt_check_h100.jsonl, ten large NT shapes drawn with
@@ -2010,7 +2011,11 @@ LARGE_WAVES = 6
 # eight with K off a sector, and in pairs sharing B 1.156-1.262x faster on all eight,
 # median 1.24x (7312x6560x5800 fp16 0.955x torch against 0.768x); every clustered form
 # timed there ran 1.09x faster or more. On the two with K on a sector the pairs ran 1.020x
-# and 0.978x: those keep the form alone, as does NN, which no record has timed. On eight
+# and 0.978x: those keep the form alone. In NN (reports/h100/large_nn_check_h100.jsonl,
+# eight large NN shapes drawn before any was measured, random.Random(20261232)) the pairs
+# ran faster on all five with B's rows off a sector, 1.062-1.194x (8544x11048x5032 bf16
+# 0.864x torch against 0.723x), and 0.96-1.04x on the three with only A's off, which keep
+# the form alone. On eight
 # shapes drawn after the rule, before any was measured (random.Random(20261212),
 # reports/h100/large_pairs_check_h100.jsonl), the pairs ran faster than the form alone on
 # all eight, 1.138-1.244x, median 1.22x (7128x5952x2344 NT bf16 0.969x torch against
@@ -2020,12 +2025,12 @@ LARGE_OFF_SECTOR_PAIR = "b"
 
 def large_stream_k(shape: GemmShape, sms: int) -> GemmConfig | None:
     """``LARGE_STREAM_K`` over ``sms`` blocks where its output tiles make ``LARGE_WAVES``
-    waves or more and the form builds for ``shape``, in NT with K's rows off a sector in
+    waves or more and the form builds for ``shape``, where B's rows are off a sector in
     ``LARGE_OFF_SECTOR_PAIR``'s two-block clusters where they build; None elsewhere."""
     if output_tiles(shape, 192, 192) < LARGE_WAVES * sms:
         return None
     config = replace(LARGE_STREAM_K, stream_k=sms)
-    if shape.layout == "NT" and row_bytes(shape)["B"] % SECTOR_BYTES and LARGE_OFF_SECTOR_PAIR:
+    if row_bytes(shape)["B"] % SECTOR_BYTES and LARGE_OFF_SECTOR_PAIR:
         pair = replace(config, multicast=LARGE_OFF_SECTOR_PAIR)
         if builds(shape, pair):
             return pair
