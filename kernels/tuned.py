@@ -858,8 +858,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       pipeline in 3 stages (``large_stream_k``), ahead of the scores above too (9000x7000x4000
       bf16: 1.001x torch in first use against the rules' 0.891x on the H200); where B's
       rows are off a sector, in two-block clusters sharing B's tile (on an H100 1.06-1.26x
-      faster on the thirteen such shapes drawn for it, NT and NN, 1.14-1.24x on eight NT
-      shapes drawn after).
+      faster on the thirteen such shapes drawn for it, NT and NN, 1.03-1.24x on the
+      fourteen drawn after).
     - Where A's rows are off a sector and the pick is a stream-K grid of 128x256 or
       256x128 tiles, 192x192 takes its place (``off_sector_square``): in stream-K form
       over a wave of its tiles, plain just under one (3648x2336x3608 NT: 110.8 us
@@ -2019,7 +2019,10 @@ LARGE_WAVES = 6
 # shapes drawn after the rule, before any was measured (random.Random(20261212),
 # reports/h100/large_pairs_check_h100.jsonl), the pairs ran faster than the form alone on
 # all eight, 1.138-1.244x, median 1.22x (7128x5952x2344 NT bf16 0.969x torch against
-# 0.784x); pairs sharing A's tile ran within 5% of them. The H200 has yet to time it.
+# 0.784x); pairs sharing A's tile ran within 5% of them. On six NN shapes with B's rows
+# off a sector drawn after the rule came to take them (random.Random(20261214),
+# large_nn_pairs_check_h100.jsonl) the pairs ran faster on all six, 1.034-1.129x, median
+# 1.07x (5928x10024x6072 fp16 1.001x torch against 0.887x). The H200 has yet to time it.
 LARGE_OFF_SECTOR_PAIR = "b"
 
 
