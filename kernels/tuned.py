@@ -891,7 +891,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       Where the form alone leaves a pick on the hand-written pipeline, 128x192's
       persistent one among them, its pairs sharing B's tile take it where their trips
       cover no more area (``exchanged_reach``: on an H100 eight of nine faster, 1.009-1.143x,
-      2872x2984x3160 fp16 0.967x torch against 0.848x).
+      2872x2984x3160 fp16 0.967x torch against 0.848x; eleven of twelve drawn after).
       In NT under a wave, 128x192's pair narrows to 128x160's in 5 stages where that
       pads N 3% less or more and its pairs fit the wave (``narrower_nt_pair``: on the
       H200 faster on seven of the eight shapes drawn for it, 1.03-1.08x, 0.96x on the
@@ -2003,26 +2003,26 @@ LARGE_STREAM_K = GemmConfig(
 )
 LARGE_WAVES = 6
 # Where B's rows start off a 32-byte sector (in NT K's rows, which both operands have; in
-# NN N's), that form in two-block clusters sharing B's tile (``LARGE_OFF_SECTOR_PAIR``). On the H200
-# (reports/large_pairs_h200.jsonl) its 256-thread twin in those pairs ran 1.05x faster on
-# 6288x8440x5192 NT fp16 (0.938x torch against 0.894x). On an H100 (bench_gemm, CUPTI;
-# reports/h100/large_nt_check_h100.jsonl, ten large NT shapes drawn with
-# random.Random(20261231) before any was measured) the form ran 0.77-1.01x torch on the
-# eight with K off a sector, and in pairs sharing B 1.156-1.262x faster on all eight,
+# NN N's), that form in two-block clusters sharing B's tile (``LARGE_OFF_SECTOR_PAIR``).
+# On the H200 (reports/large_pairs_h200.jsonl) its 256-thread twin in those pairs ran
+# 1.05x faster on 6288x8440x5192 NT fp16 (0.938x torch against 0.894x). On an H100
+# (bench_gemm, CUPTI; reports/h100/large_nt_check_h100.jsonl, ten large NT shapes drawn
+# with random.Random(20261231) before any was measured) the form ran 0.77-1.01x torch on
+# the eight with K off a sector, and in pairs sharing B 1.156-1.262x faster on all eight,
 # median 1.24x (7312x6560x5800 fp16 0.955x torch against 0.768x); every clustered form
 # timed there ran 1.09x faster or more. On the two with K on a sector the pairs ran 1.020x
 # and 0.978x: those keep the form alone. In NN (reports/h100/large_nn_check_h100.jsonl,
 # eight large NN shapes drawn before any was measured, random.Random(20261232)) the pairs
 # ran faster on all five with B's rows off a sector, 1.062-1.194x (8544x11048x5032 bf16
 # 0.864x torch against 0.723x), and 0.96-1.04x on the three with only A's off, which keep
-# the form alone. On eight
-# shapes drawn after the rule, before any was measured (random.Random(20261212),
-# reports/h100/large_pairs_check_h100.jsonl), the pairs ran faster than the form alone on
-# all eight, 1.138-1.244x, median 1.22x (7128x5952x2344 NT bf16 0.969x torch against
-# 0.784x); pairs sharing A's tile ran within 5% of them. On six NN shapes with B's rows
-# off a sector drawn after the rule came to take them (random.Random(20261214),
-# large_nn_pairs_check_h100.jsonl) the pairs ran faster on all six, 1.034-1.129x, median
-# 1.07x (5928x10024x6072 fp16 1.001x torch against 0.887x). The H200 has yet to time it.
+# the form alone. Checked on shapes drawn after the rule, before any was measured: eight
+# NT (random.Random(20261212), reports/h100/large_pairs_check_h100.jsonl), all faster,
+# 1.138-1.244x, median 1.22x (7128x5952x2344 NT bf16 0.969x torch against 0.784x; pairs
+# sharing A's tile within 5% of them); six NN drawn after it came to take NN
+# (random.Random(20261214), large_nn_pairs_check_h100.jsonl), all faster, 1.034-1.129x,
+# median 1.07x (5928x10024x6072 fp16 1.001x torch against 0.887x). On the ten H200
+# off-table rows whose pick it changes (large_changed_h100.jsonl, chosen from results) the
+# H100 ran all ten faster, 1.074-1.242x. The H200 has yet to time these lists.
 LARGE_OFF_SECTOR_PAIR = "b"
 
 
