@@ -286,7 +286,6 @@ def test_the_exchanged_form_over_tilelangs_pipeline_ran_faster_where_timed(monke
     monkeypatch.setattr(tuned, "exchanged_pair", lambda shape, form, sms: form)
     h200 = [r for *_, r in pick_changes(monkeypatch, "EXCHANGED_PLAIN_PACE", 0)]
     assert len(h200) >= 1 and min(h200) > 1.1
-    monkeypatch.undo()
     monkeypatch.setattr(tuned, "exchanged_pair", lambda shape, form, sms: form)
     changes = pick_changes(monkeypatch, "EXCHANGED_PLAIN_PACE", 0, EXCHANGED_PLAIN_H100)
     h100 = [r for *_, r in changes]
@@ -381,7 +380,6 @@ def test_the_exchanged_pairs_ran_faster_than_the_picks_they_reach(monkeypatch):
         ("reach_changed_h100.jsonl", 9, 7, 0.96, 1.05),
     ):
         after = sorted(r for *_, r in pick_changes(monkeypatch, "exchanged", off, (h100 / name,)))
-        monkeypatch.undo()
         assert len(after) == count and sum(r > 1 for r in after) == faster, name
         assert after[0] > least and statistics.median(after) > middle, name
     reach = h100 / "exchanged_reach_h100.jsonl"
@@ -1567,7 +1565,6 @@ def test_192x192_stream_k_ran_faster_in_pairs_where_k_is_off_a_sector(monkeypatc
     checked = sorted(
         r for *_, r in pick_changes(monkeypatch, "LARGE_OFF_SECTOR_PAIR", "", (after,))
     )
-    monkeypatch.undo()
     assert len(checked) == 8 and checked[0] > 1.13 and statistics.median(checked) > 1.2
     record = ROOT / "reports" / "h100" / "large_nt_check_h100.jsonl"
     changes = pick_changes(monkeypatch, "LARGE_OFF_SECTOR_PAIR", "", (record,))
@@ -1575,13 +1572,11 @@ def test_192x192_stream_k_ran_faster_in_pairs_where_k_is_off_a_sector(monkeypatc
     assert all(new.multicast == "b" and old.multicast == "" for _, old, new, _ in changes)
     assert len(ratios) == 8 and ratios[0] > 1.15 and statistics.median(ratios) > 1.2
     assert len(recorded_times((record,))) == 10
-    monkeypatch.undo()
     # NN (large_nn_check_h100.jsonl): faster on all five with B's rows off, 1.062-1.194x;
     # the three with only A's off keep the form alone.
     nn = ROOT / "reports" / "h100" / "large_nn_check_h100.jsonl"
     ratios = sorted(r for *_, r in pick_changes(monkeypatch, "LARGE_OFF_SECTOR_PAIR", "", (nn,)))
     assert len(ratios) == 5 and ratios[0] > 1.05 and len(recorded_times((nn,))) == 8
-    monkeypatch.undo()
     # On the six NN shapes drawn after (large_nn_pairs_check_h100.jsonl): all six faster,
     # 1.034-1.129x, median 1.07x.
     after = ROOT / "reports" / "h100" / "large_nn_pairs_check_h100.jsonl"
@@ -1789,13 +1784,16 @@ def pick_changes(
     second's."""
     times = recorded_times(paths)
     new = {key: heuristic(GemmShape(*key[1:]), SMS) for key in times}
-    monkeypatch.setattr(tuned, name, value)
     changes = []
-    for key, by_config in times.items():
-        old = heuristic(GemmShape(*key[1:]), SMS)
-        if new[key] != old and new[key].id in by_config and old.id in by_config:
-            ratio = statistics.median(by_config[old.id]) / statistics.median(by_config[new[key].id])
-            changes.append((key, old, new[key], ratio))
+    with monkeypatch.context() as m:  # the rule as it stands again on return
+        m.setattr(tuned, name, value)
+        for key, by_config in times.items():
+            old = heuristic(GemmShape(*key[1:]), SMS)
+            if new[key] != old and new[key].id in by_config and old.id in by_config:
+                old_ms, new_ms = by_config[old.id], by_config[new[key].id]
+                changes.append(
+                    (key, old, new[key], statistics.median(old_ms) / statistics.median(new_ms))
+                )
     return changes
 
 
