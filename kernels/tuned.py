@@ -2022,7 +2022,12 @@ LARGE_WAVES = 6
 # (random.Random(20261214), large_nn_pairs_check_h100.jsonl), all faster, 1.034-1.129x,
 # median 1.07x (5928x10024x6072 fp16 1.001x torch against 0.887x). On the ten H200
 # off-table rows whose pick it changes (large_changed_h100.jsonl, chosen from results) the
-# H100 ran all ten faster, 1.074-1.242x. The H200 has yet to time these lists.
+# H100 ran all ten faster, 1.074-1.242x. Where only A's rows are off (NN, K off a sector),
+# eight shapes drawn for that question before any was measured (random.Random(20261215),
+# large_a_off_h100.jsonl) ran the form alone at 0.891-1.033x torch, median 1.01x; pairs
+# sharing A's tile ran 0.957-1.070x of it (median 0.99x) and pairs sharing B's
+# 0.974-1.056x (median 1.01x), so those keep the form alone. The H200 has yet to time
+# these lists.
 LARGE_OFF_SECTOR_PAIR = "b"
 
 
