@@ -36,7 +36,7 @@ measured into it, where it was measured the same way (the shapes file, rounds, t
 warm-up, seed, first-use settings, GPU model and libraries; ``harness.report.resume``),
 so one command, run again until it ends by itself (exit status not 130, nor 124 from
 ``timeout``), measures a list across interruptions; on a whole record it measures and
-rewrites nothing.
+rewrites nothing (but a ``--markdown`` table that is missing, written again from it).
 
 Categories (an entry names its own, and a shape that breaks its category's rule is refused;
 an entry that leaves them out gets those whose rules it meets, none perhaps):
@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --json: keep the shapes that record holds and measure the rest into it, "
         "where it was measured the same way; where the file does not exist yet, measure all; "
-        "where it holds every shape, leave it as it is",
+        "where it holds every shape, leave it as it is (a --markdown table that is missing is "
+        "written again from it)",
     )
     p.add_argument("--markdown", type=output_file, help="write the table and summary here")
     p.add_argument("--workers", type=positive_int, default=None, help="compile processes")
@@ -467,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     todo = [s for s in shapes if s.shape.id not in done]
     console.print(f"{len(todo)} off-table shapes on {spec.name} ({spec.sm_count} SMs)")
 
-    if args.resume and kept and not todo:
-        # A whole record: nothing measured, so nothing rewritten (no date added to it).
+    if args.resume and kept and not todo and (args.markdown is None or args.markdown.exists()):
+        # A whole record: nothing measured, so nothing rewritten (no date added to it);
+        # a table that has gone missing is written again from it.
         console.print(summarise(kept).line(), highlight=False)
         console.print(f"{args.json} left as it was: every shape is measured")
         return exit_status(kept, False)

@@ -433,6 +433,10 @@ def test_sigterm_stops_the_run_and_resume_measures_only_the_rest(
     assert offtable.main(argv) == 0 and seen == []  # a whole record: nothing to measure
     assert (out.read_text(), md.read_text()) == before  # and nothing rewritten
     assert "left as it was" in capsys.readouterr().out
+    md.unlink()  # a lost table is written again from the whole record, nothing measured
+    assert offtable.main(argv) == 0 and seen == []
+    assert all(i in md.read_text() for i in ids)
+    assert Record.from_dict(json.loads(out.read_text())).rows == whole.rows
 
 
 @pytest.mark.parametrize(
