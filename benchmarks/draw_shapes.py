@@ -35,8 +35,10 @@ import random
 import shlex
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks.offtable import CATEGORIES, parse_shapes, tuned_shapes
+from benchmarks.panels import HOME_CARD, REPORTS
 from harness.cli import count, output_file, positive_int
 from kernels import DTYPES, LAYOUTS, GemmShape
 
@@ -174,12 +176,29 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     for s in shapes:
         print(s.id)
-    stem = str(args.out.with_suffix(""))
-    stem = shlex.quote(stem.removesuffix("_shapes"))  # mine_shapes.json -> mine_result.json
-    print(f"{len(shapes)} shape(s) written to {args.out}; measure them on the GPU with")
-    print(f"  python3 -m benchmarks.offtable --shapes {shlex.quote(str(args.out))} --resume \\")
-    print(f"      --json {stem}_result.json --markdown {stem}_result.md")
+    card = HOME_CARD.upper()
+    print(f"{len(shapes)} shape(s) written to {args.out}; measure them on the {card} with")
+    for line in measure_hint(args.out):
+        print(f"  {line}")
     return 0
+
+
+def measure_hint(out: Path) -> list[str]:
+    """The command that measures the drawn file, naming the record ``benchmarks.panels``
+    counts for it (``mine_shapes.json`` -> ``mine_h200.json``), and for a file in
+    ``reports/`` named as a panel, the panel runner's command, which files the record
+    under the card present."""
+    stem = str(out.with_suffix("")).removesuffix("_shapes")
+    record = shlex.quote(f"{stem}_{HOME_CARD}")
+    lines = [
+        f"python3 -m benchmarks.offtable --shapes {shlex.quote(str(out))} --resume \\",
+        f"    --json {record}.json --markdown {record}.md",
+    ]
+    name = out.name.removeprefix("offtable_").removesuffix("_shapes.json")
+    if out.resolve().parent == REPORTS and name != out.name and name:
+        run = f"python3 -m benchmarks.panels --run {shlex.quote(name)}"
+        lines.append(f"or on any card, its record filed by card: {run}")
+    return lines
 
 
 if __name__ == "__main__":

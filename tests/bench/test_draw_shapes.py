@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from benchmarks import draw_shapes, offtable
+from benchmarks import draw_shapes, offtable, panels
 
 MIX = {"mid": 3, "skinny_m": 2, "thin_n": 1, "long_k": 2, "large": 2, "short_k": 1}
 
@@ -58,15 +58,29 @@ def test_the_file_is_what_offtable_takes_and_names_its_seed(tmp_path, capsys):
     assert "--seed 11" in about and "random.Random(11)" in about and "6 mid" in about
     printed = capsys.readouterr().out
     assert f"--shapes {out} --resume" in printed
-    assert f"--json {tmp_path / 'mine_result.json'}" in printed
+    assert f"--json {tmp_path / 'mine_h200.json'}" in printed
 
 
-def test_the_suggested_result_drops_the_shapes_suffix(tmp_path, capsys):
+def test_the_suggested_record_drops_the_shapes_suffix(tmp_path, capsys):
     out = tmp_path / "list_shapes.json"
     assert draw_shapes.main(["--seed", "11", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert f"--json {tmp_path / 'list_result.json'}" in printed
-    assert f"--markdown {tmp_path / 'list_result.md'}" in printed
+    assert f"--json {tmp_path / 'list_h200.json'}" in printed
+    assert f"--markdown {tmp_path / 'list_h200.md'}" in printed
+    assert "benchmarks.panels" not in printed  # not a panel outside reports/
+
+
+def test_a_list_drawn_into_reports_is_measured_into_the_record_panels_counts(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(draw_shapes, "REPORTS", tmp_path)
+    out = tmp_path / "offtable_fresh_shapes.json"
+    assert draw_shapes.main(["--seed", "11", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    (panel,) = panels.find_panels(tmp_path)
+    assert panel.name == "fresh"
+    assert f"--json {panel.record(panels.HOME_CARD)}" in printed
+    assert "python3 -m benchmarks.panels --run fresh" in printed
 
 
 @pytest.mark.parametrize(
