@@ -22,6 +22,11 @@ mid 1000..4096 each; skinny_m M 1..128 (any), N 1024..8192, K 1024..16384;
 thin_n M 1024..8192, N 8..128, K 1024..16384; long_k M 16..512, N 16..1024,
 K 4096..49152; large M, N 4096..12288, K 1024..8192; short_k M, N 1024..8192, K 64..256.
 
+The printed command measures the file into the record ``benchmarks.panels`` counts for it
+(``mine_shapes.json`` -> ``mine_h200.json``); a file written as
+``reports/offtable_NAME_shapes.json`` is a panel, and ``python3 -m benchmarks.panels --run
+NAME`` measures it on any card, into that card's record.
+
 The file takes the categories each shape meets (``non_multiple`` among them where it
 applies). Exit status: 0 written; 2 bad input.
 """
@@ -32,6 +37,7 @@ import argparse
 import datetime as dt
 import json
 import random
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -194,9 +200,9 @@ def measure_hint(out: Path) -> list[str]:
         f"python3 -m benchmarks.offtable --shapes {shlex.quote(str(out))} --resume \\",
         f"    --json {record}.json --markdown {record}.md",
     ]
-    name = out.name.removeprefix("offtable_").removesuffix("_shapes.json")
-    if out.resolve().parent == REPORTS and name != out.name and name:
-        run = f"python3 -m benchmarks.panels --run {shlex.quote(name)}"
+    panel = re.fullmatch(r"offtable_(.+)_shapes\.json", out.name)
+    if panel and out.resolve().parent == REPORTS.resolve():
+        run = f"python3 -m benchmarks.panels --run {shlex.quote(panel[1])}"
         lines.append(f"or on any card, its record filed by card: {run}")
     return lines
 

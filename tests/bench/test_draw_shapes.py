@@ -81,6 +81,9 @@ def test_a_list_drawn_into_reports_is_measured_into_the_record_panels_counts(
     assert panel.name == "fresh"
     assert f"--json {panel.record(panels.HOME_CARD)}" in printed
     assert "python3 -m benchmarks.panels --run fresh" in printed
+    other = tmp_path / "fresh_shapes.json"  # not a panel's name: panels does not list it
+    assert draw_shapes.main(["--seed", "11", "--out", str(other)]) == 0
+    assert "benchmarks.panels" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
