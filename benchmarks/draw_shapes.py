@@ -37,14 +37,13 @@ import argparse
 import datetime as dt
 import json
 import random
-import re
 import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.offtable import CATEGORIES, parse_shapes, tuned_shapes
-from benchmarks.panels import HOME_CARD, REPORTS
+from benchmarks.panels import HOME_CARD, REPORTS, panel_name
 from harness.cli import count, output_file, positive_int
 from kernels import DTYPES, LAYOUTS, GemmShape
 
@@ -200,9 +199,9 @@ def measure_hint(out: Path) -> list[str]:
         f"python3 -m benchmarks.offtable --shapes {shlex.quote(str(out))} --resume \\",
         f"    --json {record}.json --markdown {record}.md",
     ]
-    panel = re.fullmatch(r"offtable_(.+)_shapes\.json", out.name)
+    panel = panel_name(out)
     if panel and out.resolve().parent == REPORTS.resolve():
-        run = f"python3 -m benchmarks.panels --run {shlex.quote(panel[1])}"
+        run = f"python3 -m benchmarks.panels --run {shlex.quote(panel)}"
         lines.append(f"or on any card, its record filed by card: {run}")
     return lines
 

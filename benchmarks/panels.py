@@ -132,6 +132,13 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def panel_name(path: Path) -> str | None:
+    """The panel a shapes file's name makes it (``offtable_NAME_shapes.json`` -> NAME), None
+    for any other name."""
+    named = re.fullmatch(r"offtable_(.+)_shapes\.json", path.name)
+    return named[1] if named else None
+
+
 def find_panels(reports: Path = REPORTS, problems: list | None = None) -> list[Panel]:
     """Every panel among ``reports/offtable_*_shapes.json``, by name. A file that cannot
     be read as one (damaged JSON, shapes that fail their rules, a command bench_gemm
@@ -141,7 +148,7 @@ def find_panels(reports: Path = REPORTS, problems: list | None = None) -> list[P
     parser = build_parser()
     panels = []
     for path in sorted(reports.glob("offtable_*_shapes.json")):
-        name = path.name.removeprefix("offtable_").removesuffix("_shapes.json")
+        name = panel_name(path)
         try:
             panel = _read_panel(path, name, parser)
         except ValueError as err:
