@@ -30,7 +30,8 @@ which. The local cache never reaches asv or the gate: they run the table's confi
 
 ``--around-pick CHANGE ...`` times, instead of a sweep, each shape's pick on this GPU
 (``kernels.tuned.pick_config``) and the pick with each change (``kernels.changes``:
-``num_stages=+1``, ``block_n=144,multicast=b``); a change that gives no valid config, or
+``num_stages=+1``, ``block_n=144,multicast=b``, or a whole config id beside every pick);
+a change that gives no valid config, or
 one the shape cannot run, is a note rather than a row, and each row's ``config_source``
 names its change ("pick" for the pick).
 
@@ -183,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of the knobs and --config: time each shape's pick on this GPU "
         "(kernels.tuned.pick_config: the tuned table's row, else the heuristic) and the pick "
         "with each CHANGE, FIELD=VALUE[,FIELD=VALUE...] over GemmConfig's fields, +N/-N "
-        "moving a number: num_stages=+1, block_n=144,multicast=b, async_mma=false. A change "
+        "moving a number: num_stages=+1, block_n=144,multicast=b, async_mma=false; or a "
+        "whole config id (b128x208x64_t256_s4_w8_pr_e), the same config beside every pick. "
+        "A change "
         "that gives no valid config, or one the shape cannot run, is noted and not timed. "
         "Each row's config_source says which change made it",
     )

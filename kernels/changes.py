@@ -8,6 +8,10 @@ A change is ``FIELD=VALUE`` pairs joined by commas, each FIELD one of ``GemmConf
     block_n=144,multicast=b two fields at once
     async_mma=true          a switch: true/false (or 1/0)
     multicast=none          no clusters (multicast's empty value)
+    b128x208x64_t256_s4_w8_pr_e
+                            a whole config by its id (``GemmConfig.id``): every field set,
+                            so the same config beside each shape's pick (the pick a
+                            former rule made, say)
 
 ``ConfigChange.parse`` refuses a bad change with a ValueError naming the field and the
 rule; ``ConfigChange.apply`` gives the changed config, or the validator's ValueError where
@@ -43,6 +47,14 @@ class ConfigChange:
     def parse(cls, text: str) -> ConfigChange:
         values: dict[str, object] = {}
         moves: dict[str, int] = {}
+        if text.strip() and "=" not in text:
+            try:
+                whole = GemmConfig.from_id(text.strip())
+            except ValueError as err:
+                raise ValueError(
+                    f"{text!r}: must be FIELD=VALUE[,FIELD=VALUE...] or a config id: {err}"
+                ) from None
+            return cls(text, tuple((f.name, getattr(whole, f.name)) for f in _COMPARED), ())
         if not text.strip():
             raise ValueError("a change must be FIELD=VALUE[,FIELD=VALUE...], e.g. num_stages=+1")
         for part in text.split(","):

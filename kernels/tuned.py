@@ -964,7 +964,7 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     value = narrow_pair_score(shape, sms)
     if value > best_value:
         best_value, best = value, NARROW_PAIR_TILE
-    best = off_sector_square(shape, best, sms)
+    best = off_sector_square(shape, streamed_fitted(shape, best, sms), sms)
     best = off_sector_plain_pair(shape, off_sector_pair(shape, best, sms), sms)
     best = off_sector_nn(shape, best, sms)
     best = streamed_pair(shape, clustered_pair(shape, async_form(shape, best, sms), sms), sms)
@@ -1024,6 +1024,41 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
         form = _fitted(192, 192)
     else:
         return config
+    return form if builds(shape, form) else config
+
+
+# The narrower wave-fitting tiles (``FITTED`` but 192x192) were scored on one-wave
+# evidence (1536^3 NT). Past two waves of their output tiles, 192x192's stream-K form
+# (``LARGE_STREAM_K``) took their place in every record that timed both in one run
+# (bench_gemm, CUPTI): 26 of 26 rows over 2.0 waves ran faster in it, 1.006-1.388x
+# (reports/narrow_rows_h200.jsonl on the H200, 3144x2912x3400 NT bf16 in 128x144
+# tiles 1.39x; reports/h100/mid_losers_h100.jsonl on an H100). On ten mid shapes drawn
+# for the question whose pick was a fitted tile past two waves (random.Random(20261216),
+# reports/offtable_fitted_waves_shapes.json; reports/h100/fitted_waves_h100.jsonl) the six
+# narrower picks all ran slower than it on an H100, by 1.016-1.249x (2960x3096x3168 NT
+# bf16 in 128x144: 0.684x torch against 0.854x), where the four 192x192 picks ran 1.01-1.05x
+# faster than it, so 192x192's plain grid stays. At two waves and under it was mixed
+# (2232x3384x2048 NT bf16 in 192x160, 2.0 waves: 0.92x of it).
+FITTED_STREAM_K_WAVES = 2
+
+
+def streamed_fitted(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
+    """``LARGE_STREAM_K`` over ``sms`` blocks in place of a plain grid of a narrower
+    ``FITTED`` tile (any but 192x192) whose output tiles make more than
+    ``FITTED_STREAM_K_WAVES`` waves; ``config`` elsewhere or where the form does not build."""
+    narrower = {tile_of_c(t.config) for t in FITTED} - {(192, 192)}
+    if (
+        tile_of_c(config) not in narrower
+        or config.async_mma
+        or config.persistent
+        or config.stream_k
+        or config.split_k > 1
+        or config.multicast
+        or config.swap_ab
+        or output_tiles(shape, config.block_m, config.block_n) <= FITTED_STREAM_K_WAVES * sms
+    ):
+        return config
+    form = replace(LARGE_STREAM_K, stream_k=sms)
     return form if builds(shape, form) else config
 
 

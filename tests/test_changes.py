@@ -30,6 +30,15 @@ def test_a_change_applies_to_the_config(text, expected):
     assert ConfigChange.parse(text).apply(PAIR).id == expected
 
 
+def test_a_config_id_replaces_the_whole_config():
+    """An id sets every field, whatever the config it is applied to: the same config
+    beside each shape's own pick."""
+    whole = ConfigChange.parse("b128x208x64_t256_s4_w8_pr_e")
+    for config in [PAIR, GemmConfig.from_id("b256x128x64_t256_s3_e_sk132_a")]:
+        assert whole.apply(config) == GemmConfig.from_id("b128x208x64_t256_s4_w8_pr_e")
+    assert ConfigChange.parse(" b192x192x64_t384_s3_w8_pr_e_sk132_a ").apply(PAIR).stream_k == 132
+
+
 def test_a_move_is_taken_from_each_config_it_is_applied_to():
     deeper = ConfigChange.parse("num_stages=+1")
     assert deeper.apply(GemmConfig(128, 128, 64, 128, 3)).num_stages == 4
@@ -41,6 +50,7 @@ def test_a_move_is_taken_from_each_config_it_is_applied_to():
     [
         ("", "FIELD=VALUE"),
         ("num_stages", "'num_stages': must be FIELD=VALUE"),
+        ("b128x208", "or a config id: GemmConfig id 'b128x208': must look like"),
         ("num_stage=5", "'num_stage': must be one of GemmConfig's fields"),
         ("accum_dtype=float16", "'accum_dtype': must be one of"),
         ("num_stages=five", "num_stages=five: must be a whole number, or +N/-N"),

@@ -282,7 +282,10 @@ def test_the_exchanged_form_over_tilelangs_pipeline_ran_faster_where_timed(monke
     (reports/h100/exchanged_plain_h100.jsonl and exchanged_plain_check_h100.jsonl) all
     ten, 1.02-1.35x, median 1.18x, and on the ten drawn after 192x192 was taken out
     (reports/offtable_exchanged_plain_check2_shapes.json, exchanged_plain_check2_h100.jsonl)
-    all ten again, 1.04-1.50x, median 1.16x. The H200's run of that list is still to come."""
+    all ten again, 1.04-1.50x, median 1.16x. The H200's run of that list is still to come.
+    Weighed without ``streamed_fitted``, which turns most of those plain picks into
+    192x192 stream-K first, and the exchanged form then takes that pick the same."""
+    monkeypatch.setattr(tuned, "streamed_fitted", lambda shape, config, sms: config)
     monkeypatch.setattr(tuned, "exchanged_pair", lambda shape, form, sms: form)
     h200 = [r for *_, r in pick_changes(monkeypatch, "EXCHANGED_PLAIN_PACE", 0)]
     assert len(h200) >= 1 and min(h200) > 1.1
@@ -2582,3 +2585,42 @@ def test_nn_exchanged_ran_faster_on_the_shapes_drawn_for_it_on_an_h100(monkeypat
     assert len(exchanged) == 6 and sum(r > 1 for r in exchanged) == 5 and min(exchanged) > 0.97
     assert len(shared) == 10 and sum(r > 1 for r in shared) == 9 and min(shared) > 0.96
     assert statistics.median(shared) > 1.15
+
+
+# --- 192x192 stream-K past two waves of a narrower fitted tile ---------------------------
+
+
+def test_streamed_fitted_takes_narrower_fitted_grids_past_two_waves():
+    stream_k = replace(tuned.LARGE_STREAM_K, stream_k=SMS)
+    # 2960x3096x3168 NT bf16: 24 x 22 = 528 tiles of 128x144, four waves.
+    shape = GemmShape(2960, 3096, 3168, "bfloat16", "NT")
+    narrow = tuned._fitted(128, 144)
+    assert tuned.output_tiles(shape, 128, 144) == 528
+    assert tuned.streamed_fitted(shape, narrow, SMS) == stream_k
+    assert tuned.streamed_fitted(shape, narrow, 2 * SMS) == narrow  # two waves of 264
+    # 2232x3384x2048 NT bf16 in 192x160: 12 x 22 = 264 tiles, two waves exactly: stays.
+    two = GemmShape(2232, 3384, 2048, "bfloat16", "NT")
+    assert tuned.output_tiles(two, 192, 160) == 2 * SMS
+    assert tuned.streamed_fitted(two, tuned._fitted(192, 160), SMS) == tuned._fitted(192, 160)
+    # 192x192's plain grid, other tiles and other forms of the narrow tile stay.
+    for config in [
+        tuned._fitted(192, 192),
+        tuned.TILES[0].config,
+        replace(narrow, async_mma=True),
+        replace(narrow, persistent=SMS, swizzle=0),
+        replace(narrow, split_k=2, swizzle=0),
+    ]:
+        assert tuned.streamed_fitted(shape, config, SMS) == config, config.id
+
+
+def test_streamed_fitted_ran_faster_where_timed(monkeypatch, before_exchanged):
+    """Each recorded shape whose pick the rule changes, where the narrower fitted grid and
+    192x192's stream-K form were timed in one record: on an H100 the six narrower picks of
+    reports/offtable_fitted_waves_shapes.json (reports/h100/fitted_waves_h100.jsonl) all
+    ran slower, 1.016-1.249x. Weighed before ``exchanged``, which takes three of them on
+    from the stream-K pick (its own evidence)."""
+    record = ROOT / "reports" / "h100" / "fitted_waves_h100.jsonl"
+    ratios = sorted(
+        r for *_, r in pick_changes(monkeypatch, "streamed_fitted", lambda s, c, n: c, (record,))
+    )
+    assert len(ratios) == 6 and ratios[0] > 1.01 and statistics.median(ratios) > 1.04
