@@ -860,6 +860,10 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       rows are off a sector, in two-block clusters sharing B's tile (on an H100 1.06-1.26x
       faster on the thirteen such shapes drawn for it, NT and NN, 1.03-1.24x on the
       fourteen drawn after).
+    - A narrower wave-fitting tile's plain grid (any ``FITTED`` but 192x192) past two
+      waves of its output tiles gives way to 192x192's stream-K form
+      (``streamed_fitted``: on an H100 2960x3096x3168 NT bf16 0.854x torch against 0.684x
+      in 128x144; 26 of 26 recorded rows past two waves slower than it).
     - Where A's rows are off a sector and the pick is a stream-K grid of 128x256 or
       256x128 tiles, 192x192 takes its place (``off_sector_square``): in stream-K form
       over a wave of its tiles, plain just under one (3648x2336x3608 NT: 110.8 us
