@@ -16,7 +16,9 @@ does with a shape that no one run timed whole.
 The record is the one its command names for the H200 (``..._h200.jsonl``, or
 ``<card>`` in its name); on another card it is ``reports/CARD/..._CARD.jsonl``, the way
 the repository keeps its H100 records, so one card's rows never land in another's file.
-``--card`` names the card to list for (without it: the GPU present, else h200).
+``--card`` names the card to list for (without it: the GPU present, else h200). A record
+that holds rows of shapes its panel's file does not list is another run's (a panel named
+like an older sweep): the panel's state there is ``clash``, and ``--run`` refuses it.
 
 ``--run`` times the named panels in the order given, each by its own command with
 ``--resume`` (a panel cut short keeps its rows, and running it again times only what is
@@ -24,7 +26,8 @@ missing), each bounded by what is left of ``--budget`` seconds; a panel that wou
 with less than ``--min-left`` seconds left is not started. A line says when each starts
 and how it ended. Exit status: 0 every panel ran to its end; 1 one failed or was cut
 short, or was not started for lack of time (its rows so far are kept); 2 bad input (an
-unknown panel, a bad option, a panel whose file cannot be read); 3 no GPU for ``--run``.
+unknown panel, a bad option, a panel whose file cannot be read, a clash); 3 no GPU for
+``--run``.
 A shapes file that cannot be read as a panel (damaged JSON, a command bench_gemm
 refuses) gets a line on stderr naming it and why, and the list goes on without it.
 
@@ -89,9 +92,21 @@ class Panel:
         shapes = (row.get("shape") for row in _record_rows(path))
         return {s for s in shapes if isinstance(s, str) and s in self.shapes}
 
+    def foreign(self, card: str) -> set[str]:
+        """Shapes the record on ``card`` holds rows for that the file does not list: the
+        record is another run's (a panel named like an older sweep), and ``--run`` would
+        append to it and read that run's rows as its own."""
+        path = self.record(card)
+        if not path.exists():
+            return set()
+        shapes = {row.get("shape") for row in _record_rows(path)}
+        return {s for s in shapes if isinstance(s, str)} - self.shapes
+
     def state(self, card: str) -> str:
         if not self.record(card).exists():
             return "todo"
+        if self.foreign(card):
+            return "clash"
         return "done" if self.timed(card) >= self.shapes else "partial"
 
     def command(self, card: str) -> list[str]:
@@ -294,6 +309,15 @@ def main(argv: list[str] | None = None, runner=subprocess_runner, reports: Path 
     if unknown:
         print(f"{PROG}: --run: no panel named {', '.join(unknown)} "
               f"(the list: {PROG} --pending)", file=sys.stderr)  # fmt: skip
+        return 2
+    clashes = [by_name[n] for n in args.run if by_name[n].foreign(card)]
+    if clashes:
+        for panel in clashes:
+            foreign = sorted(panel.foreign(card))
+            print(f"{PROG}: --run: {panel.name}'s record {shown(panel.record(card))} holds "
+                  f"rows of {len(foreign)} shapes its file does not list ({foreign[0]}...): "
+                  "another run's record; rename the panel's file and its --jsonl",
+                  file=sys.stderr)  # fmt: skip
         return 2
     if here is None:
         from harness.measure.device import no_gpu_reason

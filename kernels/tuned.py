@@ -523,6 +523,18 @@ SMALL_K_ASYNC = GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, async_mma=T
 SMALL_K_SQUARE = GemmConfig(192, 192, 64, 384, 2, policy="row", smem_epilogue=True, async_mma=True)
 SMALL_K_SQUARE_MAX_K = 128
 SMALL_K_SQUARE_COST = 0.95
+# In NT where K's rows start off a 32-byte sector (both operands' rows: K = 8 mod 16
+# elements), the short K's 128x256 form over K of more than ``SMALL_K_SQUARE_MAX_K`` runs
+# in persistent two-block clusters sharing B's tile (``SMALL_K_OFF_SECTOR_PAIR``), which
+# read it from the L2 once per pair: on an H100 (bench_gemm, CUPTI) all seven such shapes
+# timed both ways ran faster in them, 1.013-1.179x, median 1.15x (7920x4064x200 bf16
+# 41.2 us against 48.4, reports/h100/short_k8_around_h100.jsonl; 6656x2256x168 bf16
+# 1.179x and 3360x3464x152 bf16 1.140x, short_k_sector_h100.jsonl, drawn with
+# random.Random(20261218) before any was measured), where the three NT shapes with K's
+# rows on a sector ran 0.88-0.92x in them (2808x2208x256 fp16, random8_losers_h100.jsonl)
+# and NN ran 0.96-1.06x whatever the sector, so those keep the form alone. The H200 has
+# yet to time them.
+SMALL_K_OFF_SECTOR_PAIR = "b"
 
 
 def trip_area(shape: GemmShape, config: GemmConfig, sms: int) -> int:
@@ -535,7 +547,9 @@ def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
     """The persistent grid of ``sms`` blocks for a K of ``SMALL_K`` or less: on the
     hand-written pipeline where it builds for ``shape``, else TileLang's; in
     ``SMALL_K_SQUARE``'s 192x192 tiles where K is at most ``SMALL_K_SQUARE_MAX_K`` and
-    their trips cost at most ``SMALL_K_SQUARE_COST`` of 128x256's."""
+    their trips cost at most ``SMALL_K_SQUARE_COST`` of 128x256's; in NT with K's rows off a
+    sector over K of ``SMALL_K_SQUARE_MAX_K``, in clusters sharing B's tile
+    (``SMALL_K_OFF_SECTOR_PAIR``)."""
     form = _persistent(SMALL_K_ASYNC, sms)
     if form is None or not builds(shape, form):
         return replace(SMALL_K_TILE, persistent=sms)
@@ -547,6 +561,15 @@ def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
         and builds(shape, square)
     ):
         return square
+    if (
+        SMALL_K_OFF_SECTOR_PAIR
+        and shape.layout == "NT"
+        and shape.k > SMALL_K_SQUARE_MAX_K
+        and row_bytes(shape)["A"] % SECTOR_BYTES
+    ):
+        pair = _replaced(form, multicast=SMALL_K_OFF_SECTOR_PAIR)  # None: an odd grid
+        if pair is not None and builds(shape, pair):
+            return pair
     return form
 
 
@@ -794,7 +817,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       hand-written pipeline where it builds, which overlaps the tile's store with the
       next tile's K steps too (``small_k_grid``: attn_qk_t 13.1 us against 15.3 us);
       in 192x192 tiles where K is 128 or less and their trips cost less (2936x2952x128:
-      11.1 us against 12.4).
+      11.1 us against 12.4); in NT where K's rows are off a sector, over K of 128, in
+      two-block clusters sharing B (on an H100 7920x4064x200 bf16: 41.2 us against 48.4).
     - Thin, M <= 64 or N <= 128 (decode, attention's P@V): 64x64 tiles streaming the wide
       operand through six stages (decode64 0.0449 ms and attn_pv 0.0194 ms, both the
       winners; 128x128 tiles took 0.032 ms on attn_pv), K split when they fill fewer than
@@ -1042,7 +1066,11 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
 # narrower picks all ran slower than it on an H100, by 1.016-1.249x (2960x3096x3168 NT
 # bf16 in 128x144: 0.684x torch against 0.854x), where the four 192x192 picks ran 1.01-1.05x
 # faster than it, so 192x192's plain grid stays. At two waves and under it was mixed
-# (2232x3384x2048 NT bf16 in 192x160, 2.0 waves: 0.92x of it).
+# (2232x3384x2048 NT bf16 in 192x160, 2.0 waves: 0.92x of it). On ten shapes drawn after
+# the rule among those it changes (random.Random(20261217),
+# reports/h100/fitted_sk_check_h100.jsonl) the picks with it, the rules after it
+# included, ran faster than the picks before it on all ten, 1.021-1.292x, median 1.11x
+# (3848x2424x1056 NT bf16 0.914x torch against 0.708x). The H200 has yet to time them.
 FITTED_STREAM_K_WAVES = 2
 
 

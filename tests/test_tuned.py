@@ -2624,3 +2624,52 @@ def test_streamed_fitted_ran_faster_where_timed(monkeypatch, before_exchanged):
         r for *_, r in pick_changes(monkeypatch, "streamed_fitted", lambda s, c, n: c, (record,))
     )
     assert len(ratios) == 6 and ratios[0] > 1.01 and statistics.median(ratios) > 1.04
+
+
+def test_streamed_fitted_ran_faster_on_the_shapes_drawn_after_it(monkeypatch):
+    """The picks as the rules make them now against the picks before the rule, on the ten
+    shapes drawn after it among those it changes (reports/h100/fitted_sk_check_h100.jsonl,
+    each pick timed beside the plain fitted grids): faster on all ten, 1.021-1.292x."""
+    record = ROOT / "reports" / "h100" / "fitted_sk_check_h100.jsonl"
+    ratios = sorted(
+        r for *_, r in pick_changes(monkeypatch, "streamed_fitted", lambda s, c, n: c, (record,))
+    )
+    assert len(ratios) == 10 and ratios[0] > 1.02 and statistics.median(ratios) > 1.1
+
+
+# --- short K in NT with K's rows off a sector: clusters sharing B ----------------------
+
+SHORT_K_PAIR_RECORDS = tuple(
+    ROOT / "reports" / "h100" / name
+    for name in ("short_k8_around_h100.jsonl", "short_k_sector_h100.jsonl")
+)
+
+
+def test_the_short_k_form_runs_in_pairs_in_nt_where_k_is_off_a_sector():
+    form = replace(tuned.SMALL_K_ASYNC, persistent=SMS)
+    pair = replace(form, multicast="b")
+    # 7920x4064x200 NT bf16: K's rows of 400 bytes, 16 past a sector.
+    off = GemmShape(7920, 4064, 200, "bfloat16", "NT")
+    assert tuned.row_bytes(off)["A"] % tuned.SECTOR_BYTES == 16
+    assert tuned.small_k_grid(off, SMS) == pair
+    assert heuristic(off, SMS) == pair
+    # On a sector (K = 256), in NN, or at K of 128 or less (the 192x192 branch's): alone.
+    for shape in [
+        GemmShape(7920, 4064, 256, "bfloat16", "NT"),
+        GemmShape(7920, 4064, 200, "bfloat16", "NN"),
+        GemmShape(7920, 4064, 120, "bfloat16", "NT"),
+    ]:
+        assert tuned.small_k_grid(shape, SMS).multicast == "", shape
+    # An odd count of SMs leaves no whole pairs of blocks: the form alone.
+    assert tuned.small_k_grid(off, SMS - 1).multicast == ""
+
+
+def test_the_short_k_pairs_ran_faster_where_timed(monkeypatch):
+    """On an H100 every NT shape with K's rows off a sector timed both ways ran faster in
+    the pairs, 1.013-1.179x: four of reports/h100/short_k8_around_h100.jsonl and three of
+    short_k_sector_h100.jsonl, drawn before any was measured."""
+    ratios = sorted(
+        r
+        for *_, r in pick_changes(monkeypatch, "SMALL_K_OFF_SECTOR_PAIR", "", SHORT_K_PAIR_RECORDS)
+    )
+    assert len(ratios) == 7 and ratios[0] > 1.01 and statistics.median(ratios) > 1.1

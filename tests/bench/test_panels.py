@@ -49,10 +49,35 @@ def test_state_reads_the_record_and_skips_torn_lines(tmp_path):
     assert panel.name == "mine" and len(panel.shapes) == 2
     assert panel.state("h200") == "todo"
     first, second = sorted(panel.shapes)
-    _rows(tmp_path / "mine_h200.jsonl", [first, "m1_n1_k1_f16"])  # one of the file's
+    _rows(tmp_path / "mine_h200.jsonl", [first])
     assert panel.state("h200") == "partial" and panel.timed("h200") == {first}
     _rows(tmp_path / "mine_h200.jsonl", [second])
     assert panel.state("h200") == "done"
+
+
+def test_a_record_holding_other_shapes_is_a_clash_and_run_refuses_it(tmp_path, capsys):
+    """A panel named like an older sweep finds that sweep's record under its name: its
+    rows are not the panel's, and ``--run`` would append to them."""
+    _panel_file(tmp_path)
+    (panel,) = panels.find_panels(tmp_path)
+    first = sorted(panel.shapes)[0]
+    _rows(tmp_path / "mine_h200.jsonl", [first, "m1000_n1000_k1000_f16"])
+    assert panel.foreign("h200") == {"m1000_n1000_k1000_f16"}
+    assert panel.state("h200") == "clash" and panel.timed("h200") == {first}
+    ran = []
+    code = panels.main(["--run", "mine", "--card", "h200"], lambda a, t: ran.append(a) or 0,
+                       reports=tmp_path)  # fmt: skip
+    assert code == 2 and ran == []
+    err = capsys.readouterr().err
+    assert "mine's record" in err and "m1000_n1000_k1000_f16" in err and "rename" in err
+    # Another card's record is its own: no clash there.
+    assert panel.state("h100") == "todo"
+
+
+def test_no_committed_panel_clashes_with_a_record():
+    for panel in panels.find_panels():
+        for card in ("h200", "h100"):
+            assert not panel.foreign(card), (panel.name, card, sorted(panel.foreign(card))[:3])
 
 
 def test_a_panel_runs_its_own_command_with_resume(tmp_path):
@@ -167,7 +192,7 @@ def test_a_drawn_list_is_an_offtable_panel_measured_by_offtable(tmp_path, capsys
     # Its state reads the off-table record's rows; a damaged record reads as none.
     assert panel.state("h200") == "todo"
     first, *rest = sorted(panel.shapes)
-    record.write_text(json.dumps({"meta": {}, "rows": [{"shape": first}, {"shape": "m1"}]}))
+    record.write_text(json.dumps({"meta": {}, "rows": [{"shape": first}]}))
     assert panel.state("h200") == "partial" and panel.timed("h200") == {first}
     record.write_text(json.dumps({"rows": [{"shape": s} for s in panel.shapes]}))
     assert panel.state("h200") == "done"
