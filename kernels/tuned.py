@@ -532,8 +532,11 @@ SMALL_K_SQUARE_COST = 0.95
 # 1.179x and 3360x3464x152 bf16 1.140x, short_k_sector_h100.jsonl, drawn with
 # random.Random(20261218) before any was measured), where the three NT shapes with K's
 # rows on a sector ran 0.88-0.92x in them (2808x2208x256 fp16, random8_losers_h100.jsonl)
-# and NN ran 0.96-1.06x whatever the sector, so those keep the form alone. The H200 has
-# yet to time them.
+# and NN ran 0.96-1.06x whatever the sector, so those keep the form alone. On eight
+# shapes drawn after the rule among those it changes (random.Random(20261219),
+# reports/h100/short_k_pairs_check_h100.jsonl) the pairs ran faster than the form alone on
+# all eight, 1.067-1.290x, median 1.17x, and ahead of clusters sharing A and of 192x192
+# in three stages on each. The H200 has yet to time them.
 SMALL_K_OFF_SECTOR_PAIR = "b"
 
 
