@@ -523,11 +523,28 @@ SMALL_K_ASYNC = GemmConfig(128, 256, 64, 256, 3, smem_epilogue=True, async_mma=T
 SMALL_K_SQUARE = GemmConfig(192, 192, 64, 384, 2, policy="row", smem_epilogue=True, async_mma=True)
 SMALL_K_SQUARE_MAX_K = 128
 SMALL_K_SQUARE_COST = 0.95
+# Over K of ``SMALL_K_SQUARE_MAX_K`` (three or four K steps), where a tile of
+# ``SMALL_K_CHEAPER`` covers the busiest SM's trips in at most ``SMALL_K_CHEAPER_COST`` of
+# 128x256's area, the cheapest of them (the first of a tie), persistent on the
+# hand-written pipeline. On an H100 (bench_gemm, CUPTI; reports/h100/short_k8_around_h100.jsonl,
+# short_k9_around_h100.jsonl, random8_losers_h100.jsonl, random8_losers_around_h100.jsonl,
+# short_k_sector_h100.jsonl) every such shape timed in it ran faster than 128x256: 128x192
+# at 0.75 of the area 1.11-1.19x on five (2808x2208x256 NT fp16 1.19x, 1304x3888x160
+# bf16 1.12x), 192x192 at 0.56-0.84 1.09-1.23x on four (7584x1096x248 NT bf16 1.23x,
+# where 128x192 ran 1.13x; 4976x2784x248 fp16 1.16x); at 0.90 and more neither led
+# (128x192 0.84-1.01x over seven shapes at 0.94-1.12, 192x192 0.93-1.14x). The H200 has
+# yet to time them.
+SMALL_K_CHEAPER = (
+    GemmConfig(192, 192, 64, 384, 3, policy="row", smem_epilogue=True, async_mma=True),
+    GemmConfig(128, 192, 64, 256, 4, smem_epilogue=True, async_mma=True),
+)
+SMALL_K_CHEAPER_COST = 0.85
 # In NT where K's rows start off a 32-byte sector (both operands' rows: K = 8 mod 16
 # elements), the short K's 128x256 form over K of more than ``SMALL_K_SQUARE_MAX_K`` runs
 # in persistent two-block clusters sharing B's tile (``SMALL_K_OFF_SECTOR_PAIR``), which
-# read it from the L2 once per pair: on an H100 (bench_gemm, CUPTI) all seven such shapes
-# timed both ways ran faster in them, 1.013-1.179x, median 1.15x (7920x4064x200 bf16
+# read it from the L2 once per pair (where no ``SMALL_K_CHEAPER`` tile takes the shape
+# first): on an H100 (bench_gemm, CUPTI) all seven such shapes timed both ways ran faster
+# in them, 1.013-1.179x, median 1.15x (7920x4064x200 bf16
 # 41.2 us against 48.4, reports/h100/short_k8_around_h100.jsonl; 6656x2256x168 bf16
 # 1.179x and 3360x3464x152 bf16 1.140x, short_k_sector_h100.jsonl, drawn with
 # random.Random(20261218) before any was measured), where the three NT shapes with K's
@@ -550,9 +567,10 @@ def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
     """The persistent grid of ``sms`` blocks for a K of ``SMALL_K`` or less: on the
     hand-written pipeline where it builds for ``shape``, else TileLang's; in
     ``SMALL_K_SQUARE``'s 192x192 tiles where K is at most ``SMALL_K_SQUARE_MAX_K`` and
-    their trips cost at most ``SMALL_K_SQUARE_COST`` of 128x256's; in NT with K's rows off a
-    sector over K of ``SMALL_K_SQUARE_MAX_K``, in clusters sharing B's tile
-    (``SMALL_K_OFF_SECTOR_PAIR``)."""
+    their trips cost at most ``SMALL_K_SQUARE_COST`` of 128x256's; over that K, in the
+    ``SMALL_K_CHEAPER`` tile whose trips cost least where that is at most
+    ``SMALL_K_CHEAPER_COST`` of 128x256's, else in NT with K's rows off a sector in
+    clusters sharing B's tile (``SMALL_K_OFF_SECTOR_PAIR``)."""
     form = _persistent(SMALL_K_ASYNC, sms)
     if form is None or not builds(shape, form):
         return replace(SMALL_K_TILE, persistent=sms)
@@ -564,6 +582,17 @@ def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
         and builds(shape, square)
     ):
         return square
+    if shape.k > SMALL_K_SQUARE_MAX_K:
+        cheapest, least = None, SMALL_K_CHEAPER_COST * trip_area(shape, form, sms)
+        for tile in SMALL_K_CHEAPER:
+            other = _persistent(tile, sms)
+            if other is None or not builds(shape, other):
+                continue
+            area = trip_area(shape, other, sms)
+            if area <= least and (cheapest is None or area < trip_area(shape, cheapest, sms)):
+                cheapest = other
+        if cheapest is not None:
+            return cheapest
     if (
         SMALL_K_OFF_SECTOR_PAIR
         and shape.layout == "NT"
@@ -820,7 +849,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       hand-written pipeline where it builds, which overlaps the tile's store with the
       next tile's K steps too (``small_k_grid``: attn_qk_t 13.1 us against 15.3 us);
       in 192x192 tiles where K is 128 or less and their trips cost less (2936x2952x128:
-      11.1 us against 12.4); in NT where K's rows are off a sector, over K of 128, in
+      11.1 us against 12.4); over K of 128, in 192x192 or 128x192 tiles where their trips
+      cost at most 0.85 of 128x256's (``SMALL_K_CHEAPER``: on an H100 2808x2208x256 NT
+      fp16 1.19x faster in 128x192), else in NT where K's rows are off a sector in
       two-block clusters sharing B (on an H100 7920x4064x200 bf16: 41.2 us against 48.4).
     - Thin, M <= 64 or N <= 128 (decode, attention's P@V): 64x64 tiles streaming the wide
       operand through six stages (decode64 0.0449 ms and attn_pv 0.0194 ms, both the
