@@ -2727,3 +2727,11 @@ def test_the_cheaper_short_k_tiles_ran_faster_where_timed(monkeypatch):
     changes = pick_changes(monkeypatch, "SMALL_K_CHEAPER_COST", 0, SHORT_K_H100_RECORDS)
     ratios = sorted(r for *_, r in changes)
     assert len(ratios) == 5 and ratios[0] > 1.1, changes
+
+
+def test_the_cheaper_short_k_tiles_ran_faster_on_the_shapes_drawn_after_them(monkeypatch):
+    """Eight shapes drawn after the rule among those it changes
+    (reports/h100/short_k_cheaper_check_h100.jsonl): all faster, 1.045-1.191x."""
+    record = ROOT / "reports" / "h100" / "short_k_cheaper_check_h100.jsonl"
+    ratios = sorted(r for *_, r in pick_changes(monkeypatch, "SMALL_K_CHEAPER_COST", 0, (record,)))
+    assert len(ratios) == 8 and ratios[0] > 1.04 and statistics.median(ratios) > 1.07
