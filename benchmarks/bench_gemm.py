@@ -31,9 +31,8 @@ which. The local cache never reaches asv or the gate: they run the table's confi
 ``--around-pick CHANGE ...`` times, instead of a sweep, each shape's pick on this GPU
 (``kernels.tuned.pick_config``) and the pick with each change (``kernels.changes``:
 ``num_stages=+1``, ``block_n=144,multicast=b``, or a whole config id beside every pick);
-a change that gives no valid config, or
-one the shape cannot run, is a note rather than a row, and each row's ``config_source``
-names its change ("pick" for the pick).
+a change that gives no valid config, or one the shape cannot run, is a note rather than a
+row, and each row's ``config_source`` names its change ("pick" for the pick).
 
 ``--replay FILE`` re-renders a recorded sweep without a GPU. A file that holds several
 runs needs ``--run ID`` (the error lists them); rows from before run ids are one legacy
@@ -186,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         "with each CHANGE, FIELD=VALUE[,FIELD=VALUE...] over GemmConfig's fields, +N/-N "
         "moving a number: num_stages=+1, block_n=144,multicast=b, async_mma=false; or a "
         "whole config id (b128x208x64_t256_s4_w8_pr_e), the same config beside every pick. "
-        "A change "
-        "that gives no valid config, or one the shape cannot run, is noted and not timed. "
+        "A change that gives no valid config, or one the shape cannot run, is noted and not "
+        "timed. "
         "Each row's config_source says which change made it",
     )
     add_timing_options(p)

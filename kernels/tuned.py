@@ -586,16 +586,14 @@ def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
     ):
         return square
     if shape.k > SMALL_K_SQUARE_MAX_K:
-        cheapest, least = None, SMALL_K_CHEAPER_COST * trip_area(shape, form, sms)
-        for tile in SMALL_K_CHEAPER:
-            other = _persistent(tile, sms)
-            if other is None or not builds(shape, other):
-                continue
-            area = trip_area(shape, other, sms)
-            if area <= least and (cheapest is None or area < trip_area(shape, cheapest, sms)):
-                cheapest = other
-        if cheapest is not None:
-            return cheapest
+        grids = [_persistent(tile, sms) for tile in SMALL_K_CHEAPER]
+        costs = [
+            (trip_area(shape, grid, sms), order, grid)
+            for order, grid in enumerate(grids)
+            if grid is not None and builds(shape, grid)
+        ]
+        if costs and min(costs)[0] <= SMALL_K_CHEAPER_COST * trip_area(shape, form, sms):
+            return min(costs)[2]  # the least area, the first listed of a tie
     if (
         SMALL_K_OFF_SECTOR_PAIR
         and shape.layout == "NT"
@@ -924,7 +922,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
     - A narrower wave-fitting tile's plain grid (any ``FITTED`` but 192x192) past two
       waves of its output tiles gives way to 192x192's stream-K form
       (``streamed_fitted``: on an H100 2960x3096x3168 NT bf16 0.854x torch against 0.684x
-      in 128x144; 26 of 26 recorded rows past two waves slower than it).
+      in 128x144; 23 of 23 recorded rows past two waves slower than it, seven of them
+      on the H200).
     - Where A's rows are off a sector and the pick is a stream-K grid of 128x256 or
       256x128 tiles, 192x192 takes its place (``off_sector_square``): in stream-K form
       over a wave of its tiles, plain just under one (3648x2336x3608 NT: 110.8 us
@@ -1095,9 +1094,9 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
 # The narrower wave-fitting tiles (``FITTED`` but 192x192) were scored on one-wave
 # evidence (1536^3 NT). Past two waves of their output tiles, 192x192's stream-K form
 # (``LARGE_STREAM_K``) took their place in every record that timed both in one run
-# (bench_gemm, CUPTI): 26 of 26 rows over 2.0 waves ran faster in it, 1.006-1.388x
-# (reports/narrow_rows_h200.jsonl on the H200, 3144x2912x3400 NT bf16 in 128x144
-# tiles 1.39x; reports/h100/mid_losers_h100.jsonl on an H100). On ten mid shapes drawn
+# (bench_gemm, CUPTI): 23 of 23 rows over 2.0 waves ran faster in it, 1.006-1.388x
+# (seven of reports/narrow_rows_h200.jsonl on the H200, 1.17-1.39x, 3144x2912x3400 NT
+# bf16 in 128x144 tiles 1.39x; ten of reports/h100/mid_losers_h100.jsonl on an H100). On ten mid shapes drawn
 # for the question whose pick was a fitted tile past two waves (random.Random(20261216),
 # reports/offtable_fitted_waves_shapes.json; reports/h100/fitted_waves_h100.jsonl) the six
 # narrower picks all ran slower than it on an H100, by 1.016-1.249x (2960x3096x3168 NT
