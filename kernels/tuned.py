@@ -1096,9 +1096,10 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
 # (``LARGE_STREAM_K``) took their place in every record that timed both in one run
 # (bench_gemm, CUPTI): 23 of 23 rows over 2.0 waves ran faster in it, 1.006-1.388x
 # (seven of reports/narrow_rows_h200.jsonl on the H200, 1.17-1.39x, 3144x2912x3400 NT
-# bf16 in 128x144 tiles 1.39x; ten of reports/h100/mid_losers_h100.jsonl on an H100). On ten mid shapes drawn
-# for the question whose pick was a fitted tile past two waves (random.Random(20261216),
-# reports/offtable_fitted_waves_shapes.json; reports/h100/fitted_waves_h100.jsonl) the six
+# bf16 in 128x144 tiles 1.39x; ten of reports/h100/mid_losers_h100.jsonl on an H100). On
+# ten mid shapes drawn for the question whose pick was a fitted tile past two waves
+# (random.Random(20261216), reports/offtable_fitted_waves_shapes.json;
+# reports/h100/fitted_waves_h100.jsonl) the six
 # narrower picks all ran slower than it on an H100, by 1.016-1.249x (2960x3096x3168 NT
 # bf16 in 128x144: 0.684x torch against 0.854x), where the four 192x192 picks ran 1.01-1.05x
 # faster than it, so 192x192's plain grid stays. At two waves and under it was mixed
@@ -1106,7 +1107,8 @@ def off_sector_square(shape: GemmShape, config: GemmConfig, sms: int) -> GemmCon
 # the rule among those it changes (random.Random(20261217),
 # reports/h100/fitted_sk_check_h100.jsonl) the picks with it, the rules after it
 # included, ran faster than the picks before it on all ten, 1.021-1.292x, median 1.11x
-# (3848x2424x1056 NT bf16 0.914x torch against 0.708x). The H200 has yet to time them.
+# (3848x2424x1056 NT bf16 0.914x torch against 0.708x). The H200 has yet to time the two
+# drawn lists.
 FITTED_STREAM_K_WAVES = 2
 
 
