@@ -83,31 +83,33 @@ class Panel:
         stem = Path(name).name.replace(f"_{HOME_CARD}.", f"_{card}.")
         return REPORTS / card / stem
 
-    def timed(self, card: str) -> set[str]:
-        """The file's shapes the record on ``card`` holds a row for (torn lines skipped),
-        whether or not one run timed all of the shape's configs."""
+    def recorded(self, card: str) -> set[str]:
+        """The shapes the record on ``card`` holds rows for (torn lines skipped); none
+        where there is no record."""
         path = self.record(card)
         if not path.exists():
             return set()
         shapes = (row.get("shape") for row in _record_rows(path))
-        return {s for s in shapes if isinstance(s, str) and s in self.shapes}
+        return {s for s in shapes if isinstance(s, str)}
+
+    def timed(self, card: str) -> set[str]:
+        """The file's shapes the record on ``card`` holds a row for, whether or not one
+        run timed all of the shape's configs."""
+        return self.recorded(card) & self.shapes
 
     def foreign(self, card: str) -> set[str]:
         """Shapes the record on ``card`` holds rows for that the file does not list: the
         record is another run's (a panel named like an older sweep), and ``--run`` would
         append to it and read that run's rows as its own."""
-        path = self.record(card)
-        if not path.exists():
-            return set()
-        shapes = {row.get("shape") for row in _record_rows(path)}
-        return {s for s in shapes if isinstance(s, str)} - self.shapes
+        return self.recorded(card) - self.shapes
 
     def state(self, card: str) -> str:
         if not self.record(card).exists():
             return "todo"
-        if self.foreign(card):
+        recorded = self.recorded(card)
+        if recorded - self.shapes:
             return "clash"
-        return "done" if self.timed(card) >= self.shapes else "partial"
+        return "done" if recorded >= self.shapes else "partial"
 
     def command(self, card: str) -> list[str]:
         """The measuring command's arguments on ``card``: its record there, and
@@ -310,10 +312,11 @@ def main(argv: list[str] | None = None, runner=subprocess_runner, reports: Path 
         print(f"{PROG}: --run: no panel named {', '.join(unknown)} "
               f"(the list: {PROG} --pending)", file=sys.stderr)  # fmt: skip
         return 2
-    clashes = [by_name[n] for n in args.run if by_name[n].foreign(card)]
+    clashes = {n: sorted(by_name[n].foreign(card)) for n in args.run}
+    clashes = {n: foreign for n, foreign in clashes.items() if foreign}
     if clashes:
-        for panel in clashes:
-            foreign = sorted(panel.foreign(card))
+        for name, foreign in clashes.items():
+            panel = by_name[name]
             print(f"{PROG}: --run: {panel.name}'s record {shown(panel.record(card))} holds "
                   f"rows of {len(foreign)} shapes its file does not list ({foreign[0]}...): "
                   "another run's record; rename the panel's file and its --jsonl",

@@ -585,21 +585,17 @@ def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
         and builds(shape, square)
     ):
         return square
-    if shape.k > SMALL_K_SQUARE_MAX_K:
-        grids = [_persistent(tile, sms) for tile in SMALL_K_CHEAPER]
-        costs = [
-            (trip_area(shape, grid, sms), order, grid)
-            for order, grid in enumerate(grids)
-            if grid is not None and builds(shape, grid)
-        ]
-        if costs and min(costs)[0] <= SMALL_K_CHEAPER_COST * trip_area(shape, form, sms):
-            return min(costs)[2]  # the least area, the first listed of a tie
-    if (
-        SMALL_K_OFF_SECTOR_PAIR
-        and shape.layout == "NT"
-        and shape.k > SMALL_K_SQUARE_MAX_K
-        and row_bytes(shape)["A"] % SECTOR_BYTES
-    ):
+    if shape.k <= SMALL_K_SQUARE_MAX_K:
+        return form
+    grids = [_persistent(tile, sms) for tile in SMALL_K_CHEAPER]
+    costs = [
+        (trip_area(shape, grid, sms), order, grid)
+        for order, grid in enumerate(grids)
+        if grid is not None and builds(shape, grid)
+    ]
+    if costs and min(costs)[0] <= SMALL_K_CHEAPER_COST * trip_area(shape, form, sms):
+        return min(costs)[2]  # the least area, the first listed of a tie
+    if SMALL_K_OFF_SECTOR_PAIR and shape.layout == "NT" and row_bytes(shape)["A"] % SECTOR_BYTES:
         pair = _replaced(form, multicast=SMALL_K_OFF_SECTOR_PAIR)  # None: an odd grid
         if pair is not None and builds(shape, pair):
             return pair
