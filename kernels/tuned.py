@@ -939,7 +939,9 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       in persistent two-block clusters (``clustered_pair``: 3040x1912x2528 fp16 0.994x
       torch against 0.892x for the plain pair); and a plain or paired grid of two waves
       or fewer runs without panels (``unpanelled``: 46 of 57 such grids measured ran
-      slower in them).
+      slower in them), but 128x256's plain grid in NN with A's rows off a sector, in
+      panels of 4 (``A_OFF_PANEL``: on an H100 1.002-1.099x faster on the ten shapes
+      drawn after it, median 1.047x).
     - Last, a pick on the hand-written pipeline gives way to the operands exchanged
       (``exchanged``: 256 columns by 144-192 rows of C, rows in steps of 16) where those
       tiles make two trips or fewer within 1.2 of an even share and the pick is stream-K
@@ -1656,17 +1658,42 @@ def nn_exchanged(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
 # where 21 of 28 ran slower in panels: 25 of 29, 1.022x.)
 FEW_WAVES = 2
 
+# But in NN where A's rows start off a 32-byte sector (``narrow_fits`` false), 128x256's
+# plain grid on TileLang's pipeline keeps panels of ``A_OFF_PANEL`` tile rows: on an H100
+# (bench_gemm, CUPTI; reports/h100/nn_a_off_plain_h100.jsonl, ten such shapes drawn before
+# any was measured, 0.7-1.9 waves) panels of 4 ran faster on eight, 0.896-0.986 of the
+# latency without them (3184x2416x3896 fp16 0.901, 1064x3120x1896 fp16 0.896), and 1.006
+# and 1.019 on the two others, both under 0.9 of a wave; after 1488x1936x2280 bf16 ran
+# 0.760x torch without them (reports/h100/offtable_random12_h100.json). The H200 has yet
+# to time 128x256 there; its 128x192 grids in that class ran a median 1.006 in panels
+# (five pairs, the exceptions above among them).
+A_OFF_PANEL = 4
+
 
 def unpanelled(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
     """``config`` without panels where it is a plain or paired grid (not persistent, not
-    stream-K: those order their tiles themselves) of ``FEW_WAVES`` waves or fewer."""
+    stream-K: those order their tiles themselves) of ``FEW_WAVES`` waves or fewer; in
+    panels of ``A_OFF_PANEL`` where it is 128x256's plain grid in NN with A's rows off a
+    sector."""
     if (
         config.swizzle
         and not (config.persistent or config.stream_k)
         and waves(shape, config, sms) <= FEW_WAVES
     ):
+        plain = not (config.async_mma or config.multicast)
+        if A_OFF_PANEL and plain and a_off_wide(shape, config):
+            return replace(config, swizzle=A_OFF_PANEL)
         return replace(config, swizzle=0)
     return config
+
+
+def a_off_wide(shape: GemmShape, config: GemmConfig) -> bool:
+    """Whether ``config`` is a 128x256 tile and ``shape`` NN with A's rows off a sector."""
+    return (
+        shape.layout == "NN"
+        and not narrow_fits(shape)
+        and (config.block_m, config.block_n) == (128, 256)
+    )
 
 
 # In NT under a wave, 128x160's pair sharing B in 5 stages in place of 128x192's, where
