@@ -1680,19 +1680,20 @@ def unpanelled(shape: GemmShape, config: GemmConfig, sms: int) -> GemmConfig:
         and not (config.persistent or config.stream_k)
         and waves(shape, config, sms) <= FEW_WAVES
     ):
-        plain = not (config.async_mma or config.multicast)
-        if A_OFF_PANEL and plain and a_off_wide(shape, config):
+        bare = replace(config, swizzle=0)
+        if A_OFF_PANEL and a_off_wide(shape, bare):
             return replace(config, swizzle=A_OFF_PANEL)
-        return replace(config, swizzle=0)
+        return bare
     return config
 
 
 def a_off_wide(shape: GemmShape, config: GemmConfig) -> bool:
-    """Whether ``config`` is a 128x256 tile and ``shape`` NN with A's rows off a sector."""
+    """Whether ``config`` is 128x256's plain grid as the scores give it (``TILES[0]``,
+    without panels) and ``shape`` NN with A's rows off a sector."""
     return (
         shape.layout == "NN"
         and not narrow_fits(shape)
-        and (config.block_m, config.block_n) == (128, 256)
+        and config == replace(TILES[0].config, swizzle=0)
     )
 
 

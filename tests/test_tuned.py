@@ -2757,11 +2757,18 @@ def test_panels_where_a_is_off_a_sector_ran_faster_than_the_grid_without(monkeyp
         assert all(new.swizzle == 4 and old.swizzle == 0 for _, old, new, _ in changes)
         assert len(ratios) == 10 and sum(r > 1 for r in ratios) == faster, name
         assert ratios[0] > least and statistics.median(ratios) > middle, name
-    # Persistent, paired or on the hand-written pipeline, and off NN, the rule is silent.
+    # On the hand-written pipeline, in pairs, in other stages, off NN or with A's rows on
+    # a sector, the rule is silent.
     shape = GemmShape(1488, 1936, 2280, "bfloat16")
     assert heuristic(shape, SMS).id == "b128x256x64_t256_s3_w4_e"
     grid = GemmConfig(128, 256, 64, 256, 3, swizzle=16, smem_epilogue=True)
-    for other in (replace(grid, async_mma=True), replace(grid, async_mma=True, multicast="b")):
+    assert tuned.unpanelled(shape, grid, SMS).swizzle == tuned.A_OFF_PANEL == 4
+    others = (
+        replace(grid, async_mma=True),
+        replace(grid, async_mma=True, multicast="b"),
+        replace(grid, num_stages=4),
+    )
+    for other in others:
         assert tuned.unpanelled(shape, other, SMS).swizzle == 0, other.id
     nt = GemmShape(1488, 1936, 2280, "bfloat16", "NT")
     assert tuned.unpanelled(nt, grid, SMS).swizzle == 0
