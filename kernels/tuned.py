@@ -1664,9 +1664,11 @@ FEW_WAVES = 2
 # any was measured, 0.7-1.9 waves) panels of 4 ran faster on eight, 0.896-0.986 of the
 # latency without them (3184x2416x3896 fp16 0.901, 1064x3120x1896 fp16 0.896), and 1.006
 # and 1.019 on the two others, both under 0.9 of a wave; after 1488x1936x2280 bf16 ran
-# 0.760x torch without them (reports/h100/offtable_random12_h100.json). The H200 has yet
-# to time 128x256 there; its 128x192 grids in that class ran a median 1.006 in panels
-# (five pairs, the exceptions above among them).
+# 0.760x torch without them (reports/h100/offtable_random12_h100.json). On ten shapes drawn
+# after the rule (a_off_panel_check_h100.jsonl) faster on all ten, 1.002-1.099x, median
+# 1.047x; panels of 8 and 16 ran within 0.97-1.08 of 4's latency. The H200 has yet to time
+# 128x256 there; its plain 128x192 grids in that class (B's rows on a sector) ran at
+# 0.864-1.013 of the latency without panels, median 1.006 (five pairs on four shapes).
 A_OFF_PANEL = 4
 
 
