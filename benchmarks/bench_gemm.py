@@ -186,8 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         "moving a number: num_stages=+1, block_n=144,multicast=b, async_mma=false; or a "
         "whole config id (b128x208x64_t256_s4_w8_pr_e), the same config beside every pick. "
         "A change that gives no valid config, or one the shape cannot run, is noted and not "
-        "timed. "
-        "Each row's config_source says which change made it",
+        "timed. Each row's config_source says which change made it",
     )
     add_timing_options(p)
     add_first_use_options(p, "--tune-first-use")

@@ -593,8 +593,9 @@ def small_k_grid(shape: GemmShape, sms: int) -> GemmConfig:
         for order, grid in enumerate(grids)
         if grid is not None and builds(shape, grid)
     ]
-    if costs and min(costs)[0] <= SMALL_K_CHEAPER_COST * trip_area(shape, form, sms):
-        return min(costs)[2]  # the least area, the first listed of a tie
+    cheapest = min(costs, default=None)  # the least area, the first listed of a tie
+    if cheapest and cheapest[0] <= SMALL_K_CHEAPER_COST * trip_area(shape, form, sms):
+        return cheapest[2]
     if SMALL_K_OFF_SECTOR_PAIR and shape.layout == "NT" and row_bytes(shape)["A"] % SECTOR_BYTES:
         pair = _replaced(form, multicast=SMALL_K_OFF_SECTOR_PAIR)  # None: an odd grid
         if pair is not None and builds(shape, pair):
