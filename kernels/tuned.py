@@ -679,6 +679,19 @@ SWAP_BLOCK_K = 128
 # The least share of the SMs a swapped grid must fill: the measured wins had 112 and 128
 # tiles on an H200's SMs; a thinner grid keeps the plain rules, which split K.
 SWAP_MIN_FILL = 0.8
+# Where M rounds to at most this many rows (the exchange saves a quarter or more of the
+# plain tile's 64), the swapped grid takes the shape down to ``SWAP_PADDED_FILL`` of the
+# SMs, where the plain rules start to split K (``SPLIT_BELOW``); between the two the plain
+# pick was 64x64 unsplit, the same grid along N with M padded to 64. On an H100 (bench_gemm,
+# CUPTI; reports/h100/skinny_swap_h100.jsonl, ten shapes drawn before any was measured,
+# 66-105 tiles of 64 columns) the swapped tile ran faster than that pick on all five
+# shapes whose M rounds to 48 or fewer, 1.06-1.20x (13x5096x14064 fp16: 0.777x torch to
+# 0.930x), and level where M rounds to 64 (0.955-1.032x, median 1.010x), so those keep
+# ``SWAP_MIN_FILL``. Narrower plain tiles (64x32, 64x16, 64x48) ran slower than the pick
+# on all ten shapes of reports/h100/skinny_narrow_h100.jsonl, and K split in two about
+# level (reports/h100/thin_fill_h100.jsonl). The H200 has yet to time it.
+SWAP_PADDED_ROWS = 48
+SWAP_PADDED_FILL = SPLIT_BELOW
 # Stages: 6 where the tile holds at most 32 rows of M (decode16's and 8x14336's), 4 for
 # wider ones (96x7168's); fewer where shared memory runs out.
 SWAP_STAGES = {32: 6, SWAP_MAX_M: 4}
@@ -713,7 +726,8 @@ def swap_for(shape: GemmShape, sms: int) -> GemmConfig | None:
     """The swapped config for a skinny M, or None where the heuristic keeps its plain
     rules: M over ``SWAP_MAX_M`` or a multiple of 64 (no padding to save), in NN M over
     ``SWAP_NN_MAX_M`` with K of ``SWAP_NN_MIN_K`` or more, or a grid of
-    swapped tiles under ``SWAP_MIN_FILL`` of the SMs (32x4096: 64 tiles; the plain rules
+    swapped tiles under ``SWAP_MIN_FILL`` of the SMs, or under ``SWAP_PADDED_FILL`` where
+    M rounds to ``SWAP_PADDED_ROWS`` rows or fewer (32x4096: 64 tiles; the plain rules
     split K there, which the swapped kernel does slowly). Of ``SWAP_BLOCKS``
     the one whose tiles fill the most of the SMs' slots over their waves, the wider on a
     tie."""
@@ -722,10 +736,11 @@ def swap_for(shape: GemmShape, sms: int) -> GemmConfig | None:
         return None
     rows = swap_rows(shape)
     stages = next(st for limit, st in sorted(SWAP_STAGES.items()) if rows <= limit)
+    least = SWAP_PADDED_FILL if rows <= SWAP_PADDED_ROWS else SWAP_MIN_FILL
     best = None
     for width in SWAP_BLOCKS:
         tiles = output_tiles(shape, rows, width)
-        if tiles < SWAP_MIN_FILL * sms:
+        if tiles < least * sms:
             continue
         fits = (_swapped(width, rows, SWAP_BLOCK_K, st) for st in range(stages, 1, -1))
         config = next((c for c in fits if c is not None), None)
@@ -838,6 +853,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       exchanged (``swap_for``), M on the wgmma's N side in steps of 16, unsplit, where the
       swapped tiles fill ``SWAP_MIN_FILL`` of the SMs (96x7168x2048 NT: 1.01x torch on the H200
       against the plain 128x128 split in two, 0.87x; decode16 bf16 1.01x against 0.97x),
+      or half of them where M rounds to 48 rows or fewer (``SWAP_PADDED_FILL``: on an H100
+      five of five shapes drawn for it faster than 64x64 unsplit, 1.06-1.20x),
       in NN only for M up to ``SWAP_NN_MAX_M`` or K under ``SWAP_NN_MIN_K`` (else
       128x256 split four ways ran ahead: 90x7440x8848 bf16 0.954x against 0.889x on the
       H200).

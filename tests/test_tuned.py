@@ -2774,3 +2774,23 @@ def test_panels_where_a_is_off_a_sector_ran_faster_than_the_grid_without(monkeyp
     assert tuned.unpanelled(nt, grid, SMS).swizzle == 0
     aligned = GemmShape(1488, 1936, 2288, "bfloat16")
     assert tuned.unpanelled(aligned, grid, SMS).swizzle == 0
+
+
+def test_exchanged_operands_under_a_wave_ran_faster_where_they_pad_m_less(monkeypatch):
+    """``SWAP_PADDED_FILL``: a skinny M whose rows round to 48 or fewer takes the
+    exchanged operands down to half the SMs, where 64x64 unsplit took it before. On an
+    H100 (reports/h100/skinny_swap_h100.jsonl, drawn before any was measured) the five
+    such shapes ran faster, 1.06-1.20x; the five whose M rounds to 64 ran level in the
+    exchanged tile (median 1.010x) and keep the plain pick."""
+    record = ROOT / "reports" / "h100" / "skinny_swap_h100.jsonl"
+    changes = pick_changes(monkeypatch, "SWAP_PADDED_FILL", tuned.SWAP_MIN_FILL, (record,))
+    ratios = sorted(ratio for *_, ratio in changes)
+    assert all(new.swap_ab and not old.swap_ab for _, old, new, _ in changes)
+    assert all(new.block_n <= tuned.SWAP_PADDED_ROWS for _, _, new, _ in changes)
+    assert len(ratios) == 5 and ratios[0] > 1.05 and statistics.median(ratios) > 1.08
+    # M rounding to 64 rows: the exchange saves no padding, and the plain pick stays.
+    level = GemmShape(58, 4904, 6360)
+    assert tuned.swap_rows(level) == 64 and not heuristic(level, SMS).swap_ab
+    # Under half the SMs the plain rules split K, as before (32x4096: 64 tiles).
+    thin = heuristic(GemmShape(32, 4096, 14336), SMS)
+    assert not thin.swap_ab and thin.split_k > 1
