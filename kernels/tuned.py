@@ -687,9 +687,11 @@ SWAP_MIN_FILL = 0.8
 # 66-105 tiles of 64 columns) the swapped tile ran faster than that pick on all five
 # shapes whose M rounds to 48 or fewer, 1.06-1.20x (13x5096x14064 fp16: 0.777x torch to
 # 0.930x), and level where M rounds to 64 (0.955-1.032x, median 1.010x), so those keep
-# ``SWAP_MIN_FILL``. Narrower plain tiles (64x32, 64x16, 64x48) ran slower than the pick
-# on all ten shapes of reports/h100/skinny_narrow_h100.jsonl, and K split in two about
-# level (reports/h100/thin_fill_h100.jsonl). The H200 has yet to time it.
+# ``SWAP_MIN_FILL``. On ten shapes drawn after the rule (skinny_swap_check_h100.jsonl)
+# it ran faster on eight, 0.972-1.252x, median 1.072x: all five at 16 or 32 rows, three
+# of five at 48 (median 1.035x). Narrower plain tiles (64x32, 64x16, 64x48) ran slower
+# than the pick on all ten shapes of reports/h100/skinny_narrow_h100.jsonl, and K split
+# in two about level (reports/h100/thin_fill_h100.jsonl). The H200 has yet to time it.
 SWAP_PADDED_ROWS = 48
 SWAP_PADDED_FILL = SPLIT_BELOW
 # Stages: 6 where the tile holds at most 32 rows of M (decode16's and 8x14336's), 4 for
@@ -854,7 +856,8 @@ def heuristic(shape: GemmShape, sms: int) -> GemmConfig:
       swapped tiles fill ``SWAP_MIN_FILL`` of the SMs (96x7168x2048 NT: 1.01x torch on the H200
       against the plain 128x128 split in two, 0.87x; decode16 bf16 1.01x against 0.97x),
       or half of them where M rounds to 48 rows or fewer (``SWAP_PADDED_FILL``: on an H100
-      five of five shapes drawn for it faster than 64x64 unsplit, 1.06-1.20x),
+      five of five shapes drawn for it faster than 64x64 unsplit, 1.06-1.20x, eight of
+      ten drawn after it, median 1.07x),
       in NN only for M up to ``SWAP_NN_MAX_M`` or K under ``SWAP_NN_MIN_K`` (else
       128x256 split four ways ran ahead: 90x7440x8848 bf16 0.954x against 0.889x on the
       H200).
