@@ -686,7 +686,7 @@ SWAP_MIN_FILL = 0.8
 # CUPTI; reports/h100/skinny_swap_h100.jsonl, ten shapes drawn before any was measured,
 # 66-105 tiles of 64 columns) the swapped tile ran faster than that pick on all five
 # shapes whose M rounds to 48 or fewer, 1.06-1.20x (13x5096x14064 fp16: 0.777x torch to
-# 0.930x), and level where M rounds to 64 (0.955-1.032x, median 1.010x), so those keep
+# 0.931x), and level where M rounds to 64 (0.955-1.032x, median 1.010x), so those keep
 # ``SWAP_MIN_FILL``. On ten shapes drawn after the rule (skinny_swap_check_h100.jsonl)
 # it ran faster on eight, 0.972-1.252x, median 1.072x: all five at 16 or 32 rows, three
 # of five at 48 (median 1.035x). Narrower plain tiles (64x32, 64x16, 64x48) ran slower
