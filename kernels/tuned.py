@@ -689,9 +689,11 @@ SWAP_MIN_FILL = 0.8
 # 0.931x), and level where M rounds to 64 (0.955-1.032x, median 1.010x), so those keep
 # ``SWAP_MIN_FILL``. On ten shapes drawn after the rule (skinny_swap_check_h100.jsonl)
 # it ran faster on eight, 0.972-1.252x, median 1.072x: all five at 16 or 32 rows, three
-# of five at 48 (median 1.035x). Narrower plain tiles (64x32, 64x16, 64x48) ran slower
-# than the pick on all ten shapes of reports/h100/skinny_narrow_h100.jsonl, and K split
-# in two about level (reports/h100/thin_fill_h100.jsonl). The H200 has yet to time it.
+# of five at 48 (median 1.035x); on ten more at 33-48 rows alone (skinny_swap48_h100.jsonl,
+# drawn after the rule) on seven, 0.964-1.105x, median 1.038x, one under 0.90x torch against
+# three for 64x64. Narrower plain tiles (64x32, 64x16, 64x48) ran slower than the pick on
+# all ten shapes of reports/h100/skinny_narrow_h100.jsonl, and K split in two about level
+# (reports/h100/thin_fill_h100.jsonl). The H200 has yet to time it.
 SWAP_PADDED_ROWS = 48
 SWAP_PADDED_FILL = SPLIT_BELOW
 # Stages: 6 where the tile holds at most 32 rows of M (decode16's and 8x14336's), 4 for
